@@ -1,0 +1,13 @@
+"""Errors that reach the user as one line and exit status 2."""
+
+
+class UserError(Exception):
+    """Bad input: the message says what is wrong and how to fix it."""
+
+
+class SpaceError(UserError):
+    """A search-space file that cannot be used."""
+
+
+class StudyMismatchError(UserError):
+    """An existing study was created with other settings."""
