@@ -1,0 +1,197 @@
+"""Hardware profiles: what a GPU can run, how much memory and bandwidth it has, what an hour costs.
+
+Detection reads NVML (nvidia-ml-py), never torch, so the study process stays light.
+Prices are indicative on-demand cloud prices per GPU-hour (late 2025); override them with --price.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import asdict, dataclass
+
+from autotune.errors import UserError
+from autotune.space.knobs import KNOBS, Needs, Value
+
+log = logging.getLogger(__name__)
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class GpuProfile:
+    name: str
+    description: str
+    kind: str  # "cuda" or "cpu"
+    memory_bytes: int | None  # None: the host's memory
+    compute_capability: float | None
+    bandwidth_gb_s: float  # peak memory bandwidth, 1e9 bytes/s
+    price_per_hour: float | None
+
+    @property
+    def device_type(self) -> str:
+        return self.kind
+
+    def why_not(self, needs: Needs) -> str | None:
+        """Why this profile cannot run a knob value with these needs, or None."""
+        if (needs.cuda or needs.min_compute_capability) and self.kind != "cuda":
+            if needs.cuda:
+                return needs.why or "needs a CUDA GPU"
+            return None  # compute capability limits only concern GPUs
+        capability = self.compute_capability or 0.0
+        if needs.min_compute_capability and capability < needs.min_compute_capability:
+            return f"{needs.why} ({self.name} has {capability})"
+        if needs.below_compute_capability and capability >= needs.below_compute_capability:
+            return f"{needs.why} ({self.name} has {capability})"
+        return None
+
+    def why_not_value(self, knob: str, value: Value) -> str | None:
+        return self.why_not(KNOBS[knob].needs(value))
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+PROFILES: dict[str, GpuProfile] = {
+    profile.name: profile
+    for profile in (
+        GpuProfile("t4", "NVIDIA T4 16 GB (Turing)", "cuda", 16 * GIB, 7.5, 320, 0.53),
+        GpuProfile("a10g", "NVIDIA A10G 24 GB (Ampere)", "cuda", 24 * GIB, 8.6, 600, 1.01),
+        GpuProfile("l4", "NVIDIA L4 24 GB (Ada)", "cuda", 24 * GIB, 8.9, 300, 0.80),
+        GpuProfile("a100-40gb", "NVIDIA A100 40 GB SXM (Ampere)", "cuda", 40 * GIB, 8.0, 1555, 1.29),
+        GpuProfile("a100-80gb", "NVIDIA A100 80 GB SXM (Ampere)", "cuda", 80 * GIB, 8.0, 2039, 1.79),
+        GpuProfile("h100", "NVIDIA H100 80 GB SXM (Hopper)", "cuda", 80 * GIB, 9.0, 3350, 2.99),
+        GpuProfile("h200", "NVIDIA H200 141 GB SXM (Hopper)", "cuda", 141 * 10**9, 9.0, 4800, 3.79),
+        GpuProfile("cpu", "CPU only (nominal DDR bandwidth)", "cpu", None, None, 40, 0.10),
+    )
+}
+
+# NVML device-name fragments, most specific first.
+_NAME_HINTS = (
+    ("H200", "h200"),
+    ("H100", "h100"),
+    ("A100-SXM4-80GB", "a100-80gb"),
+    ("A100 80GB", "a100-80gb"),
+    ("A100-PCIE-80GB", "a100-80gb"),
+    ("A100", "a100-40gb"),
+    ("A10G", "a10g"),
+    ("L4", "l4"),
+    ("T4", "t4"),
+)
+
+
+@dataclass(frozen=True)
+class DetectedDevice:
+    name: str
+    memory_bytes: int
+    compute_capability: float
+    bandwidth_gb_s: float | None
+    driver: str
+
+    def matching_profile(self) -> str | None:
+        for hint, profile in _NAME_HINTS:
+            if hint in self.name:
+                return profile
+        return None
+
+
+def detect_gpu(index: int = 0) -> DetectedDevice | None:
+    """The GPU at this index as NVML sees it, or None when there is no usable NVIDIA GPU."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return None
+    try:
+        if index >= pynvml.nvmlDeviceGetCount():
+            return None
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        name = pynvml.nvmlDeviceGetName(handle)
+        name = name.decode() if isinstance(name, bytes) else name
+        major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
+        memory = pynvml.nvmlDeviceGetMemoryInfo(handle).total
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        driver = driver.decode() if isinstance(driver, bytes) else driver
+        bandwidth = _nvml_bandwidth(pynvml, handle)
+        return DetectedDevice(name, int(memory), float(f"{major}.{minor}"), bandwidth, driver)
+    except pynvml.NVMLError as error:
+        log.debug("NVML query failed: %s", error)
+        return None
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _nvml_bandwidth(pynvml, handle) -> float | None:
+    try:
+        bus_bits = pynvml.nvmlDeviceGetMemoryBusWidth(handle)
+        clock_mhz = pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM)
+    except pynvml.NVMLError:
+        return None
+    return bus_bits / 8 * clock_mhz * 1e6 * 2 / 1e9  # double data rate
+
+
+def device_index(device: str) -> int:
+    return int(device.split(":", 1)[1]) if ":" in device else 0
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """The profile the search prunes for, the device trials run on, and a note when they differ."""
+
+    profile: GpuProfile
+    device: str
+    detected: DetectedDevice | None
+    note: str | None
+
+
+def resolve_hardware(gpu: str, device: str | None) -> Hardware:
+    """Pick the profile (`--gpu`, or detect with 'auto') and check it against `--device`."""
+    if device is not None and not (device == "cpu" or device == "cuda" or device.startswith("cuda:")):
+        raise UserError(f"--device {device!r} is not a device: use cpu, cuda or cuda:N")
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    detected = None if device == "cpu" or visible == "" else detect_gpu(device_index(device or "cuda"))
+    if gpu == "auto":
+        profile = _auto_profile(detected)
+    elif gpu in PROFILES:
+        profile = PROFILES[gpu]
+    else:
+        raise UserError(f"unknown --gpu {gpu!r}; choose one of: auto, {', '.join(PROFILES)} (see `autotune gpus`)")
+    if profile.kind == "cuda" and detected is None:
+        raise UserError(
+            f"--gpu {gpu} needs a CUDA GPU, but none was found here; use --gpu cpu or run on a machine with a GPU"
+        )
+    if device is None:
+        device = "cpu" if profile.kind == "cpu" else "cuda:0"
+    return Hardware(profile, device, detected, _mismatch_note(profile, detected))
+
+
+def _auto_profile(detected: DetectedDevice | None) -> GpuProfile:
+    if detected is None:
+        return PROFILES["cpu"]
+    name = detected.matching_profile()
+    if name:
+        return PROFILES[name]
+    return GpuProfile(
+        name="detected",
+        description=detected.name,
+        kind="cuda",
+        memory_bytes=detected.memory_bytes,
+        compute_capability=detected.compute_capability,
+        bandwidth_gb_s=detected.bandwidth_gb_s or 0.0,
+        price_per_hour=None,
+    )
+
+
+def _mismatch_note(profile: GpuProfile, detected: DetectedDevice | None) -> str | None:
+    if profile.kind != "cuda" or detected is None:
+        return None
+    if detected.matching_profile() == profile.name or profile.name == "detected":
+        return None
+    return (
+        f"--gpu {profile.name} ({profile.description}) differs from this machine's {detected.name}: "
+        f"knobs are pruned for {profile.name} and GPU memory is capped at its size, "
+        "but speed is measured on this GPU"
+    )

@@ -1,0 +1,213 @@
+"""One handler per knob: which values it takes, what hardware they need, and what they do to a plan.
+
+Adding a knob means one handler here and one entry in the search-space YAML.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+from autotune.space.plan import Call, Plan, Ref
+
+DeviceType = Literal["cpu", "cuda"]
+Value = str | int
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What a knob value needs from the hardware. Packages are checked by the trial worker instead."""
+
+    cuda: bool = False
+    min_compute_capability: float | None = None
+    below_compute_capability: float | None = None
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the plan is built for."""
+
+    device_type: DeviceType
+
+
+class Knob:
+    name: ClassVar[str]
+    help: ClassVar[str]
+    choices: ClassVar[tuple[Value, ...] | None] = None  # None: accepts() decides
+
+    def accepts(self, value: Value) -> bool:
+        return self.choices is not None and value in self.choices
+
+    def describe_values(self) -> str:
+        return ", ".join(str(choice) for choice in self.choices or ())
+
+    def needs(self, value: Value) -> Needs:
+        return Needs()
+
+    def apply(self, value: Value, plan: Plan, target: Target) -> None:
+        raise NotImplementedError
+
+
+KNOBS: dict[str, Knob] = {}
+
+
+def register(cls: type[Knob]) -> type[Knob]:
+    KNOBS[cls.name] = cls()
+    return cls
+
+
+def build_plan(config: dict[str, Value], target: Target) -> Plan:
+    """Apply the knobs of a configuration, in registry order, to an empty plan."""
+    plan = Plan()
+    for name, knob in KNOBS.items():
+        if name in config:
+            knob.apply(config[name], plan, target)
+    return plan
+
+
+@register
+class DtypeKnob(Knob):
+    name = "dtype"
+    help = "precision the weights are loaded in"
+    choices = ("float32", "bfloat16", "float16")
+
+    def needs(self, value: Value) -> Needs:
+        if value == "bfloat16":
+            return Needs(min_compute_capability=8.0, why="bfloat16 needs compute capability 8.0 (Ampere) or newer")
+        return Needs()
+
+    def apply(self, value: Value, plan: Plan, target: Target) -> None:
+        plan.load["dtype"] = Ref(f"torch.{value}")
+        plan.serve_flags += ["--dtype", str(value)]
+
+
+_HUB_KERNEL = re.compile(r"^[\w.-]+/[\w.-]+(@[\w.-]+)?(:[\w.-]+)?$")
+
+
+@register
+class AttentionKnob(Knob):
+    name = "attn_implementation"
+    help = "attention backend; a hub kernel is written <namespace>/<repo>[@revision][:name]"
+    choices = ("eager", "sdpa", "flex_attention", "flash_attention_2", "flash_attention_3", "flash_attention_4")
+
+    def accepts(self, value: Value) -> bool:
+        return value in self.choices or (isinstance(value, str) and bool(_HUB_KERNEL.match(value)))
+
+    def describe_values(self) -> str:
+        return super().describe_values() + ", or a hub kernel such as kernels-community/flash-attn2"
+
+    def needs(self, value: Value) -> Needs:
+        if value == "flash_attention_2":
+            return Needs(cuda=True, min_compute_capability=8.0, why="flash_attention_2 needs an Ampere or newer GPU")
+        if value == "flash_attention_3":
+            return Needs(
+                cuda=True,
+                min_compute_capability=9.0,
+                below_compute_capability=10.0,
+                why="flash_attention_3 runs on Hopper GPUs only",
+            )
+        if value == "flash_attention_4":
+            return Needs(cuda=True, min_compute_capability=9.0, why="flash_attention_4 needs Hopper or Blackwell")
+        if "/" in str(value):
+            return Needs(cuda=True, why="hub attention kernels are CUDA kernels")
+        return Needs()
+
+    def apply(self, value: Value, plan: Plan, target: Target) -> None:
+        plan.load["attn_implementation"] = value
+        plan.serve_flags += ["--attn-implementation", str(value)]
+
+
+@register
+class QuantizationKnob(Knob):
+    name = "quantization"
+    help = "weight quantization applied while loading"
+    choices = ("none", "bnb-8bit", "bnb-4bit")
+
+    def apply(self, value: Value, plan: Plan, target: Target) -> None:
+        if value == "none":
+            return
+        if value == "bnb-8bit":
+            kwargs: dict[str, Any] = {"load_in_8bit": True}
+        else:
+            compute_dtype = plan.load.get("dtype", Ref("torch.float32"))
+            kwargs = {"load_in_4bit": True, "bnb_4bit_quant_type": "nf4", "bnb_4bit_compute_dtype": compute_dtype}
+        plan.load["quantization_config"] = Call("transformers.BitsAndBytesConfig", kwargs)
+        plan.serve_flags += ["--quantization", str(value)]
+
+
+@register
+class BatchingKnob(Knob):
+    name = "batching"
+    help = "generate(): one padded batch; continuous: generate_batch() with a paged cache"
+    choices = ("generate", "continuous")
+
+    def apply(self, value: Value, plan: Plan, target: Target) -> None:
+        plan.batching = "continuous" if value == "continuous" else "generate"
+        if value == "continuous":
+            # Keep the attention backend the trial asked for instead of switching to flash.
+            plan.continuous["auto_switch_to_flash"] = False
+            plan.serve_flags.append("--continuous-batching")
+
+
+@register
+class CacheKnob(Knob):
+    name = "cache_implementation"
+    help = "KV cache of generate(); quantized stores keys and values in fp8"
+    choices = ("dynamic", "static", "offloaded", "offloaded_static", "quantized")
+
+    def needs(self, value: Value) -> Needs:
+        if str(value).startswith("offloaded"):
+            return Needs(cuda=True, why="offloaded caches move layers between GPU and CPU")
+        return Needs()
+
+    def apply(self, value: Value, plan: Plan, target: Target) -> None:
+        if value == "dynamic":
+            return
+        plan.generate["cache_implementation"] = value
+        if value == "quantized":
+            plan.generate["cache_config"] = {"backend": "fp8"}
+        if value != "static":
+            plan.not_servable.append(f"cache_implementation={value}")
+
+
+_CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
+
+
+@register
+class CompileKnob(Knob):
+    name = "compile"
+    help = "torch.compile of the decoding step, through generate()'s compile_config"
+    choices = ("off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+    def needs(self, value: Value) -> Needs:
+        if value in _CUDA_GRAPH_MODES:
+            return Needs(cuda=True, why=f"compile mode {value} captures CUDA graphs")
+        return Needs()
+
+    def apply(self, value: Value, plan: Plan, target: Target) -> None:
+        if value == "off":
+            return
+        # generate() compiles on CUDA only unless this private switch is set.
+        attrs = {"_compile_all_devices": True} if target.device_type == "cpu" else {}
+        plan.generate["compile_config"] = Call("transformers.CompileConfig", {"mode": value}, attrs)
+        plan.serve_flags.append("--compile")
+        if value != "reduce-overhead":
+            plan.not_servable.append(f"compile mode {value} (serve --compile uses its default)")
+
+
+@register
+class MaxBatchTokensKnob(Knob):
+    name = "max_batch_tokens"
+    help = "tokens per forward pass under continuous batching"
+
+    def accepts(self, value: Value) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+    def describe_values(self) -> str:
+        return "a positive integer"
+
+    def apply(self, value: Value, plan: Plan, target: Target) -> None:
+        plan.continuous["max_batch_tokens"] = value
+        plan.serve_flags += ["--cb-max-batch-tokens", str(value)]

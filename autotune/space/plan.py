@@ -1,0 +1,158 @@
+"""A deployment plan: what the knobs of one configuration turn into, as plain data.
+
+The trial worker builds real objects from a plan, and the report renders the same plan as code, so
+the snippet a user copies is exactly what was measured. Values are JSON scalars, lists, dicts, or
+two kinds of expressions: `Ref` (a name such as `torch.bfloat16`) and `Call` (a constructor such as
+`transformers.BitsAndBytesConfig(load_in_4bit=True)`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Batching = Literal["generate", "continuous"]
+
+# Only names from these modules may be referenced: a plan read from storage can never import or call
+# anything else.
+ALLOWED_MODULES = ("torch", "transformers")
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A reference to a module attribute, e.g. Ref("torch.bfloat16")."""
+
+    path: str
+
+    def __post_init__(self) -> None:
+        _check_path(self.path)
+
+
+@dataclass(frozen=True)
+class Call:
+    """A constructor call; `attrs` are set on the object after construction."""
+
+    path: str
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _check_path(self.path)
+
+
+def _check_path(path: str) -> None:
+    module = path.split(".", 1)[0]
+    if module not in ALLOWED_MODULES or "." not in path:
+        raise ValueError(f"plan may only reference torch.* or transformers.* names, got {path!r}")
+
+
+@dataclass
+class Plan:
+    """Arguments of from_pretrained, generate / generate_batch, and `transformers serve` flags."""
+
+    load: dict[str, Any] = field(default_factory=dict)
+    generate: dict[str, Any] = field(default_factory=dict)
+    batching: Batching = "generate"
+    continuous: dict[str, Any] = field(default_factory=dict)
+    serve_flags: list[str] = field(default_factory=list)
+    not_servable: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "load": encode(self.load),
+            "generate": encode(self.generate),
+            "batching": self.batching,
+            "continuous": encode(self.continuous),
+            "serve_flags": list(self.serve_flags),
+            "not_servable": list(self.not_servable),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Plan:
+        return cls(
+            load=decode(data["load"]),
+            generate=decode(data["generate"]),
+            batching=data["batching"],
+            continuous=decode(data["continuous"]),
+            serve_flags=list(data.get("serve_flags", [])),
+            not_servable=list(data.get("not_servable", [])),
+        )
+
+
+def encode(value: Any) -> Any:
+    """Plan value -> JSON-compatible value."""
+    if isinstance(value, Ref):
+        return {"$ref": value.path}
+    if isinstance(value, Call):
+        return {"$call": value.path, "kwargs": encode(value.kwargs), "attrs": encode(value.attrs)}
+    if isinstance(value, dict):
+        return {key: encode(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [encode(item) for item in value]
+    return value
+
+
+def decode(value: Any) -> Any:
+    """JSON-compatible value -> plan value."""
+    if isinstance(value, dict):
+        if "$ref" in value:
+            return Ref(value["$ref"])
+        if "$call" in value:
+            return Call(value["$call"], decode(value.get("kwargs", {})), decode(value.get("attrs", {})))
+        return {key: decode(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [decode(item) for item in value]
+    return value
+
+
+def plain(value: Any) -> Any:
+    """Plan value -> readable JSON: references as their dotted name, calls as {"class": ..., **kwargs}."""
+    if isinstance(value, Ref):
+        return value.path
+    if isinstance(value, Call):
+        return {"class": value.path, **plain(value.kwargs), **plain(value.attrs)}
+    if isinstance(value, dict):
+        return {key: plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(item) for item in value]
+    return value
+
+
+def render(value: Any) -> str:
+    """Plan value -> Python source."""
+    if isinstance(value, Ref):
+        return value.path
+    if isinstance(value, Call):
+        args = ", ".join(f"{key}={render(item)}" for key, item in value.kwargs.items())
+        return f"{value.path.rsplit('.', 1)[1]}({args})"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{key!r}: {render(item)}" for key, item in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(render(item) for item in value) + "]"
+    return repr(value)
+
+
+def imports_of(values: list[Any]) -> set[str]:
+    """The `from transformers import X` names that rendering these values needs."""
+    names: set[str] = set()
+    for value in values:
+        if isinstance(value, Call):
+            if value.path.startswith("transformers."):
+                names.add(value.path.split(".", 1)[1])
+            names |= imports_of(list(value.kwargs.values()) + list(value.attrs.values()))
+        elif isinstance(value, dict):
+            names |= imports_of(list(value.values()))
+        elif isinstance(value, list | tuple):
+            names |= imports_of(list(value))
+    return names
+
+
+def uses_torch(values: list[Any]) -> bool:
+    for value in values:
+        if isinstance(value, Ref) and value.path.startswith("torch."):
+            return True
+        if isinstance(value, Call) and uses_torch(list(value.kwargs.values()) + list(value.attrs.values())):
+            return True
+        if isinstance(value, dict) and uses_torch(list(value.values())):
+            return True
+    return False
