@@ -1,0 +1,136 @@
+"""What the study process and the trial worker say to each other: a task spec in, a result out.
+
+Both are plain dataclasses written as JSON files; neither side needs the other's imports.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field, fields
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Literal
+
+TaskKind = Literal["prepare", "trial"]
+
+
+class Outcome(StrEnum):
+    OK = "ok"
+    OOM = "oom"
+    TIMEOUT = "timeout"
+    UNSUPPORTED = "unsupported"
+    CRASHED = "crashed"
+    ERROR = "error"
+    BUDGET = "budget"  # stopped because the study's budget ran out
+
+
+@dataclass
+class WorkloadSpec:
+    """The fixed generation workload every trial of a study runs."""
+
+    batch_size: int = 8
+    input_len: int = 128
+    output_len: int = 64
+    min_iterations: int = 3
+    min_seconds: float = 2.0
+    max_iterations: int = 50
+    warmup_iterations: int = 1
+
+
+@dataclass
+class QualitySpec:
+    """Teacher-forced comparison with the reference configuration on a bundled evaluation text."""
+
+    window: int = 256  # tokens per forward pass
+    max_tokens: int = 2048  # evaluation positions at most
+    top_k: int = 1024  # reference probabilities kept per position (the rest is one bucket)
+
+
+@dataclass
+class ModelSpec:
+    id: str  # what the user passed: "demo", a hub id or a local path
+    path: str = ""  # where it loads from (filled in by the prepare task)
+    revision: str | None = None
+    trust_remote_code: bool = False
+
+
+@dataclass
+class Candidate:
+    """A configuration together with the plan it turns into."""
+
+    config: dict[str, Any]
+    plan: dict[str, Any]
+
+
+@dataclass
+class TaskSpec:
+    task: TaskKind
+    model: ModelSpec
+    device: str
+    cache_dir: str
+    workload: WorkloadSpec = field(default_factory=WorkloadSpec)
+    quality: QualitySpec = field(default_factory=QualitySpec)
+    candidate: Candidate | None = None  # trial: what to measure
+    reference_candidates: list[Candidate] = field(default_factory=list)  # prepare: most precise first
+    reference_path: str | None = None  # trial: the reference log-probabilities to compare with
+    memory_cap_bytes: int | None = None  # cap GPU memory to the profile's size
+    fault: dict[str, str] | None = None  # tests: {"phase": ..., "kind": ...} makes the worker fail for real
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TaskSpec:
+        data = dict(data)
+        data["model"] = ModelSpec(**data["model"])
+        data["workload"] = WorkloadSpec(**data["workload"])
+        data["quality"] = QualitySpec(**data["quality"])
+        data["candidate"] = Candidate(**data["candidate"]) if data.get("candidate") else None
+        data["reference_candidates"] = [Candidate(**c) for c in data.get("reference_candidates", [])]
+        return cls(**data)
+
+
+@dataclass
+class TaskResult:
+    outcome: Outcome
+    message: str = ""
+    phase: str | None = None  # where it failed: start, load, warmup, measure, quality, ...
+    metrics: dict[str, float] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per phase
+    environment: dict[str, Any] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)  # task-specific payload
+    excludes: dict[str, Any] | None = None  # {"knob", "value"} that can never run in this environment
+    pid: int | None = None
+    exit_code: int | None = None
+    log_tail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == Outcome.OK
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["outcome"] = self.outcome.value
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TaskResult:
+        known = {f.name for f in fields(cls)}
+        values = {key: value for key, value in data.items() if key in known}
+        values["outcome"] = Outcome(values["outcome"])
+        return cls(**values)
+
+
+def write_json_atomically(path: Path, data: dict[str, Any]) -> None:
+    """Write to a temporary file beside `path` and rename, so a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(handle, "w") as file:
+            json.dump(data, file)
+        Path(temporary).replace(path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise

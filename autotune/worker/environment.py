@@ -1,0 +1,57 @@
+"""What a trial ran on: device, driver and library versions."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+from pathlib import Path
+from typing import Any
+
+import torch
+
+_PACKAGES = ("torch", "transformers", "accelerate", "bitsandbytes", "kernels", "tokenizers")
+
+
+def environment(device: str) -> dict[str, Any]:
+    info: dict[str, Any] = {"python": platform.python_version(), "device": device}
+    for package in _PACKAGES:
+        try:
+            info[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            info[package] = None
+    if device.startswith("cuda") and torch.cuda.is_available():
+        index = torch.device(device).index or 0
+        properties = torch.cuda.get_device_properties(index)
+        info["device_name"] = properties.name
+        info["compute_capability"] = f"{properties.major}.{properties.minor}"
+        info["device_memory_bytes"] = properties.total_memory
+        info["cuda"] = torch.version.cuda
+        info["driver"] = _nvidia_driver()
+    else:
+        info["device_name"] = _cpu_name()
+        info["cpu_threads"] = torch.get_num_threads()
+    return info
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _nvidia_driver() -> str | None:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            version = pynvml.nvmlSystemGetDriverVersion()
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # NVML missing or failing only costs the driver field
+        return None
+    return version.decode() if isinstance(version, bytes) else version

@@ -1,0 +1,66 @@
+"""Turn an exception raised inside a trial into an outcome with a reason."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from autotune.results import Outcome
+
+_OOM_MARKERS = (
+    "out of memory",
+    "can't allocate memory",
+    "not enough memory",
+    "cublas_status_alloc_failed",
+    "cuda error: out of memory",
+)
+_UNSUPPORTED_MARKERS = (
+    "not supported",
+    "does not support",
+    "is not a valid attention implementation",
+    "not compiled with cuda",
+    "requires a gpu",
+    "requires cuda",
+    "only supported",
+    "cannot be used",
+    # a kernel or checkpoint that would have to be downloaded, on a machine that cannot
+    "offline",
+    "couldn't connect",
+    "failed to resolve",
+    "localentrynotfound",
+    "not in the local cache",
+)
+# Which knob a missing package or refusal points to, by words in the message.
+_KNOB_HINTS = (
+    ("attn_implementation", ("flash", "attention", "attn", "kernels")),
+    ("quantization", ("bitsandbytes", "bnb", "quantiz")),
+    ("cache_implementation", ("cache", "quanto", "hqq", "offload")),
+    ("compile", ("compile", "inductor", "dynamo", "triton")),
+)
+
+
+@dataclass(frozen=True)
+class Classified:
+    outcome: Outcome
+    message: str
+    knob: str | None = None  # the knob to blame, when the failure can never go away in this environment
+
+
+def classify(error: BaseException) -> Classified:
+    message = f"{type(error).__name__}: {error}".strip()
+    lowered = message.lower()
+    if isinstance(error, torch.OutOfMemoryError | MemoryError) or any(m in lowered for m in _OOM_MARKERS):
+        return Classified(Outcome.OOM, message)
+    if isinstance(error, ImportError):
+        return Classified(Outcome.UNSUPPORTED, message, _blamed_knob(lowered))
+    if isinstance(error, NotImplementedError) or any(m in lowered for m in _UNSUPPORTED_MARKERS):
+        return Classified(Outcome.UNSUPPORTED, message)
+    return Classified(Outcome.ERROR, message)
+
+
+def _blamed_knob(lowered: str) -> str | None:
+    for knob, words in _KNOB_HINTS:
+        if any(word in lowered for word in words):
+            return knob
+    return None

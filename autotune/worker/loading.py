@@ -1,0 +1,57 @@
+"""Build real objects from a plan and load the model with them."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import torch
+
+from autotune.results import ModelSpec
+from autotune.space.plan import Call, Plan, Ref
+
+
+def materialize(value: Any) -> Any:
+    """Plan value -> Python object (only torch.* and transformers.* names, checked by Ref and Call)."""
+    if isinstance(value, Ref):
+        return _resolve(value.path)
+    if isinstance(value, Call):
+        instance = _resolve(value.path)(**materialize(value.kwargs))
+        for name, item in value.attrs.items():
+            setattr(instance, name, materialize(item))
+        return instance
+    if isinstance(value, dict):
+        return {key: materialize(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [materialize(item) for item in value]
+    return value
+
+
+def _resolve(path: str) -> Any:
+    module, name = path.rsplit(".", 1)
+    return getattr(importlib.import_module(module), name)
+
+
+def load_model(model: ModelSpec, plan: Plan, device: str) -> torch.nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    loaded = AutoModelForCausalLM.from_pretrained(
+        model.path,
+        revision=model.revision,
+        trust_remote_code=model.trust_remote_code,
+        device_map=device,
+        **materialize(plan.load),
+    )
+    loaded.eval()
+    return loaded
+
+
+def load_tokenizer(model: ModelSpec) -> Any:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(
+        model.path, revision=model.revision, trust_remote_code=model.trust_remote_code, padding_side="left"
+    )
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer

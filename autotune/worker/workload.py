@@ -1,0 +1,182 @@
+"""The generation workload of a trial: fixed inputs, timed per token with generate or generate_batch."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from autotune.data import CORPUS, load_prompts
+from autotune.results import WorkloadSpec
+from autotune.space.plan import Plan
+from autotune.worker.loading import materialize
+
+
+@dataclass(frozen=True)
+class Iteration:
+    """One timed run of the workload."""
+
+    elapsed_s: float
+    ttft_s: float  # mean over requests of the time to their first token
+    tpot_s: float  # mean time per generated token after the first, per request
+    decode_tok_s: float  # tokens after each request's first, per second of decoding
+    e2e_tok_s: float  # all generated tokens per second of the whole call
+    generated: list[list[int]]
+
+
+class Workload(Protocol):
+    def run(self) -> Iteration: ...
+
+
+def build_inputs(tokenizer: Any, spec: WorkloadSpec) -> list[list[int]]:
+    """`batch_size` inputs of exactly `input_len` tokens: a bundled prompt after context from the corpus."""
+    prompts = load_prompts()
+    filler = tokenizer(CORPUS.read_text(), add_special_tokens=False)["input_ids"]
+    inputs = []
+    for index in range(spec.batch_size):
+        prompt = tokenizer(prompts[index % len(prompts)], add_special_tokens=False)["input_ids"]
+        needed = max(0, spec.input_len - len(prompt))
+        start = (index * 997) % max(1, len(filler) - needed)
+        context = (filler * (needed // max(1, len(filler)) + 2))[start : start + needed]
+        inputs.append((context + prompt)[-spec.input_len :])
+    return inputs
+
+
+def _synchronizer(device: torch.device) -> Any:
+    if device.type == "cuda":
+        return lambda: torch.cuda.synchronize(device)
+    return lambda: None
+
+
+class TokenClock:
+    """A stopping criterion that never stops generation and records when each token was produced."""
+
+    def __init__(self, synchronize: Any) -> None:
+        self.synchronize = synchronize
+        self.times: list[float] = []
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        self.synchronize()
+        self.times.append(time.perf_counter())
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+
+class GenerateWorkload:
+    """model.generate on one batch of equal-length inputs, with a forced output length."""
+
+    def __init__(self, model: Any, plan: Plan, inputs: list[list[int]], spec: WorkloadSpec, pad_id: int) -> None:
+        self.model = model
+        self.input_ids = torch.tensor(inputs, device=model.device)
+        self.attention_mask = torch.ones_like(self.input_ids)
+        self.output_len = spec.output_len
+        self.pad_id = pad_id
+        self.kwargs = materialize(plan.generate)  # once: a new CompileConfig per call would recompile
+        self.synchronize = _synchronizer(model.device)
+
+    def run(self) -> Iteration:
+        from transformers import StoppingCriteriaList
+
+        clock = TokenClock(self.synchronize)
+        self.synchronize()
+        start = time.perf_counter()
+        output = self.model.generate(
+            input_ids=self.input_ids,
+            attention_mask=self.attention_mask,
+            max_new_tokens=self.output_len,
+            min_new_tokens=self.output_len,
+            do_sample=False,
+            pad_token_id=self.pad_id,
+            stopping_criteria=StoppingCriteriaList([clock]),
+            **self.kwargs,
+        )
+        self.synchronize()
+        end = time.perf_counter()
+        batch, steps = self.input_ids.shape[0], len(clock.times)
+        decode_s = clock.times[-1] - clock.times[0]
+        return Iteration(
+            elapsed_s=end - start,
+            ttft_s=clock.times[0] - start,
+            tpot_s=decode_s / max(1, steps - 1),
+            decode_tok_s=batch * (steps - 1) / decode_s if decode_s > 0 else 0.0,
+            e2e_tok_s=batch * steps / (end - start),
+            generated=output[:, self.input_ids.shape[1] :].tolist(),
+        )
+
+
+class ContinuousWorkload:
+    """model.generate_batch (continuous batching) on the same inputs, with per-token timestamps."""
+
+    def __init__(self, model: Any, plan: Plan, inputs: list[list[int]], spec: WorkloadSpec) -> None:
+        from transformers import GenerationConfig
+
+        self.model = model
+        self.inputs = inputs
+        self.output_len = spec.output_len
+        # No eos_token_id: continuous batching then disables early stopping, so every request is full length.
+        self.generation_config = GenerationConfig(max_new_tokens=spec.output_len, do_sample=False)
+        self.plan = plan
+        if model.device.type == "cpu":
+            self.sizing = _cpu_cache_sizing(spec)
+        else:
+            self.sizing = {}
+
+    def run(self) -> Iteration:
+        from transformers import ContinuousBatchingConfig
+
+        config = ContinuousBatchingConfig(**{**self.sizing, **materialize(self.plan.continuous)})
+        start = time.perf_counter()
+        results = self.model.generate_batch(
+            self.inputs,
+            generation_config=self.generation_config,
+            continuous_batching_config=config,
+            record_timestamps=True,
+            progress_bar=False,
+        )
+        end = time.perf_counter()
+        outputs = list(results.values())
+        _check_complete(outputs, len(self.inputs), self.output_len)
+        return _iteration_from_timestamps(outputs, start, end)
+
+
+def _iteration_from_timestamps(outputs: list[Any], start: float, end: float) -> Iteration:
+    """Figures of a generate_batch call from each request's creation time and per-token timestamps."""
+    first = [out.timestamps[0] for out in outputs]
+    last = [out.timestamps[-1] for out in outputs]
+    counts = [len(out.generated_tokens) for out in outputs]
+    decode_s = max(last) - min(first)
+    per_token = [(lt - ft) / max(1, n - 1) for ft, lt, n in zip(first, last, counts, strict=True)]
+    waits = [ft - out.created_time for ft, out in zip(first, outputs, strict=True)]
+    return Iteration(
+        elapsed_s=end - start,
+        ttft_s=sum(waits) / len(outputs),
+        tpot_s=sum(per_token) / len(outputs),
+        decode_tok_s=sum(n - 1 for n in counts) / decode_s if decode_s > 0 else 0.0,
+        e2e_tok_s=sum(counts) / (end - start),
+        generated=[list(out.generated_tokens) for out in outputs],
+    )
+
+
+def _cpu_cache_sizing(spec: WorkloadSpec) -> dict[str, int]:
+    """On CPU, size the paged cache for the workload: auto-sizing reads the host's RAM and is slow."""
+    page_size = 32
+    pages_per_request = -(-(spec.input_len + spec.output_len) // page_size)
+    return {"page_size": page_size, "num_blocks": spec.batch_size * pages_per_request + 2, "max_batch_tokens": 256}
+
+
+def _check_complete(outputs: list[Any], expected: int, length: int) -> None:
+    failed = [out for out in outputs if out.error is not None]
+    if failed:
+        raise RuntimeError(f"continuous batching failed a request: {failed[0].error}")
+    if len(outputs) != expected:
+        raise RuntimeError(f"continuous batching returned {len(outputs)} of {expected} requests")
+    short = [len(out.generated_tokens) for out in outputs if len(out.generated_tokens) != length]
+    if short:
+        raise RuntimeError(f"continuous batching stopped early: {short[0]} of {length} tokens")
+
+
+def make_workload(model: Any, plan: Plan, inputs: list[list[int]], spec: WorkloadSpec, pad_id: int) -> Workload:
+    if plan.batching == "continuous":
+        return ContinuousWorkload(model, plan, inputs, spec)
+    return GenerateWorkload(model, plan, inputs, spec, pad_id)
