@@ -1,0 +1,173 @@
+"""Run one worker task in its own process, with a hard timeout, and read back its result.
+
+A worker that crashes, hangs, or writes no result costs one task: the caller always gets a
+TaskResult. The worker runs in a new session, so a timeout kills it and every child it started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from autotune.results import Outcome, TaskResult, TaskSpec, write_json_atomically
+from autotune.units import format_duration
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.25
+TERMINATE_GRACE_S = 3.0
+LOG_TAIL_CHARS = 4000
+PARENT_PID_VARIABLE = "AUTOTUNE_PARENT_PID"  # read by autotune.worker.__main__
+
+
+@dataclass(frozen=True)
+class Limits:
+    timeout_s: float  # the task's own limit
+    deadline: float | None = None  # time.monotonic() at which the study's budget ends
+
+
+def run_task(
+    spec: TaskSpec,
+    workdir: Path,
+    limits: Limits,
+    on_tick: Callable[[], None] | None = None,
+) -> TaskResult:
+    """Run `spec` in `python -m autotune.worker`; call on_tick about every POLL_S seconds meanwhile.
+
+    Must be called from a thread that outlives the task: the worker is killed when its parent thread ends.
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    spec_path, result_path, log_path = workdir / "spec.json", workdir / "result.json", workdir / "worker.log"
+    result_path.unlink(missing_ok=True)
+    write_json_atomically(spec_path, spec.to_json())
+    command = [sys.executable, "-m", "autotune.worker", str(spec_path), str(result_path)]
+    started = time.monotonic()
+    with log_path.open("wb") as log_file:
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=_worker_environment(),
+        )
+    try:
+        stopped = _wait(process, started, limits, on_tick)
+    except BaseException:
+        _kill_tree(process)
+        raise
+    finally:
+        _kill_leftovers(process)
+    result = _interpret(process, stopped, result_path, limits)
+    result.pid = result.pid or process.pid
+    result.exit_code = process.returncode
+    result.timings.setdefault("wall", time.monotonic() - started)
+    if not result.ok:
+        result.log_tail = _tail(log_path)
+    return result
+
+
+def _worker_environment() -> dict[str, str]:
+    env = dict(os.environ)
+    env[PARENT_PID_VARIABLE] = str(os.getpid())
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    env.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    env.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _wait(
+    process: subprocess.Popen, started: float, limits: Limits, on_tick: Callable[[], None] | None
+) -> Outcome | None:
+    """Wait for the worker; stop it at its timeout or at the budget's deadline and say which."""
+    while True:
+        try:
+            process.wait(timeout=POLL_S)
+            return None
+        except subprocess.TimeoutExpired:
+            pass
+        if on_tick is not None:
+            on_tick()
+        now = time.monotonic()
+        if limits.deadline is not None and now >= limits.deadline:
+            _kill_tree(process)
+            return Outcome.BUDGET
+        if now - started >= limits.timeout_s:
+            _kill_tree(process)
+            return Outcome.TIMEOUT
+
+
+def _kill_tree(process: subprocess.Popen) -> None:
+    """SIGTERM the worker's process group and every descendant, then SIGKILL what is left."""
+    victims = _descendants(process.pid)
+    _signal_group(process.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=TERMINATE_GRACE_S)
+    _signal_group(process.pid, signal.SIGKILL)
+    for victim in victims:
+        with contextlib.suppress(psutil.Error):
+            victim.kill()
+    process.wait()
+
+
+def _kill_leftovers(process: subprocess.Popen) -> None:
+    """After the worker ended, kill children it left behind in its group (compile workers, ...)."""
+    if process.poll() is None:
+        _kill_tree(process)
+    else:
+        _signal_group(process.pid, signal.SIGKILL)
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)
+
+
+def _interpret(process: subprocess.Popen, stopped: Outcome | None, result_path: Path, limits: Limits) -> TaskResult:
+    if stopped == Outcome.TIMEOUT:
+        return TaskResult(
+            Outcome.TIMEOUT,
+            f"no result within the trial timeout of {format_duration(limits.timeout_s)}; "
+            "the worker and its children were killed",
+        )
+    if stopped == Outcome.BUDGET:
+        return TaskResult(Outcome.BUDGET, "stopped when the study's budget ran out")
+    code = process.returncode
+    if result_path.exists():
+        try:
+            return TaskResult.from_json(json.loads(result_path.read_text()))
+        except (ValueError, KeyError, TypeError) as error:
+            return TaskResult(Outcome.CRASHED, f"the worker wrote a malformed result ({error}); exit status {code}")
+    if code is not None and code < 0:
+        name = signal.Signals(-code).name
+        hint = " (the kernel's out-of-memory killer sends SIGKILL)" if name == "SIGKILL" else ""
+        return TaskResult(Outcome.CRASHED, f"the worker was killed by {name}{hint}")
+    return TaskResult(Outcome.CRASHED, f"the worker exited with status {code} without a result")
+
+
+def _tail(path: Path) -> str:
+    try:
+        with path.open("rb") as file:
+            file.seek(max(0, path.stat().st_size - LOG_TAIL_CHARS))
+            return file.read().decode(errors="replace")
+    except OSError:
+        return ""

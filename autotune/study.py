@@ -1,0 +1,266 @@
+"""The Optuna study: storage, the settings a study is bound to, and trials as autotune records.
+
+Everything the report needs is stored here (study and trial user attributes), so a report can be
+rendered again from storage alone, on any machine.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.errors import StudyMismatchError, UserError
+from autotune.metrics import OBJECTIVES
+from autotune.results import Outcome, TaskResult
+from autotune.space import Config, SearchSpace, config_key
+
+log = logging.getLogger(__name__)
+
+SETTINGS_ATTR = "autotune"
+HEARTBEAT_INTERVAL_S = 30
+GRACE_PERIOD_S = 120
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
+
+
+def default_study_name(model: str, profile: str) -> str:
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "--", model.strip("/")).strip("-") or "model"
+    return f"{slug}-{profile}"
+
+
+def default_storage(study_name: str, studies_dir: Path = Path("studies")) -> str:
+    return f"sqlite:///{studies_dir / study_name}.db"
+
+
+def redact(url: str) -> str:
+    """A storage URL with its password replaced, for messages and the report."""
+    return re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", url)
+
+
+def open_storage(url: str) -> optuna.storages.RDBStorage:
+    if url.startswith("sqlite:///"):
+        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
+    try:
+        return optuna.storages.RDBStorage(
+            url,
+            engine_kwargs=engine_kwargs,
+            heartbeat_interval=HEARTBEAT_INTERVAL_S,
+            grace_period=GRACE_PERIOD_S,
+        )
+    except Exception as error:  # SQLAlchemy raises many kinds: a bad URL, a missing driver, a refused connection
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise UserError(f"cannot open storage {redact(url)}: {redact(reason)}; check --storage") from None
+
+
+def find_study(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study | None:
+    try:
+        return optuna.load_study(study_name=name, storage=storage)
+    except KeyError:
+        return None
+
+
+@dataclass
+class StudySettings:
+    """What a study is bound to: resuming with other values would mix figures that do not compare."""
+
+    model: str
+    revision: str | None
+    profile: dict[str, Any]
+    space_fingerprint: str
+    space: dict[str, Any]
+    workload: dict[str, Any]
+    quality: dict[str, Any]
+    extra: dict[str, Any] = field(default_factory=dict)  # model info, reference, baseline, environment
+
+    BINDING = ("model", "revision", "space_fingerprint", "workload", "quality")
+
+    def to_json(self) -> dict[str, Any]:
+        return {key: getattr(self, key) for key in self.__dataclass_fields__}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> StudySettings:
+        return cls(**{key: data.get(key) for key in cls.__dataclass_fields__ if key != "extra"}, extra=data["extra"])
+
+    def check_resumable(self, stored: StudySettings, name: str) -> None:
+        """Refuse to resume a study created with other binding settings."""
+        for key in self.BINDING:
+            if getattr(self, key) != getattr(stored, key):
+                label = {"space_fingerprint": "search space"}.get(key, key)
+                raise StudyMismatchError(
+                    f"study {name!r} was created with another {label} ({_short(getattr(stored, key))}, "
+                    f"now {_short(getattr(self, key))}); pass --study NEW_NAME to start a new study"
+                )
+        if self.profile["name"] != stored.profile["name"]:
+            raise StudyMismatchError(
+                f"study {name!r} was created for --gpu {stored.profile['name']}, not {self.profile['name']}; "
+                "pass --study NEW_NAME to start a new study"
+            )
+
+
+def _short(value: Any) -> str:
+    text = str(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def create_study(storage: optuna.storages.BaseStorage, name: str, settings: StudySettings, seed: int | None):
+    study = optuna.create_study(
+        study_name=name,
+        storage=storage,
+        directions=[metric.direction for metric in OBJECTIVES],
+        sampler=make_sampler(seed),
+    )
+    study.set_user_attr(SETTINGS_ATTR, settings.to_json())
+    return study
+
+
+def load_existing(storage: optuna.storages.BaseStorage, name: str, seed: int | None) -> optuna.Study:
+    return optuna.load_study(study_name=name, storage=storage, sampler=make_sampler(seed))
+
+
+def make_sampler(seed: int | None) -> optuna.samplers.BaseSampler:
+    return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, constant_liar=True)
+
+
+def stored_settings(study: optuna.Study) -> StudySettings:
+    data = study.user_attrs.get(SETTINGS_ATTR)
+    if data is None:
+        raise UserError(f"study {study.study_name!r} was not created by autotune; pass another --study")
+    return StudySettings.from_json(data)
+
+
+def update_settings(study: optuna.Study, settings: StudySettings) -> None:
+    study.set_user_attr(SETTINGS_ATTR, settings.to_json())
+
+
+# ------------------------------------------------------------------------------------------- trials
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """One trial as autotune sees it, read back from storage."""
+
+    number: int
+    state: str
+    config: Config
+    roles: tuple[str, ...]
+    outcome: str | None  # None: skipped or still running
+    message: str
+    phase: str | None
+    metrics: dict[str, float]
+    timings: dict[str, float]
+    environment: dict[str, Any]
+    plan: dict[str, Any] | None
+    skipped: str | None
+    duration_s: float | None
+    pid: int | None
+    log_tail: str
+
+    @property
+    def launched(self) -> bool:
+        return self.skipped is None
+
+    @property
+    def complete(self) -> bool:
+        return self.state == "COMPLETE"
+
+    @classmethod
+    def from_frozen(cls, trial: FrozenTrial) -> TrialRecord:
+        attrs = trial.user_attrs
+        duration = attrs.get("duration_s")
+        return cls(
+            number=trial.number,
+            state=trial.state.name,
+            config=attrs.get("config") or dict(trial.params),
+            roles=tuple(attrs.get("roles", ())),
+            outcome=attrs.get("outcome"),
+            message=attrs.get("message", ""),
+            phase=attrs.get("phase"),
+            metrics=attrs.get("metrics", {}),
+            timings=attrs.get("timings", {}),
+            environment=attrs.get("environment", {}),
+            plan=attrs.get("plan"),
+            skipped=attrs.get("skipped"),
+            duration_s=duration,
+            pid=attrs.get("pid"),
+            log_tail=attrs.get("log_tail", ""),
+        )
+
+
+def records(study: optuna.Study) -> list[TrialRecord]:
+    return [TrialRecord.from_frozen(trial) for trial in study.get_trials(deepcopy=False)]
+
+
+def measured_keys(study: optuna.Study) -> dict[str, int]:
+    """Configurations already launched (or running elsewhere) -> the trial number that has them.
+
+    A trial stopped by the budget does not count: its configuration was never measured.
+    """
+    seen: dict[str, int] = {}
+    for trial in study.get_trials(deepcopy=False):
+        attrs = trial.user_attrs
+        if "config_key" not in attrs or attrs.get("skipped") or attrs.get("outcome") == Outcome.BUDGET:
+            continue
+        if trial.state in (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING):
+            seen.setdefault(attrs["config_key"], trial.number)
+    return seen
+
+
+def record_launch(trial: optuna.Trial, config: Config, plan: dict[str, Any], roles: list[str]) -> None:
+    trial.set_user_attr("config", config)
+    trial.set_user_attr("config_key", config_key(config))
+    trial.set_user_attr("plan", plan)
+    trial.set_user_attr("roles", roles)
+
+
+def record_result(study: optuna.Study, trial: optuna.Trial, result: TaskResult, duration_s: float) -> None:
+    """Store a result and finish the trial: COMPLETE with objective values, or FAIL with its reason."""
+    trial.set_user_attr("outcome", result.outcome.value)
+    trial.set_user_attr("duration_s", duration_s)
+    trial.set_user_attr("timings", result.timings)
+    trial.set_user_attr("pid", result.pid)
+    if result.environment:
+        trial.set_user_attr("environment", result.environment)
+    if result.ok:
+        trial.set_user_attr("metrics", result.metrics)
+        study.tell(trial, [result.metrics[metric.name] for metric in OBJECTIVES])
+        return
+    trial.set_user_attr("message", result.message)
+    trial.set_user_attr("phase", result.phase)
+    trial.set_user_attr("log_tail", result.log_tail[-3000:])
+    study.tell(trial, state=TrialState.FAIL)
+
+
+def record_skip(study: optuna.Study, trial: optuna.Trial, config: Config, reason: str) -> None:
+    """A sampled configuration that is never launched (a rule forbids it, or it was measured already)."""
+    trial.set_user_attr("config", config)
+    trial.set_user_attr("skipped", reason)
+    study.tell(trial, state=TrialState.PRUNED)
+
+
+def pareto_numbers(study: optuna.Study) -> set[int]:
+    return {trial.number for trial in study.best_trials}
+
+
+def exclusions(study: optuna.Study) -> dict[str, dict[str, str]]:
+    return study.user_attrs.get("exclusions", {})
+
+
+def add_exclusion(study: optuna.Study, knob: str, value: Any, reason: str) -> None:
+    """Remember a knob value that can never run in this environment (e.g. a missing package)."""
+    current = exclusions(study)
+    current.setdefault(knob, {})[str(value)] = reason
+    study.set_user_attr("exclusions", current)
+
+
+def space_with_exclusions(space: SearchSpace, study: optuna.Study) -> SearchSpace:
+    return space.forbidding(exclusions(study))
