@@ -1,0 +1,231 @@
+"""Command line: thin commands over the library. Bad input ends as one line on stderr and exit status 2."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.status import Status
+from rich.table import Table
+
+from autotune.errors import UserError
+from autotune.metrics import KL_DIVERGENCE, THROUGHPUT
+from autotune.results import QualitySpec, WorkloadSpec
+from autotune.space import Config
+from autotune.study import TrialRecord
+from autotune.units import format_bytes, format_duration, parse_duration
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Search transformers inference configurations for the fastest, leanest one that keeps quality.",
+)
+out = Console(highlight=False, markup=False, soft_wrap=True)
+if not out.is_terminal:  # piped or logged: do not squeeze tables into 80 columns
+    out.width = 200
+
+Study = Annotated[str, typer.Option("--study", help="Study name.")]
+Storage = Annotated[
+    str | None, typer.Option("--storage", help="Optuna storage URL [default: sqlite:///studies/<study>.db].")
+]
+
+SHORT_NAMES = {"attn_implementation": "attn", "cache_implementation": "cache", "quantization": "quant"}
+
+
+def _knobs(config: Config) -> str:
+    return " ".join(f"{SHORT_NAMES.get(name, name)}={value}" for name, value in config.items())
+
+
+class TrialPrinter:
+    """One line per finished trial; a spinner while one runs (on a terminal)."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.status: Status | None = None
+
+    def note(self, message: str) -> None:
+        self.console.print(f"note: {message}")
+
+    def trial_started(self, number: int, config: Config, roles: list[str]) -> None:
+        if self.console.is_terminal:
+            self.status = self.console.status(f"trial #{number} running: {_knobs(config)}")
+            self.status.start()
+
+    def trial_finished(self, record: TrialRecord) -> None:
+        if self.status is not None:
+            self.status.stop()
+            self.status = None
+        roles = ",".join(role for role in record.roles if role != "search")
+        label = f"#{record.number}" + (f" [{roles}]" if roles else "")
+        self.console.print(f"{label} {_knobs(record.config)} -> {_figures(record)} ({_duration(record)})")
+
+
+def _figures(record: TrialRecord) -> str:
+    if not record.complete:
+        first_line = (record.message or "").splitlines()[0] if record.message else ""
+        return f"{record.outcome}: {first_line[:160]}"
+    m = record.metrics
+    return (
+        f"ok {m[THROUGHPUT.name]:.1f} tok/s, ttft {m['ttft_s'] * 1000:.1f} ms, "
+        f"{format_bytes(m['peak_memory_bytes'])}, KL {m[KL_DIVERGENCE.name]:.2e}, "
+        f"top-1 {m['top1_agreement'] * 100:.1f}%"
+    )
+
+
+def _duration(record: TrialRecord) -> str:
+    return format_duration(record.duration_s) if record.duration_s is not None else "-"
+
+
+@app.callback()
+def _root(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log what the library does.")] = False):
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
+
+
+@app.command()
+def search(
+    model: Annotated[str, typer.Option("--model", help="Hub id, local folder, or 'demo' (built-in, offline).")],
+    gpu: Annotated[str, typer.Option("--gpu", help="Hardware profile (see `autotune gpus`), or auto.")] = "auto",
+    budget: Annotated[str | None, typer.Option("--budget", help="Wall-clock budget: 90s, 30m, 2h.")] = None,
+    trials: Annotated[int | None, typer.Option("--trials", min=1, help="Run at most N trials.")] = None,
+    space: Annotated[
+        Path | None, typer.Option("--space", help="Search-space YAML [default: search_spaces/default.yaml].")
+    ] = None,
+    study: Annotated[str | None, typer.Option("--study", help="Study name [default: <model>-<profile>].")] = None,
+    storage: Storage = None,
+    device: Annotated[str | None, typer.Option("--device", help="cuda, cuda:N or cpu [default: from --gpu].")] = None,
+    report: Annotated[
+        Path | None, typer.Option("--report", help="HTML report [default: reports/<study>.html].")
+    ] = None,
+    revision: Annotated[str | None, typer.Option("--revision", help="Model revision on the hub.")] = None,
+    trust_remote_code: Annotated[
+        bool, typer.Option("--trust-remote-code", help="Allow the model's own code to run.")
+    ] = False,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Prompts per generation.")] = 8,
+    input_len: Annotated[int, typer.Option("--input-len", min=1, help="Tokens per prompt.")] = 128,
+    output_len: Annotated[int, typer.Option("--output-len", min=2, help="Tokens generated per prompt.")] = 64,
+    trial_timeout: Annotated[str, typer.Option("--trial-timeout", help="Kill a trial after this long.")] = "20m",
+    seed: Annotated[int | None, typer.Option("--seed", help="Seed of the sampler.")] = None,
+) -> None:
+    """Search configurations of MODEL and write the Pareto front to an HTML report.
+
+    Example: autotune search --model demo --trials 8
+    """
+    from autotune.report import build_report, default_report_path
+    from autotune.search import SearchOptions, run_search
+
+    if budget is None and trials is None:
+        raise UserError("give a budget (--budget 30m) or a number of trials (--trials 20), or both")
+    options = SearchOptions(
+        model=model,
+        gpu=gpu,
+        device=device,
+        budget_s=parse_duration(budget) if budget else None,
+        max_trials=trials,
+        space_path=space,
+        study_name=study,
+        storage=storage,
+        revision=revision,
+        trust_remote_code=trust_remote_code,
+        workload=WorkloadSpec(batch_size=batch_size, input_len=input_len, output_len=output_len),
+        quality=QualitySpec(),
+        trial_timeout_s=parse_duration(trial_timeout, "--trial-timeout"),
+        seed=seed,
+    )
+    summary = run_search(options, TrialPrinter(out))
+    out.print(
+        f"study {summary.study_name}: {summary.launched} trials in {format_duration(summary.elapsed_s)} "
+        f"({summary.stop_reason})"
+    )
+    _print_front(summary.study_name, summary.storage)
+    path = build_report(summary.study_name, summary.storage, report or default_report_path(summary.study_name))
+    out.print(f"report: {path}")
+
+
+def _print_front(study_name: str, storage_url: str) -> None:
+    from autotune import study as studies
+    from autotune.report.data import collect
+
+    data = collect(studies.load_existing(studies.open_storage(storage_url), study_name, None), storage_url)
+    table = Table(title=f"Pareto front of {study_name}")
+    for column in ("#", "configuration", "tok/s", "vs baseline", "ttft", "memory", "KL", "top-1"):
+        table.add_column(column)
+    for card in data.cards:
+        m = card.record.metrics
+        table.add_row(
+            str(card.record.number),
+            _knobs(card.record.config),
+            f"{m[THROUGHPUT.name]:.1f}",
+            f"{card.speedup:.2f}x" if card.speedup else "-",
+            f"{m['ttft_s'] * 1000:.1f} ms",
+            format_bytes(m["peak_memory_bytes"]),
+            f"{m[KL_DIVERGENCE.name]:.2e}",
+            f"{m['top1_agreement'] * 100:.1f}%",
+        )
+    out.print(table)
+
+
+@app.command()
+def report(
+    study: Study,
+    storage: Storage = None,
+    out_path: Annotated[Path | None, typer.Option("--out", help="HTML file [default: reports/<study>.html].")] = None,
+) -> None:
+    """Render the HTML report of a stored study again."""
+    from autotune.report import build_report, default_report_path
+    from autotune.study import default_storage
+
+    path = build_report(study, storage or default_storage(study), out_path or default_report_path(study))
+    out.print(f"report: {path}")
+
+
+@app.command()
+def gpus() -> None:
+    """List the hardware profiles and the GPU detected here."""
+    from autotune.profiles import GIB, PROFILES, detect_gpu
+
+    table = Table(title="Hardware profiles (--gpu)")
+    for column in ("profile", "device", "memory", "compute capability", "bandwidth", "price / hour"):
+        table.add_column(column)
+    for profile in PROFILES.values():
+        table.add_row(
+            profile.name,
+            profile.description,
+            f"{profile.memory_bytes / GIB:.0f} GiB" if profile.memory_bytes else "host RAM",
+            str(profile.compute_capability or "-"),
+            f"{profile.bandwidth_gb_s:.0f} GB/s",
+            f"${profile.price_per_hour:.2f}" if profile.price_per_hour is not None else "-",
+        )
+    out.print(table)
+    detected = detect_gpu()
+    if detected is None:
+        out.print("detected here: no CUDA GPU (auto picks cpu)")
+    else:
+        match = detected.matching_profile() or "none (auto builds one from the device)"
+        out.print(f"detected here: {detected.name}, {detected.memory_bytes / GIB:.0f} GiB; profile {match}")
+
+
+def main() -> None:
+    """Entry point: run the app; known errors become one line without a traceback."""
+    from autotune.search import SearchError
+
+    try:
+        code = app(standalone_mode=False)
+    except (UserError, typer.TyperException) as error:  # TyperException: click's usage errors
+        message = error.format_message() if isinstance(error, typer.TyperException) else str(error)
+        if message:  # empty after no_args_is_help printed the help
+            print(f"autotune: error: {message}", file=sys.stderr)
+        sys.exit(2)
+    except SearchError as error:
+        print(f"autotune: search stopped: {error}", file=sys.stderr)
+        sys.exit(1)
+    except (KeyboardInterrupt, typer.Abort):
+        print("autotune: interrupted; the study keeps every finished trial", file=sys.stderr)
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -1,0 +1,23 @@
+"""The HTML report: data computed from the study, then drawn with plotly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from autotune import study as studies
+from autotune.errors import UserError
+
+
+def build_report(study_name: str, storage_url: str, out: Path) -> Path:
+    """Render the report of a stored study to `out`."""
+    from autotune.report.data import collect
+    from autotune.report.html import write_report
+
+    study = studies.find_study(studies.open_storage(storage_url), study_name)
+    if study is None:
+        raise UserError(f"no study named {study_name!r} in {studies.redact(storage_url)}; check --study and --storage")
+    return write_report(collect(study, storage_url), out)
+
+
+def default_report_path(study_name: str, reports_dir: Path = Path("reports")) -> Path:
+    return reports_dir / f"{study_name}.html"

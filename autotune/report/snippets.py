@@ -1,0 +1,96 @@
+"""A configuration's plan as code to paste: Python, JSON, and a `transformers serve` command line."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any
+
+from autotune.space.plan import Call, Plan, imports_of, plain, render, uses_torch
+
+EXAMPLE_PROMPT = "In the beginning God created the heaven and the earth."
+
+
+def python_snippet(model_id: str, plan: Plan, device: str, max_new_tokens: int) -> str:
+    """Load the model with the plan's knobs and generate, as in the trial that measured it."""
+    generate_kwargs, setup = _hoist_configured_objects(plan.generate)
+    values = [*plan.load.values(), *plan.generate.values(), *plan.continuous.values()]
+    names = {"AutoModelForCausalLM", "AutoTokenizer"} | imports_of(values)
+    if plan.batching == "continuous":
+        names |= {"ContinuousBatchingConfig", "GenerationConfig"}
+    lines = []
+    if uses_torch(values):
+        lines.append("import torch")
+    lines += [f"from transformers import {', '.join(sorted(names))}", "", f"model_id = {model_id!r}"]
+    lines.append('tokenizer = AutoTokenizer.from_pretrained(model_id, padding_side="left")')
+    lines.append("model = AutoModelForCausalLM.from_pretrained(")
+    lines += ["    model_id,", *[f"    {key}={render(value)}," for key, value in plan.load.items()]]
+    lines += [f"    device_map={device!r},", ")", *setup, "", f"prompts = [{EXAMPLE_PROMPT!r}]"]
+    if plan.batching == "continuous":
+        lines += _continuous_lines(plan, max_new_tokens)
+    else:
+        lines += _generate_lines(generate_kwargs, max_new_tokens)
+    return "\n".join(lines) + "\n"
+
+
+def _hoist_configured_objects(kwargs: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """Objects that need attributes set after construction become variables set up before the call."""
+    rendered, setup = {}, []
+    for key, value in kwargs.items():
+        if isinstance(value, Call) and value.attrs:
+            setup.append(f"{key} = {render(value)}")
+            setup += [f"{key}.{name} = {render(item)}" for name, item in value.attrs.items()]
+            rendered[key] = key
+        else:
+            rendered[key] = render(value)
+    if any(line.endswith("._compile_all_devices = True") for line in setup):
+        setup.insert(0, "# generate() compiles only on GPUs unless _compile_all_devices is set (CPU)")
+    return rendered, setup
+
+
+def _generate_lines(kwargs: dict[str, str], max_new_tokens: int) -> list[str]:
+    return [
+        'inputs = tokenizer(prompts, return_tensors="pt", padding=True).to(model.device)',
+        "outputs = model.generate(",
+        "    **inputs,",
+        f"    max_new_tokens={max_new_tokens},",
+        "    do_sample=False,",
+        *[f"    {key}={value}," for key, value in kwargs.items()],
+        ")",
+        'print(tokenizer.batch_decode(outputs[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True))',
+    ]
+
+
+def _continuous_lines(plan: Plan, max_new_tokens: int) -> list[str]:
+    config_args = ", ".join(f"{key}={render(value)}" for key, value in plan.continuous.items())
+    return [
+        "outputs = model.generate_batch(",
+        '    [tokenizer(prompt)["input_ids"] for prompt in prompts],',
+        f"    generation_config=GenerationConfig(max_new_tokens={max_new_tokens}, do_sample=False),",
+        f"    continuous_batching_config=ContinuousBatchingConfig({config_args}),",
+        ")",
+        "for output in outputs.values():",
+        "    print(tokenizer.decode(output.generated_tokens, skip_special_tokens=True))",
+    ]
+
+
+def serve_command(model_id: str, plan: Plan, device: str) -> str:
+    """The `transformers serve` command with the knobs it has flags for; the others follow as a comment."""
+    command = shlex.join(["transformers", "serve", model_id, *plan.serve_flags, "--device", device])
+    if plan.not_servable:
+        command += f"\n# transformers serve has no flag for: {', '.join(plan.not_servable)}"
+    return command
+
+
+def json_snippet(model_id: str, config: dict[str, Any], plan: Plan) -> str:
+    """The configuration and the keyword arguments it turns into, for scripts and nightly jobs."""
+    document = {
+        "model": model_id,
+        "config": config,
+        "from_pretrained": plain(plan.load),
+        "generate": plain(plan.generate),
+        "batching": plan.batching,
+        "continuous_batching": plain(plan.continuous),
+        "serve_flags": plan.serve_flags,
+    }
+    return json.dumps(document, indent=2)
