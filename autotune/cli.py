@@ -152,7 +152,7 @@ def _print_front(study_name: str, storage_url: str) -> None:
     from autotune import study as studies
     from autotune.report.data import collect
 
-    data = collect(studies.load_existing(studies.open_storage(storage_url), study_name, None), storage_url)
+    data = collect(studies.load_stored_study(storage_url, study_name), storage_url)
     table = Table(title=f"Pareto front of {study_name}")
     for column in ("#", "configuration", "tok/s", "vs baseline", "ttft", "memory", "KL", "top-1"):
         table.add_column(column)

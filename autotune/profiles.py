@@ -34,10 +34,9 @@ class GpuProfile:
 
     def why_not(self, needs: Needs) -> str | None:
         """Why this profile cannot run a knob value with these needs, or None."""
-        if (needs.cuda or needs.min_compute_capability) and self.kind != "cuda":
-            if needs.cuda:
-                return needs.why or "needs a CUDA GPU"
-            return None  # compute capability limits only concern GPUs
+        if self.kind != "cuda":
+            # compute-capability limits only concern GPUs
+            return f"needs a CUDA GPU ({needs.why})" if needs.cuda else None
         capability = self.compute_capability or 0.0
         if needs.min_compute_capability and capability < needs.min_compute_capability:
             return f"{needs.why} ({self.name} has {capability})"

@@ -187,16 +187,12 @@ def _open_session(options: SearchOptions, events: SearchEvents) -> _Session:
         quality=options.quality.__dict__,
     )
     storage, existing = None, None
-    if not _is_new_sqlite_file(url):
+    if not studies.sqlite_file_missing(url):
         storage = studies.open_storage(url)
         existing = studies.find_study(storage, name)
         if existing is not None:
             settings.check_resumable(studies.stored_settings(existing), name)
     return _Session(options, hardware, declared, space, name, url, storage, existing, settings)
-
-
-def _is_new_sqlite_file(url: str) -> bool:
-    return url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists()
 
 
 def _check_model_argument(model: str) -> None:

@@ -62,6 +62,19 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
         raise UserError(f"cannot open storage {redact(url)}: {redact(reason)}; check --storage") from None
 
 
+def sqlite_file_missing(url: str) -> bool:
+    """True for an SQLite URL whose file does not exist yet (opening it would create it)."""
+    return url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists()
+
+
+def load_stored_study(url: str, name: str) -> optuna.Study:
+    """An existing study, without creating a database or a study when there is none."""
+    study = None if sqlite_file_missing(url) else find_study(open_storage(url), name)
+    if study is None:
+        raise UserError(f"no study named {name!r} in {redact(url)}; check --study and --storage")
+    return study
+
+
 def find_study(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study | None:
     try:
         return optuna.load_study(study_name=name, storage=storage)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from autotune import study as studies
-from autotune.errors import UserError
 
 
 def build_report(study_name: str, storage_url: str, out: Path) -> Path:
@@ -13,9 +12,7 @@ def build_report(study_name: str, storage_url: str, out: Path) -> Path:
     from autotune.report.data import collect
     from autotune.report.html import write_report
 
-    study = studies.find_study(studies.open_storage(storage_url), study_name)
-    if study is None:
-        raise UserError(f"no study named {study_name!r} in {studies.redact(storage_url)}; check --study and --storage")
+    study = studies.load_stored_study(storage_url, study_name)
     return write_report(collect(study, storage_url), out)
 
 

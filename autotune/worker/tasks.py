@@ -227,7 +227,7 @@ def inject_fault(kind: str) -> None:
     if kind == "hang":
         time.sleep(10**6)
     elif kind == "hang_with_child":
-        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(10**6)"])
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(10**6)", "autotune-fault-child"])
         time.sleep(10**6)
     elif kind == "raise":
         raise RuntimeError("injected failure")
