@@ -34,6 +34,9 @@ REPORTED: tuple[Metric, ...] = (
     Metric("perplexity", "perplexity", "", "minimize"),
     Metric("perplexity_delta", "perplexity change vs reference", "", "minimize"),
     Metric("throughput_cv", "throughput coefficient of variation", "", "minimize"),
+    Metric("achieved_bandwidth_gb_s", "achieved memory bandwidth in decode", "GB/s", "maximize"),
+    Metric("roofline_fraction", "share of the profile's peak memory bandwidth", "", "maximize"),
+    Metric("cost_per_million_tokens_usd", "cost per million generated tokens", "USD", "minimize"),
     Metric("warmup_s", "warm-up (compile included)", "s", "minimize"),
 )
 

@@ -24,6 +24,7 @@ class Outcome(StrEnum):
     CRASHED = "crashed"
     ERROR = "error"
     BUDGET = "budget"  # stopped because the study's budget ran out
+    BROKEN = "broken"  # ran, but its output is unusable (NaN/inf logits, one token repeated, empty)
 
 
 @dataclass

@@ -99,6 +99,11 @@ def run_search(options: SearchOptions, events: SearchEvents) -> SearchSummary:
     session = _open_session(options, events)
     prepared = _prepare(options, session, deadline)
     study = session.attach(prepared)
+    stored = sum(1 for record in studies.records(study) if record.launched and record.outcome)
+    events.note(
+        f"study {session.name} in {studies.redact(session.storage_url)}: profile {session.profile.name}, "
+        f"{session.space.size()} configurations in the space, {stored} trials stored"
+    )
     spent = {"prepare": time.monotonic() - started, "measuring": 0.0, "failed": 0.0}
     launched, stop_reason = 0, "trial limit reached"
     space = studies.space_with_exclusions(session.space, study)
