@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ from rich.console import Console
 from rich.status import Status
 from rich.table import Table
 
+from autotune.data import load_prompts
 from autotune.errors import UserError
 from autotune.metrics import KL_DIVERGENCE, THROUGHPUT
 from autotune.results import QualitySpec, WorkloadSpec
@@ -88,29 +90,58 @@ def _root(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log wha
     )
 
 
+Model = Annotated[str, typer.Option("--model", help="Hub id, local folder, or 'demo' (built-in, offline).")]
+Gpu = Annotated[str, typer.Option("--gpu", help="Hardware profile (see `autotune gpus`), or auto.")]
+Device = Annotated[str | None, typer.Option("--device", help="cuda, cuda:N or cpu [default: from --gpu].")]
+SpacePath = Annotated[
+    Path | None, typer.Option("--space", help="Search-space YAML [default: search_spaces/default.yaml].")
+]
+Revision = Annotated[str | None, typer.Option("--revision", help="Model revision on the hub.")]
+TrustRemoteCode = Annotated[bool, typer.Option("--trust-remote-code", help="Allow the model's own code to run.")]
+WorkloadKind = Annotated[
+    str, typer.Option("--workload", help="throughput (a batch of prompts) or latency (one prompt at a time).")
+]
+BatchSize = Annotated[int, typer.Option("--batch-size", min=1, help="Prompts per generation (throughput).")]
+InputLen = Annotated[int, typer.Option("--input-len", min=1, help="Tokens per prompt.")]
+OutputLen = Annotated[int, typer.Option("--output-len", min=2, help="Tokens generated per prompt.")]
+Prompts = Annotated[
+    Path | None, typer.Option("--prompts", help="Your prompts: .jsonl ({'prompt': ...}) or text, one per line.")
+]
+Price = Annotated[float | None, typer.Option("--price", min=0, help="GPU price per hour [default: the profile's].")]
+TrialTimeout = Annotated[str, typer.Option("--trial-timeout", help="Kill a trial after this long.")]
+
+
+def _workload(kind: str, batch_size: int, input_len: int, output_len: int, prompts: Path | None) -> WorkloadSpec:
+    if kind not in ("throughput", "latency"):
+        raise UserError(f"--workload {kind!r} is not a workload: use throughput or latency")
+    if prompts is not None:
+        load_prompts(prompts)  # bad prompts are bad input, before anything runs
+    path = str(prompts.resolve()) if prompts else None
+    return WorkloadSpec(kind, batch_size, input_len, output_len, prompts_path=path)  # type: ignore[arg-type]
+
+
 @app.command()
 def search(
-    model: Annotated[str, typer.Option("--model", help="Hub id, local folder, or 'demo' (built-in, offline).")],
-    gpu: Annotated[str, typer.Option("--gpu", help="Hardware profile (see `autotune gpus`), or auto.")] = "auto",
+    model: Model,
+    gpu: Gpu = "auto",
     budget: Annotated[str | None, typer.Option("--budget", help="Wall-clock budget: 90s, 30m, 2h.")] = None,
     trials: Annotated[int | None, typer.Option("--trials", min=1, help="Run at most N trials.")] = None,
-    space: Annotated[
-        Path | None, typer.Option("--space", help="Search-space YAML [default: search_spaces/default.yaml].")
-    ] = None,
+    space: SpacePath = None,
     study: Annotated[str | None, typer.Option("--study", help="Study name [default: <model>-<profile>].")] = None,
     storage: Storage = None,
-    device: Annotated[str | None, typer.Option("--device", help="cuda, cuda:N or cpu [default: from --gpu].")] = None,
+    device: Device = None,
     report: Annotated[
         Path | None, typer.Option("--report", help="HTML report [default: reports/<study>.html].")
     ] = None,
-    revision: Annotated[str | None, typer.Option("--revision", help="Model revision on the hub.")] = None,
-    trust_remote_code: Annotated[
-        bool, typer.Option("--trust-remote-code", help="Allow the model's own code to run.")
-    ] = False,
-    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Prompts per generation.")] = 8,
-    input_len: Annotated[int, typer.Option("--input-len", min=1, help="Tokens per prompt.")] = 128,
-    output_len: Annotated[int, typer.Option("--output-len", min=2, help="Tokens generated per prompt.")] = 64,
-    trial_timeout: Annotated[str, typer.Option("--trial-timeout", help="Kill a trial after this long.")] = "20m",
+    revision: Revision = None,
+    trust_remote_code: TrustRemoteCode = False,
+    workload: WorkloadKind = "throughput",
+    batch_size: BatchSize = 8,
+    input_len: InputLen = 128,
+    output_len: OutputLen = 64,
+    prompts: Prompts = None,
+    price: Price = None,
+    trial_timeout: TrialTimeout = "20m",
     seed: Annotated[int | None, typer.Option("--seed", help="Seed of the sampler.")] = None,
 ) -> None:
     """Search configurations of MODEL and write the Pareto front to an HTML report.
@@ -133,10 +164,11 @@ def search(
         storage=storage,
         revision=revision,
         trust_remote_code=trust_remote_code,
-        workload=WorkloadSpec(batch_size=batch_size, input_len=input_len, output_len=output_len),
+        workload=_workload(workload, batch_size, input_len, output_len, prompts),
         quality=QualitySpec(),
         trial_timeout_s=parse_duration(trial_timeout, "--trial-timeout"),
         seed=seed,
+        price_per_hour=price,
     )
     summary = run_search(options, TrialPrinter(out))
     out.print(
@@ -146,6 +178,78 @@ def search(
     _print_front(summary.study_name, summary.storage)
     path = build_report(summary.study_name, summary.storage, report or default_report_path(summary.study_name))
     out.print(f"report: {path}")
+
+
+@app.command()
+def measure(
+    model: Model,
+    settings: Annotated[
+        list[str] | None, typer.Option("--set", help="knob=value; unset knobs keep the transformers defaults.")
+    ] = None,
+    gpu: Gpu = "auto",
+    device: Device = None,
+    space: SpacePath = None,
+    revision: Revision = None,
+    trust_remote_code: TrustRemoteCode = False,
+    workload: WorkloadKind = "throughput",
+    batch_size: BatchSize = 8,
+    input_len: InputLen = 128,
+    output_len: OutputLen = 64,
+    prompts: Prompts = None,
+    price: Price = None,
+    trial_timeout: TrialTimeout = "20m",
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Measure one configuration of MODEL, with no study, in the trial worker the search uses.
+
+    Example: autotune measure --model demo --set dtype=bfloat16 --set attn_implementation=sdpa --json
+    """
+    from autotune.measure import measure as measure_configuration
+    from autotune.measure import parse_settings
+    from autotune.search import SearchOptions
+
+    options = SearchOptions(
+        model=model,
+        gpu=gpu,
+        device=device,
+        space_path=space,
+        revision=revision,
+        trust_remote_code=trust_remote_code,
+        workload=_workload(workload, batch_size, input_len, output_len, prompts),
+        trial_timeout_s=parse_duration(trial_timeout, "--trial-timeout"),
+        price_per_hour=price,
+    )
+    config, result = measure_configuration(options, parse_settings(settings or []))
+    document = {
+        "model": model,
+        "config": config,
+        "workload": options.workload.__dict__,
+        "outcome": result.outcome.value,
+        "message": result.message,
+        "metrics": result.metrics,
+        "stats": result.stats,
+        "timings": result.timings,
+        "environment": result.environment,
+    }
+    if as_json:
+        print(json.dumps(document))
+    else:
+        _print_measurement(document)
+    if not result.ok:
+        raise typer.Exit(1)
+
+
+def _print_measurement(document: dict) -> None:
+    out.print(f"{_knobs(document['config'])} -> {document['outcome']} {document['message']}".rstrip())
+    table = Table(title="figures (p50, p95, coefficient of variation, repeats)")
+    for column in ("figure", "p50", "p95", "cv", "n"):
+        table.add_column(column)
+    for name, summary in document["stats"].items():
+        table.add_row(name, f"{summary['p50']:.6g}", f"{summary['p95']:.6g}", f"{summary['cv']:.2%}", str(summary["n"]))
+    out.print(table)
+    for name in sorted(document["metrics"]):
+        if name not in document["stats"]:
+            out.print(f"{name}: {document['metrics'][name]:.6g}")
 
 
 def _print_front(study_name: str, storage_url: str) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 TaskKind = Literal["prepare", "trial"]
+WorkloadKind = Literal["throughput", "latency"]
 
 
 class Outcome(StrEnum):
@@ -29,15 +30,26 @@ class Outcome(StrEnum):
 
 @dataclass
 class WorkloadSpec:
-    """The fixed generation workload every trial of a study runs."""
+    """The fixed generation workload every trial of a study runs.
 
+    throughput: `batch_size` prompts at once; latency: one prompt at a time (time to first token and
+    per-token latency). Bundled prompts are brought to exactly `input_len` tokens with context from
+    the bundled corpus; prompts from a file keep their own length, truncated to `input_len`.
+    """
+
+    kind: WorkloadKind = "throughput"
     batch_size: int = 8
     input_len: int = 128
     output_len: int = 64
-    min_iterations: int = 3
-    min_seconds: float = 2.0
-    max_iterations: int = 50
-    warmup_iterations: int = 1
+    prompts_path: str | None = None
+    min_iterations: int = 5
+    min_seconds: float = 3.0
+    max_iterations: int = 200
+    warmup_iterations: int = 2
+
+    @property
+    def requests(self) -> int:
+        return 1 if self.kind == "latency" else self.batch_size
 
 
 @dataclass
@@ -76,7 +88,10 @@ class TaskSpec:
     candidate: Candidate | None = None  # trial: what to measure
     reference_candidates: list[Candidate] = field(default_factory=list)  # prepare: most precise first
     reference_path: str | None = None  # trial: the reference log-probabilities to compare with
+    greedy_reference_path: str | None = None  # trial: the reference's greedy continuations of the inputs
     memory_cap_bytes: int | None = None  # cap GPU memory to the profile's size
+    bandwidth_gb_s: float | None = None  # the profile's peak memory bandwidth, for the roofline
+    price_per_hour: float | None = None  # for the cost per million tokens
     fault: dict[str, str] | None = None  # tests: {"phase": ..., "kind": ...} makes the worker fail for real
 
     def to_json(self) -> dict[str, Any]:
@@ -99,6 +114,7 @@ class TaskResult:
     message: str = ""
     phase: str | None = None  # where it failed: start, load, warmup, measure, quality, ...
     metrics: dict[str, float] = field(default_factory=dict)
+    stats: dict[str, dict[str, float]] = field(default_factory=dict)  # spread of each timed figure
     timings: dict[str, float] = field(default_factory=dict)  # seconds per phase
     environment: dict[str, Any] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)  # task-specific payload

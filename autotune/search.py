@@ -20,6 +20,7 @@ from optuna.storages import fail_stale_trials
 
 from autotune import study as studies
 from autotune.errors import UserError
+from autotune.paths import default_cache_dir, default_space_path
 from autotune.profiles import GpuProfile, Hardware, resolve_hardware
 from autotune.results import Candidate, ModelSpec, Outcome, QualitySpec, TaskResult, TaskSpec, WorkloadSpec
 from autotune.runner import Limits, run_task
@@ -28,8 +29,6 @@ from autotune.study import StudySettings, TrialRecord
 
 log = logging.getLogger(__name__)
 
-PACKAGED_SPACE = Path(__file__).parent / "spaces" / "default.yaml"
-DEFAULT_SPACE = Path("search_spaces/default.yaml")
 MAX_CONSECUTIVE_SKIPS = 50
 HEARTBEAT_EVERY_S = 10.0
 
@@ -40,14 +39,6 @@ DEFAULTS = {
     "batching": "generate",
     "cache_implementation": "dynamic",
 }
-
-
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("AUTOTUNE_CACHE_DIR") or Path.home() / ".cache" / "autotune")
-
-
-def default_space_path() -> Path:
-    return DEFAULT_SPACE if DEFAULT_SPACE.exists() else PACKAGED_SPACE
 
 
 @dataclass
@@ -68,6 +59,7 @@ class SearchOptions:
     cache_dir: Path = field(default_factory=default_cache_dir)
     studies_dir: Path = Path("studies")
     seed: int | None = None
+    price_per_hour: float | None = None  # overrides the profile's price
 
 
 class SearchEvents(Protocol):
@@ -97,7 +89,7 @@ def run_search(options: SearchOptions, events: SearchEvents) -> SearchSummary:
     started = time.monotonic()
     deadline = started + options.budget_s if options.budget_s else None
     session = _open_session(options, events)
-    prepared = _prepare(options, session, deadline)
+    prepared = prepare(options, session.hardware, session.space, session.workdir, deadline)
     study = session.attach(prepared)
     stored = sum(1 for record in studies.records(study) if record.launched and record.outcome)
     events.note(
@@ -153,7 +145,7 @@ class _Session:
     def workdir(self) -> Path:
         return self.options.studies_dir / self.name
 
-    def attach(self, prepared: _Prepared) -> optuna.Study:
+    def attach(self, prepared: Prepared) -> optuna.Study:
         """Create the study, or load it to resume; store what the report needs."""
         storage = self.storage or studies.open_storage(self.storage_url)
         if self.existing is None:
@@ -214,12 +206,15 @@ def _check_model_argument(model: str) -> None:
 
 
 @dataclass
-class _Prepared:
+class Prepared:
+    """The resolved model, where trials run, and the reference outputs they are compared with."""
+
     model: ModelSpec
     model_info: dict[str, Any]
     environment: dict[str, Any]
     reference_config: Config
     reference_path: str
+    greedy_reference_path: str
     reference_perplexity: float
     baseline_config: Config
     hardware: Hardware
@@ -236,37 +231,41 @@ class _Prepared:
         }
 
 
-def _prepare(options: SearchOptions, session: _Session, deadline: float | None) -> _Prepared:
+def prepare(
+    options: SearchOptions, hardware: Hardware, space: SearchSpace, workdir: Path, deadline: float | None
+) -> Prepared:
     """Resolve (or build) the model and compute the reference outputs, in a worker process."""
-    profile, space = session.profile, session.space
-    candidates = [_candidate(space, _defaults(dtype), profile) for dtype in _precise_dtypes(profile)]
+    profile = hardware.profile
+    defaults = [_defaults(dtype, options.workload.kind) for dtype in _precise_dtypes(profile)]
+    candidates = [_candidate(space, config, profile) for config in defaults]
     model = ModelSpec(options.model, revision=options.revision, trust_remote_code=options.trust_remote_code)
     spec = TaskSpec(
         "prepare",
         model,
-        session.hardware.device,
+        hardware.device,
         str(options.cache_dir),
         options.workload,
         options.quality,
         reference_candidates=candidates,
         memory_cap_bytes=profile.memory_bytes,
     )
-    result = run_task(spec, session.workdir / "prepare", Limits(options.trial_timeout_s, deadline))
+    result = run_task(spec, workdir / "prepare", Limits(options.trial_timeout_s, deadline))
     if not result.ok:
         raise _prepare_error(options.model, result)
     details = result.details
     model.path = details["model_path"]
     reference = details["reference"]
-    baseline = _baseline_config(space, details["model"]["checkpoint_dtype"], profile)
-    return _Prepared(
+    baseline = baseline_config(space, details["model"]["checkpoint_dtype"], profile, options.workload.kind)
+    return Prepared(
         model,
         details["model"],
         result.environment,
         reference["config"],
         reference["path"],
+        reference["greedy_path"],
         reference["perplexity"],
         baseline,
-        session.hardware,
+        hardware,
     )
 
 
@@ -283,8 +282,8 @@ def _precise_dtypes(profile: GpuProfile) -> list[str]:
     return [dtype for dtype in REFERENCE_DTYPES if profile.why_not_value("dtype", dtype) is None]
 
 
-def _defaults(dtype: str) -> Config:
-    return {"dtype": dtype, **DEFAULTS}
+def _defaults(dtype: str, workload: str) -> Config:
+    return {"dtype": dtype, **DEFAULTS, "workload": workload}
 
 
 def _candidate(space: SearchSpace, config: Config, profile: GpuProfile) -> Candidate:
@@ -293,14 +292,33 @@ def _candidate(space: SearchSpace, config: Config, profile: GpuProfile) -> Candi
     return Candidate(normalized, plan.to_json())
 
 
-def _baseline_config(space: SearchSpace, checkpoint_dtype: str, profile: GpuProfile) -> Config:
+def baseline_config(space: SearchSpace, checkpoint_dtype: str, profile: GpuProfile, workload: str) -> Config:
     """What from_pretrained + generate do with no arguments: the checkpoint's dtype, sdpa, dynamic cache."""
     dtypes = _precise_dtypes(profile)
-    dtype = checkpoint_dtype if checkpoint_dtype in dtypes else dtypes[-1]
-    return space.including(_defaults(dtype)).normalize(_defaults(dtype))
+    defaults = _defaults(checkpoint_dtype if checkpoint_dtype in dtypes else dtypes[-1], workload)
+    return space.including(defaults).normalize(defaults)
 
 
-def _enqueue_anchors(study: optuna.Study, prepared: _Prepared) -> None:
+def trial_spec(options: SearchOptions, prepared: Prepared, config: Config, plan: dict[str, Any]) -> TaskSpec:
+    """What a worker needs to measure one configuration."""
+    profile = prepared.hardware.profile
+    return TaskSpec(
+        "trial",
+        prepared.model,
+        prepared.hardware.device,
+        str(options.cache_dir),
+        options.workload,
+        options.quality,
+        candidate=Candidate(config, plan),
+        reference_path=prepared.reference_path,
+        greedy_reference_path=prepared.greedy_reference_path,
+        memory_cap_bytes=profile.memory_bytes,
+        bandwidth_gb_s=profile.bandwidth_gb_s,
+        price_per_hour=options.price_per_hour if options.price_per_hour is not None else profile.price_per_hour,
+    )
+
+
+def _enqueue_anchors(study: optuna.Study, prepared: Prepared) -> None:
     """The reference and the baseline are measured first, so every report can compare with them."""
     reference, baseline = prepared.reference_config, prepared.baseline_config
     anchors = [(reference, ["reference"])]
@@ -367,23 +385,13 @@ def _measure(
     trial: optuna.Trial,
     config: Config,
     roles: list[str],
-    prepared: _Prepared,
+    prepared: Prepared,
     deadline: float | None,
 ) -> tuple[TaskResult, float]:
     options = session.options
     plan = build_plan(config, Target(session.profile.device_type)).to_json()
     studies.record_launch(trial, config, plan, roles)
-    spec = TaskSpec(
-        "trial",
-        prepared.model,
-        session.hardware.device,
-        str(options.cache_dir),
-        options.workload,
-        options.quality,
-        candidate=Candidate(config, plan),
-        reference_path=prepared.reference_path,
-        memory_cap_bytes=session.profile.memory_bytes,
-    )
+    spec = trial_spec(options, prepared, config, plan)
     heartbeat = _throttled(lambda: session.storage.record_heartbeat(trial._trial_id), HEARTBEAT_EVERY_S)
     started = time.monotonic()
     workdir = session.workdir / f"trial-{trial.number:04d}"

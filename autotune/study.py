@@ -245,6 +245,7 @@ def record_result(study: optuna.Study, trial: optuna.Trial, result: TaskResult, 
         trial.set_user_attr("environment", result.environment)
     if result.ok:
         trial.set_user_attr("metrics", result.metrics)
+        trial.set_user_attr("stats", result.stats)
         study.tell(trial, [result.metrics[metric.name] for metric in OBJECTIVES])
         return
     trial.set_user_attr("message", result.message)

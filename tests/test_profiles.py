@@ -1,8 +1,8 @@
 import pytest
 
 from autotune.errors import UserError
+from autotune.paths import PACKAGED_SPACE
 from autotune.profiles import PROFILES, DetectedDevice, resolve_hardware
-from autotune.search import PACKAGED_SPACE
 from autotune.space import load_space
 
 SPACE = load_space(PACKAGED_SPACE)

@@ -4,7 +4,7 @@ import optuna
 import pytest
 
 from autotune.errors import SpaceError
-from autotune.search import PACKAGED_SPACE
+from autotune.paths import PACKAGED_SPACE
 from autotune.space import config_key, load_space, parse_space
 
 DEFAULT = load_space(PACKAGED_SPACE)

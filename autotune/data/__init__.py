@@ -1,7 +1,11 @@
 """Bundled texts: training corpus of the demo model, evaluation text, and prompts."""
 
+from __future__ import annotations
+
 import json
 from pathlib import Path
+
+from autotune.errors import UserError
 
 DATA_DIR = Path(__file__).parent
 CORPUS = DATA_DIR / "corpus.txt"
@@ -9,5 +13,31 @@ EVAL_TEXT = DATA_DIR / "eval.txt"
 PROMPTS = DATA_DIR / "prompts.jsonl"
 
 
-def load_prompts(path: Path = PROMPTS) -> list[str]:
-    return [json.loads(line)["prompt"] for line in path.read_text().splitlines() if line.strip()]
+def load_prompts(path: Path | None = None) -> list[str]:
+    """Prompts from a .jsonl file ({"prompt": ...} or {"text": ...} per line) or a text file (one per line)."""
+    path = path or PROMPTS
+    try:
+        lines = [line for line in path.read_text().splitlines() if line.strip()]
+    except (OSError, UnicodeDecodeError) as error:
+        raise UserError(
+            f"cannot read prompts file {path}: {error}; pass --prompts with a .jsonl or .txt file"
+        ) from None
+    prompts = (
+        [_jsonl_prompt(line, path, number) for number, line in enumerate(lines, 1)]
+        if path.suffix == ".jsonl"
+        else lines
+    )
+    if not prompts:
+        raise UserError(f"prompts file {path} has no prompts; write one prompt per line")
+    return prompts
+
+
+def _jsonl_prompt(line: str, path: Path, number: int) -> str:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise UserError(f"prompts file {path}, line {number}: not JSON ({error.msg})") from None
+    text = record.get("prompt", record.get("text")) if isinstance(record, dict) else None
+    if not isinstance(text, str) or not text.strip():
+        raise UserError(f'prompts file {path}, line {number}: expected {{"prompt": "..."}}')
+    return text

@@ -211,3 +211,13 @@ class MaxBatchTokensKnob(Knob):
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         plan.continuous["max_batch_tokens"] = value
         plan.serve_flags += ["--cb-max-batch-tokens", str(value)]
+
+
+@register
+class WorkloadKnob(Knob):
+    name = "workload"
+    help = "how a trial is measured: throughput (a batch of prompts) or latency (one prompt at a time)"
+    choices = ("throughput", "latency")
+
+    def apply(self, value: Value, plan: Plan, target: Target) -> None:
+        """The workload changes how a configuration is measured, not how it is deployed."""

@@ -51,6 +51,9 @@ class SearchSpace:
     # knob -> value -> why it was taken out before the study (hardware profile, earlier failures).
     removed: dict[str, dict[str, str]] = field(default_factory=dict)
 
+    def knob_names(self) -> list[str]:
+        return [spec.name for spec in self.knobs]
+
     def knob(self, name: str) -> KnobSpec:
         for spec in self.knobs:
             if spec.name == name:

@@ -39,6 +39,7 @@ def main() -> None:
         return
 
     import psutil
+    import transformers  # noqa: F401 - imported here so that start-up time covers every library import
 
     from autotune.results import TaskSpec, write_json_atomically
     from autotune.worker.tasks import run_task

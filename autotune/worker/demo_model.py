@@ -15,10 +15,10 @@ from pathlib import Path
 import torch
 
 from autotune.data import CORPUS
+from autotune.paths import DEMO_VERSION, demo_model_path
 
 log = logging.getLogger(__name__)
 
-DEMO_VERSION = "demo-v1"
 VOCAB_SIZE = 1024
 TRAIN_STEPS = 400
 SEQUENCE = 64
@@ -26,13 +26,9 @@ BATCH = 16
 SPECIAL_TOKENS = ["<pad>", "<s>", "</s>"]
 
 
-def demo_path(cache_dir: Path) -> Path:
-    return cache_dir / "models" / DEMO_VERSION
-
-
 def ensure_demo_model(cache_dir: Path) -> Path:
     """Build the demo model unless it is cached; concurrent builders race safely to one rename."""
-    target = demo_path(cache_dir)
+    target = demo_model_path(cache_dir)
     if (target / "config.json").exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)

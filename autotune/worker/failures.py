@@ -40,6 +40,10 @@ _KNOB_HINTS = (
 )
 
 
+class BrokenOutputError(RuntimeError):
+    """The configuration ran, but its output is unusable (NaN/inf logits, empty or degenerate text)."""
+
+
 @dataclass(frozen=True)
 class Classified:
     outcome: Outcome
@@ -50,6 +54,8 @@ class Classified:
 def classify(error: BaseException) -> Classified:
     message = f"{type(error).__name__}: {error}".strip()
     lowered = message.lower()
+    if isinstance(error, BrokenOutputError):
+        return Classified(Outcome.BROKEN, str(error))
     if isinstance(error, torch.OutOfMemoryError | MemoryError) or any(m in lowered for m in _OOM_MARKERS):
         return Classified(Outcome.OOM, message)
     if isinstance(error, ImportError):

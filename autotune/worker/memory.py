@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import resource
 from pathlib import Path
@@ -42,7 +43,11 @@ class PeakMemory:
 
     def details(self) -> dict[str, float]:
         if self.cuda:
-            return {"peak_reserved_bytes": float(torch.cuda.max_memory_reserved(self.device))}
+            details = {"peak_reserved_bytes": float(torch.cuda.max_memory_reserved(self.device))}
+            process = nvml_process_bytes(self.device.index or 0)
+            if process is not None:
+                details["nvml_process_bytes"] = float(process)
+            return details
         return {"process_baseline_bytes": float(self.baseline), "process_peak_rss_bytes": float(_rss_peak_bytes())}
 
 
@@ -72,3 +77,23 @@ def _can_reset_rss_peak() -> bool:
     except OSError:
         return False
     return True
+
+
+def nvml_process_bytes(index: int) -> int | None:
+    """GPU memory NVML attributes to this process (context and allocator cache included), or None."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # no NVML: this figure is simply not reported
+        return None
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        for process in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+            if process.pid == os.getpid() and process.usedGpuMemory is not None:
+                return int(process.usedGpuMemory)
+        return None
+    except pynvml.NVMLError:
+        return None
+    finally:
+        pynvml.nvmlShutdown()

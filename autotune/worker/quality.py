@@ -18,10 +18,7 @@ import torch
 
 from autotune.data import EVAL_TEXT
 from autotune.results import QualitySpec
-
-
-class BrokenOutputError(RuntimeError):
-    """The model produced NaN or infinite logits."""
+from autotune.worker.failures import BrokenOutputError
 
 
 def eval_windows(tokenizer: Any, spec: QualitySpec, max_positions: int | None) -> torch.Tensor:

@@ -19,18 +19,26 @@ from typing import Any
 import torch
 
 from autotune.data import EVAL_TEXT
-from autotune.results import Candidate, ModelSpec, Outcome, TaskResult, TaskSpec
+from autotune.measurement import (
+    broken_reason,
+    cost_per_million_tokens,
+    decode_bytes_per_step,
+    kv_bytes_per_token,
+    prefix_agreement,
+    roofline,
+    speed_figures,
+)
+from autotune.results import Candidate, ModelSpec, Outcome, TaskResult, TaskSpec, WorkloadSpec, write_json_atomically
 from autotune.space.plan import Plan
-from autotune.stats import Summary
 from autotune.timing import repeat_until
 from autotune.worker.demo_model import ensure_demo_model
 from autotune.worker.environment import environment
-from autotune.worker.failures import classify
+from autotune.worker.failures import BrokenOutputError, classify
 from autotune.worker.loading import load_model, load_tokenizer
 from autotune.worker.memory import PeakMemory
 from autotune.worker.quality import compare_with_reference, compute_reference, eval_windows, load_reference
 from autotune.worker.quality import save_reference as save_reference_file
-from autotune.worker.workload import Iteration, build_inputs, make_workload
+from autotune.worker.workload import GenerateWorkload, build_inputs, make_workload
 
 log = logging.getLogger(__name__)
 
@@ -143,28 +151,54 @@ def _model_files_fingerprint(path: Path) -> list[tuple[str, int]]:
 
 
 def _ensure_reference(spec: TaskSpec, model: ModelSpec, tokenizer: Any, info: dict[str, Any]) -> dict[str, Any]:
-    """Reference log-probabilities from the most precise candidate that runs, cached across studies."""
+    """Reference outputs from the most precise candidate that runs, cached across studies.
+
+    Two files: teacher-forced log-probabilities on the evaluation text, and greedy continuations of
+    the workload's inputs (keyed by those inputs too).
+    """
+    inputs = build_inputs(tokenizer, replace(spec.workload, kind="throughput"))
     failures = []
     for candidate in spec.reference_candidates:
-        path = Path(spec.cache_dir) / "references" / f"{reference_key(spec, model, candidate)}.pt"
-        if not path.exists():
+        key = reference_key(spec, model, candidate)
+        logprobs_path = Path(spec.cache_dir) / "references" / f"{key}.pt"
+        greedy_path = logprobs_path.with_name(f"{key}-greedy-{_inputs_key(inputs, spec.workload.output_len)}.json")
+        if not (logprobs_path.exists() and greedy_path.exists()):
             try:
-                _compute_reference(spec, model, tokenizer, info, candidate, path)
+                _compute_reference(spec, model, tokenizer, info, candidate, inputs, logprobs_path, greedy_path)
             except torch.OutOfMemoryError as error:
                 failures.append(f"{candidate.config}: {error}")
                 torch.cuda.empty_cache()
                 continue
-        reference = load_reference(path)
-        return {"config": candidate.config, "path": str(path), "perplexity": reference["perplexity"]}
+        return {
+            "config": candidate.config,
+            "path": str(logprobs_path),
+            "greedy_path": str(greedy_path),
+            "perplexity": load_reference(logprobs_path)["perplexity"],
+        }
     raise RuntimeError(f"no reference configuration fits in memory: {'; '.join(failures)}")
 
 
+def _inputs_key(inputs: list[list[int]], output_len: int) -> str:
+    return hashlib.sha256(json.dumps([inputs, output_len]).encode()).hexdigest()[:16]
+
+
 def _compute_reference(
-    spec: TaskSpec, model: ModelSpec, tokenizer: Any, info: dict[str, Any], candidate: Candidate, path: Path
+    spec: TaskSpec,
+    model: ModelSpec,
+    tokenizer: Any,
+    info: dict[str, Any],
+    candidate: Candidate,
+    inputs: list[list[int]],
+    logprobs_path: Path,
+    greedy_path: Path,
 ) -> None:
-    loaded = load_model(model, Plan.from_json(candidate.plan), spec.device)
-    windows = eval_windows(tokenizer, spec.quality, info.get("max_position_embeddings"))
-    save_reference_file(compute_reference(loaded, windows, spec.quality.top_k), path)
+    plan = Plan.from_json(candidate.plan)
+    loaded = load_model(model, plan, spec.device)
+    if not logprobs_path.exists():
+        windows = eval_windows(tokenizer, spec.quality, info.get("max_position_embeddings"))
+        save_reference_file(compute_reference(loaded, windows, spec.quality.top_k), logprobs_path)
+    generated = GenerateWorkload(loaded, plan, inputs, spec.workload, tokenizer.pad_token_id).run().generated
+    write_json_atomically(greedy_path, {"inputs": inputs, "generated": generated})
     del loaded
 
 
@@ -174,49 +208,63 @@ def _compute_reference(
 def _trial(spec: TaskSpec, phases: Phases) -> TaskResult:
     assert spec.candidate is not None and spec.reference_path is not None
     plan = Plan.from_json(spec.candidate.plan)
+    workload_spec = replace(spec.workload, kind=spec.candidate.config.get("workload", spec.workload.kind))
     with phases("load"):
         tokenizer = load_tokenizer(spec.model)
         if "quantization_config" in plan.load:
             import bitsandbytes  # noqa: F401 - its library counts as process baseline, not as model memory
         memory = PeakMemory(spec.device)
         model = load_model(spec.model, plan, spec.device)
-    inputs = build_inputs(tokenizer, spec.workload)
-    workload = make_workload(model, plan, inputs, spec.workload, tokenizer.pad_token_id)
+    inputs = build_inputs(tokenizer, workload_spec)
+    workload = make_workload(model, plan, inputs, workload_spec, tokenizer.pad_token_id)
     with phases("warmup"):
-        warmup = [workload.run() for _ in range(max(1, spec.workload.warmup_iterations))]
+        warmup = [workload.run() for _ in range(max(1, workload_spec.warmup_iterations))]
     with phases("measure"):
         memory.reset()
-        w = spec.workload
+        w = workload_spec
         iterations = repeat_until(workload.run, w.min_iterations, w.min_seconds, w.max_iterations)
         peak = memory.peak_bytes()
     with phases("quality"):
-        quality = compare_with_reference(model, load_reference(Path(spec.reference_path)))
-    metrics = {**_speed_metrics(iterations, warmup[0]), **quality, **memory.details()}
+        quality = _quality(spec, model, iterations[-1].generated)
+    speed, stats = speed_figures(iterations, warmup[0])
+    metrics = {**speed, **quality, **memory.details(), **_roofline_and_cost(spec, model, workload_spec, speed)}
     metrics["peak_memory_bytes"] = float(peak)
     metrics["peak_memory_gb"] = peak / 1e9
     metrics["warmup_s"] = phases.timings["warmup"]
-    return TaskResult(Outcome.OK, metrics=metrics, environment=environment(spec.device))
+    return TaskResult(Outcome.OK, metrics=metrics, stats=stats, environment=environment(spec.device))
 
 
-def _speed_metrics(iterations: list[Iteration], first: Iteration) -> dict[str, float]:
-    decode = Summary.of([i.decode_tok_s for i in iterations])
-    ttft = Summary.of([i.ttft_s for i in iterations])
-    tpot = Summary.of([i.tpot_s for i in iterations])
-    elapsed = Summary.of([i.elapsed_s for i in iterations])
-    return {
-        "throughput_tok_s": decode.p50,
-        "throughput_p95_tok_s": decode.p95,
-        "throughput_cv": decode.cv,
-        "e2e_throughput_tok_s": Summary.of([i.e2e_tok_s for i in iterations]).p50,
-        "ttft_s": ttft.p50,
-        "ttft_p95_s": ttft.p95,
-        "tpot_s": tpot.p50,
-        "tpot_p95_s": tpot.p95,
-        "iterations": float(decode.n),
-        "iteration_s": elapsed.p50,
-        "first_call_s": first.elapsed_s,
-        "compile_s": max(0.0, first.elapsed_s - elapsed.p50),
-    }
+def _quality(spec: TaskSpec, model: Any, generated: list[list[int]]) -> dict[str, float]:
+    """Broken-output checks, teacher-forced KL / top-1 / perplexity, and greedy agreement."""
+    reference_greedy = None
+    if spec.greedy_reference_path:
+        reference_greedy = json.loads(Path(spec.greedy_reference_path).read_text())["generated"][: len(generated)]
+    reason = broken_reason(generated, reference_greedy)
+    if reason:
+        raise BrokenOutputError(reason)
+    quality = compare_with_reference(model, load_reference(Path(spec.reference_path)))
+    if reference_greedy is not None:
+        quality["greedy_agreement"] = prefix_agreement(generated, reference_greedy)
+    return quality
+
+
+def _roofline_and_cost(spec: TaskSpec, model: Any, workload: WorkloadSpec, speed: dict[str, float]) -> dict:
+    weight_bytes = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
+    config = model.config.get_text_config(decoder=True)
+    heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    quantized_cache = spec.candidate is not None and spec.candidate.config.get("cache_implementation") == "quantized"
+    element_bytes = 1 if quantized_cache else torch.finfo(model.dtype).bits // 8
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    kv = kv_bytes_per_token(config.num_hidden_layers, kv_heads, head_dim, element_bytes)
+    per_step = decode_bytes_per_step(weight_bytes, kv, workload.requests, workload.input_len, workload.output_len)
+    figures = {"weight_bytes": float(weight_bytes), "decode_bytes_per_step": per_step}
+    if spec.bandwidth_gb_s and speed["throughput_tok_s"] > 0:
+        figures |= roofline(speed["throughput_tok_s"], workload.requests, per_step, spec.bandwidth_gb_s)
+    if spec.price_per_hour is not None and speed["e2e_throughput_tok_s"] > 0:
+        price = spec.price_per_hour
+        figures["cost_per_million_tokens_usd"] = cost_per_million_tokens(price, speed["e2e_throughput_tok_s"])
+    return figures
 
 
 # ------------------------------------------------------------------------------------------- faults

@@ -2,28 +2,20 @@
 
 from __future__ import annotations
 
+import itertools
 import time
-from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import torch
 
 from autotune.data import CORPUS, load_prompts
+from autotune.errors import UserError
+from autotune.measurement import Iteration
 from autotune.results import WorkloadSpec
 from autotune.space.plan import Plan
+from autotune.worker.failures import BrokenOutputError
 from autotune.worker.loading import materialize
-
-
-@dataclass(frozen=True)
-class Iteration:
-    """One timed run of the workload."""
-
-    elapsed_s: float
-    ttft_s: float  # mean over requests of the time to their first token
-    tpot_s: float  # mean time per generated token after the first, per request
-    decode_tok_s: float  # tokens after each request's first, per second of decoding
-    e2e_tok_s: float  # all generated tokens per second of the whole call
-    generated: list[list[int]]
 
 
 class Workload(Protocol):
@@ -31,11 +23,21 @@ class Workload(Protocol):
 
 
 def build_inputs(tokenizer: Any, spec: WorkloadSpec) -> list[list[int]]:
-    """`batch_size` inputs of exactly `input_len` tokens: a bundled prompt after context from the corpus."""
+    """The token ids of the workload's requests (`spec.requests` of them), the same in every trial.
+
+    Bundled prompts come after context from the bundled corpus so that each is exactly `input_len`
+    tokens; prompts from a file keep their own length, cut to their last `input_len` tokens.
+    """
+    if spec.prompts_path:
+        prompts = load_prompts(Path(spec.prompts_path))
+        ids = [tokenizer(prompts[i % len(prompts)])["input_ids"][-spec.input_len :] for i in range(spec.requests)]
+        if not all(ids):
+            raise UserError(f"a prompt of {spec.prompts_path} has no tokens")
+        return ids
     prompts = load_prompts()
     filler = tokenizer(CORPUS.read_text(), add_special_tokens=False)["input_ids"]
     inputs = []
-    for index in range(spec.batch_size):
+    for index in range(spec.requests):
         prompt = tokenizer(prompts[index % len(prompts)], add_special_tokens=False)["input_ids"]
         needed = max(0, spec.input_len - len(prompt))
         start = (index * 997) % max(1, len(filler) - needed)
@@ -63,13 +65,31 @@ class TokenClock:
         return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
 
 
+def iteration_from_clock(start: float, end: float, token_times: list[float], batch: int, output: Any) -> Iteration:
+    """Figures of one generate() call whose rows all received a token at each of `token_times`."""
+    steps = len(token_times)
+    decode_s = token_times[-1] - token_times[0]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(token_times)]
+    return Iteration(
+        elapsed_s=end - start,
+        ttft_s=token_times[0] - start,
+        decode_tok_s=batch * (steps - 1) / decode_s if decode_s > 0 else 0.0,
+        e2e_tok_s=batch * steps / (end - start),
+        gaps_s=gaps,
+        generated=output,
+    )
+
+
 class GenerateWorkload:
-    """model.generate on one batch of equal-length inputs, with a forced output length."""
+    """model.generate on one left-padded batch, with a forced output length."""
 
     def __init__(self, model: Any, plan: Plan, inputs: list[list[int]], spec: WorkloadSpec, pad_id: int) -> None:
         self.model = model
-        self.input_ids = torch.tensor(inputs, device=model.device)
-        self.attention_mask = torch.ones_like(self.input_ids)
+        width = max(len(ids) for ids in inputs)
+        padded = [[pad_id] * (width - len(ids)) + ids for ids in inputs]
+        mask = [[0] * (width - len(ids)) + [1] * len(ids) for ids in inputs]
+        self.input_ids = torch.tensor(padded, device=model.device)
+        self.attention_mask = torch.tensor(mask, device=model.device)
         self.output_len = spec.output_len
         self.pad_id = pad_id
         self.kwargs = materialize(plan.generate)  # once: a new CompileConfig per call would recompile
@@ -93,16 +113,8 @@ class GenerateWorkload:
         )
         self.synchronize()
         end = time.perf_counter()
-        batch, steps = self.input_ids.shape[0], len(clock.times)
-        decode_s = clock.times[-1] - clock.times[0]
-        return Iteration(
-            elapsed_s=end - start,
-            ttft_s=clock.times[0] - start,
-            tpot_s=decode_s / max(1, steps - 1),
-            decode_tok_s=batch * (steps - 1) / decode_s if decode_s > 0 else 0.0,
-            e2e_tok_s=batch * steps / (end - start),
-            generated=output[:, self.input_ids.shape[1] :].tolist(),
-        )
+        generated = output[:, self.input_ids.shape[1] :].tolist()
+        return iteration_from_clock(start, end, clock.times, self.input_ids.shape[0], generated)
 
 
 class ContinuousWorkload:
@@ -117,10 +129,7 @@ class ContinuousWorkload:
         # No eos_token_id: continuous batching then disables early stopping, so every request is full length.
         self.generation_config = GenerationConfig(max_new_tokens=spec.output_len, do_sample=False)
         self.plan = plan
-        if model.device.type == "cpu":
-            self.sizing = _cpu_cache_sizing(spec)
-        else:
-            self.sizing = {}
+        self.sizing = _cpu_cache_sizing(spec) if model.device.type == "cpu" else {}
 
     def run(self) -> Iteration:
         from transformers import ContinuousBatchingConfig
@@ -137,23 +146,23 @@ class ContinuousWorkload:
         end = time.perf_counter()
         outputs = list(results.values())
         _check_complete(outputs, len(self.inputs), self.output_len)
-        return _iteration_from_timestamps(outputs, start, end)
+        return iteration_from_timestamps(outputs, start, end)
 
 
-def _iteration_from_timestamps(outputs: list[Any], start: float, end: float) -> Iteration:
+def iteration_from_timestamps(outputs: list[Any], start: float, end: float) -> Iteration:
     """Figures of a generate_batch call from each request's creation time and per-token timestamps."""
     first = [out.timestamps[0] for out in outputs]
     last = [out.timestamps[-1] for out in outputs]
     counts = [len(out.generated_tokens) for out in outputs]
     decode_s = max(last) - min(first)
-    per_token = [(lt - ft) / max(1, n - 1) for ft, lt, n in zip(first, last, counts, strict=True)]
+    gaps = [b - a for out in outputs for a, b in zip(out.timestamps, out.timestamps[1:], strict=False)]
     waits = [ft - out.created_time for ft, out in zip(first, outputs, strict=True)]
     return Iteration(
         elapsed_s=end - start,
         ttft_s=sum(waits) / len(outputs),
-        tpot_s=sum(per_token) / len(outputs),
         decode_tok_s=sum(n - 1 for n in counts) / decode_s if decode_s > 0 else 0.0,
         e2e_tok_s=sum(counts) / (end - start),
+        gaps_s=gaps,
         generated=[list(out.generated_tokens) for out in outputs],
     )
 
@@ -162,7 +171,7 @@ def _cpu_cache_sizing(spec: WorkloadSpec) -> dict[str, int]:
     """On CPU, size the paged cache for the workload: auto-sizing reads the host's RAM and is slow."""
     page_size = 32
     pages_per_request = -(-(spec.input_len + spec.output_len) // page_size)
-    return {"page_size": page_size, "num_blocks": spec.batch_size * pages_per_request + 2, "max_batch_tokens": 256}
+    return {"page_size": page_size, "num_blocks": spec.requests * pages_per_request + 2, "max_batch_tokens": 256}
 
 
 def _check_complete(outputs: list[Any], expected: int, length: int) -> None:
@@ -170,10 +179,10 @@ def _check_complete(outputs: list[Any], expected: int, length: int) -> None:
     if failed:
         raise RuntimeError(f"continuous batching failed a request: {failed[0].error}")
     if len(outputs) != expected:
-        raise RuntimeError(f"continuous batching returned {len(outputs)} of {expected} requests")
+        raise BrokenOutputError(f"continuous batching returned {len(outputs)} of {expected} requests")
     short = [len(out.generated_tokens) for out in outputs if len(out.generated_tokens) != length]
     if short:
-        raise RuntimeError(f"continuous batching stopped early: {short[0]} of {length} tokens")
+        raise BrokenOutputError(f"continuous batching stopped early: {short[0]} of {length} tokens")
 
 
 def make_workload(model: Any, plan: Plan, inputs: list[list[int]], spec: WorkloadSpec, pad_id: int) -> Workload:

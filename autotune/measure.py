@@ -1,0 +1,69 @@
+"""Measure one configuration, with no study: the same prepare and trial worker the search uses."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from autotune.errors import UserError
+from autotune.paths import default_space_path
+from autotune.profiles import resolve_hardware
+from autotune.results import TaskResult
+from autotune.runner import Limits, run_task
+from autotune.search import SearchOptions, baseline_config, prepare, trial_spec
+from autotune.space import KNOBS, Config, SearchSpace, Target, build_plan, load_space
+from autotune.space.knobs import Value
+
+
+def parse_settings(pairs: list[str]) -> dict[str, Value]:
+    """`--set knob=value` pairs -> knob values, each checked by its knob's handler."""
+    settings: dict[str, Value] = {}
+    for pair in pairs:
+        name, separator, text = pair.partition("=")
+        if not separator or not name or not text:
+            raise UserError(f"--set {pair!r} is not knob=value; e.g. --set dtype=bfloat16")
+        if name not in KNOBS:
+            raise UserError(f"--set {pair!r}: unknown knob {name!r}; known knobs: {', '.join(KNOBS)}")
+        value: Value = int(text) if text.isdigit() else text
+        if not KNOBS[name].accepts(value):
+            raise UserError(f"--set {pair!r}: knob {name} takes {KNOBS[name].describe_values()}")
+        settings[name] = value
+    return settings
+
+
+def measure(options: SearchOptions, settings: dict[str, Value]) -> tuple[Config, TaskResult]:
+    """Measure the baseline configuration with `settings` applied; return it and the trial's result."""
+    hardware = resolve_hardware(options.gpu, options.device)
+    for name, value in settings.items():
+        reason = hardware.profile.why_not_value(name, value)
+        if reason:
+            raise UserError(f"{name}={value} cannot run on profile {hardware.profile.name}: {reason}")
+    space = load_space(options.space_path or default_space_path()).including(settings)
+    if options.workload.prompts_path and not Path(options.workload.prompts_path).is_file():
+        raise UserError(f"prompts file {options.workload.prompts_path} does not exist")
+    workdir = Path(tempfile.mkdtemp(prefix="autotune-measure-"))
+    try:
+        prepared = prepare(options, hardware, space, workdir, deadline=None)
+        baseline = baseline_config(space, prepared.model_info["checkpoint_dtype"], hardware.profile, "throughput")
+        config = _configuration(space, {**baseline, **settings}, settings)
+        plan = build_plan(config, Target(hardware.profile.device_type)).to_json()
+        spec = trial_spec(options, prepared, config, plan)
+        result = run_task(spec, workdir / "trial", Limits(options.trial_timeout_s))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return config, result
+
+
+def _configuration(space: SearchSpace, wanted: Config, settings: dict[str, Value]) -> Config:
+    """The configuration to measure; a setting that would be ignored or that a rule forbids is bad input."""
+    declared = space.knob_names()
+    config = {**space.normalize(wanted), **{k: v for k, v in settings.items() if k not in declared}}
+    for name in settings:
+        if name in declared and name not in config:
+            condition = " and ".join(f"{k} in {list(v)}" for k, v in space.knob(name).when.items())
+            raise UserError(f"--set {name} applies only when {condition}; set those knobs too")
+    reason = space.violation(config)
+    if reason:
+        raise UserError(f"this configuration is never run: {reason}")
+    return config

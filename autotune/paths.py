@@ -1,0 +1,22 @@
+"""Where autotune keeps things: its cache (demo model, reference outputs) and the default space."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PACKAGED_SPACE = Path(__file__).parent / "spaces" / "default.yaml"
+DEFAULT_SPACE = Path("search_spaces/default.yaml")
+DEMO_VERSION = "demo-v1"
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("AUTOTUNE_CACHE_DIR") or Path.home() / ".cache" / "autotune")
+
+
+def default_space_path() -> Path:
+    return DEFAULT_SPACE if DEFAULT_SPACE.exists() else PACKAGED_SPACE
+
+
+def demo_model_path(cache_dir: Path) -> Path:
+    return cache_dir / "models" / DEMO_VERSION
