@@ -175,6 +175,10 @@ def search(
         f"study {summary.study_name}: {summary.launched} trials in {format_duration(summary.elapsed_s)} "
         f"({summary.stop_reason})"
     )
+    spent = ", ".join(
+        f"{name} {format_duration(seconds)}" for name, seconds in summary.spent_s.items() if seconds >= 0.05
+    )
+    out.print(f"time spent: {spent}")
     _print_front(summary.study_name, summary.storage)
     path = build_report(summary.study_name, summary.storage, report or default_report_path(summary.study_name))
     out.print(f"report: {path}")

@@ -5,9 +5,11 @@ This process never imports torch; every model-touching step runs in a worker sub
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
+import shutil
 import statistics
 import time
 from collections.abc import Callable
@@ -16,12 +18,14 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import optuna
-from optuna.storages import fail_stale_trials
+from optuna.trial import TrialState
 
 from autotune import study as studies
+from autotune.claims import Claims
 from autotune.errors import UserError
 from autotune.paths import default_cache_dir, default_space_path
 from autotune.profiles import GpuProfile, Hardware, resolve_hardware
+from autotune.recovery import OWNER_ATTR, recover_interrupted, this_process
 from autotune.results import Candidate, ModelSpec, Outcome, QualitySpec, TaskResult, TaskSpec, WorkloadSpec
 from autotune.runner import Limits, run_task
 from autotune.space import Config, SearchSpace, Target, build_plan, config_key, load_space
@@ -86,41 +90,44 @@ class SearchError(Exception):
 
 
 def run_search(options: SearchOptions, events: SearchEvents) -> SearchSummary:
+    """Prepare, then measure configurations until the trial limit, the budget or the space runs out."""
     started = time.monotonic()
     deadline = started + options.budget_s if options.budget_s else None
     session = _open_session(options, events)
-    prepared = prepare(options, session.hardware, session.space, session.workdir, deadline)
-    study = session.attach(prepared)
-    stored = sum(1 for record in studies.records(study) if record.launched and record.outcome)
-    events.note(
-        f"study {session.name} in {studies.redact(session.storage_url)}: profile {session.profile.name}, "
-        f"{session.space.size()} configurations in the space, {stored} trials stored"
-    )
-    spent = {"prepare": time.monotonic() - started, "measuring": 0.0, "failed": 0.0}
-    launched, stop_reason = 0, "trial limit reached"
-    space = studies.space_with_exclusions(session.space, study)
-    while True:
-        stop = _should_stop(options, launched, study, deadline)
-        if stop:
-            stop_reason = stop
-            break
-        picked = _next_trial(study, space)
-        if picked is None:
-            stop_reason = "every configuration of the space has been measured"
-            break
-        trial, config, roles = picked
-        events.trial_started(trial.number, config, roles)
-        result, duration = _measure(session, study, trial, config, roles, prepared, deadline)
-        spent["measuring" if result.ok else "failed"] += duration
-        launched += 1
-        if result.excludes:
-            space = _exclude(study, session.space, result)
-        events.trial_finished(TrialRecord.from_frozen(study.get_trials(deepcopy=False)[trial.number]))
-        if result.outcome == Outcome.BUDGET:
-            stop_reason = "budget used up"
-            break
+    try:
+        prepared = prepare(options, session.hardware, session.space, session.workdir, deadline)
+    except UserError:
+        if session.existing is None:  # bad input leaves nothing behind
+            shutil.rmtree(session.workdir, ignore_errors=True)
+        raise
+    search = _Search(session, session.attach(prepared, events), prepared, deadline, events)
+    search.spending.add("preparing", time.monotonic() - started)
+    stop_reason = search.run()
     elapsed = time.monotonic() - started
-    return SearchSummary(session.name, session.storage_url, launched, stop_reason, elapsed, spent)
+    search.spending.add("overhead", elapsed - sum(search.spending.seconds.values()))
+    return SearchSummary(
+        session.name, session.storage_url, search.launched, stop_reason, elapsed, search.spending.seconds
+    )
+
+
+@dataclass
+class Spending:
+    """Where the wall-clock time of a search went."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def add(self, category: str, duration: float) -> None:
+        self.seconds[category] = self.seconds.get(category, 0.0) + duration
+
+    def add_trial(self, result: TaskResult, duration: float) -> None:
+        if result.ok:
+            compiling = min(duration, result.metrics.get("compile_s", 0.0))
+            self.add("compiling", compiling)
+            self.add("measuring", duration - compiling)
+        elif result.outcome == Outcome.BUDGET:
+            self.add("stopped at the deadline", duration)
+        else:
+            self.add("failed trials", duration)
 
 
 @dataclass
@@ -136,6 +143,7 @@ class _Session:
     storage: optuna.storages.RDBStorage | None
     existing: optuna.Study | None
     settings: StudySettings
+    claims: Claims | None = None
 
     @property
     def profile(self) -> GpuProfile:
@@ -145,22 +153,34 @@ class _Session:
     def workdir(self) -> Path:
         return self.options.studies_dir / self.name
 
-    def attach(self, prepared: Prepared) -> optuna.Study:
-        """Create the study, or load it to resume; store what the report needs."""
+    def attach(self, prepared: Prepared, events: SearchEvents) -> optuna.Study:
+        """Create the study, or load it to resume; store what the report needs; recover interrupted trials."""
         storage = self.storage or studies.open_storage(self.storage_url)
         if self.existing is None:
             self.space = self.space.including(prepared.reference_config).including(prepared.baseline_config)
             self.settings.space = self.space.to_json()
             study = studies.create_study(storage, self.name, self.settings, self.options.seed)
-        else:
+            if study is None:  # another search created it meanwhile: join it, as a resume would
+                self.existing = studies.load_existing(storage, self.name, self.options.seed)
+                self.settings.check_resumable(studies.wait_for_settings(self.existing), self.name)
+        if self.existing is not None:
             study = studies.load_existing(storage, self.name, self.options.seed)
             self.space = SearchSpace.from_json(studies.stored_settings(study).space)
         self.storage = storage
         self.settings.extra.update(prepared.extra())
         self.settings.space = self.space.to_json()
         studies.update_settings(study, self.settings)
-        fail_stale_trials(study)
+        self.claims = Claims(storage.engine, storage.get_study_id_from_name(self.name))
+        recovered = recover_interrupted(study, self.claims)
+        if recovered:
+            numbers = ", ".join(f"#{number}" for number in recovered)
+            events.note(f"trials {numbers} were interrupted when their process died; each is retried once")
         _enqueue_anchors(study, prepared)
+        stored = sum(1 for record in studies.records(study) if record.launched and record.outcome)
+        events.note(
+            f"study {self.name} in {studies.redact(self.storage_url)}: profile {self.profile.name}, "
+            f"{self.space.size()} configurations in the space, {stored} trials stored"
+        )
         return study
 
 
@@ -270,11 +290,18 @@ def prepare(
 
 
 def _prepare_error(model: str, result: TaskResult) -> Exception:
+    if result.outcome == Outcome.BUDGET:
+        return SearchError("the budget ran out while preparing the model and its reference; give a larger --budget")
+    if result.phase == "resolve" and "trust_remote_code" in result.message:
+        return UserError(
+            f"model {model!r} comes with its own code, which autotune runs only with --trust-remote-code "
+            "(read that code first: it runs with your permissions)"
+        )
     if result.phase == "resolve":
         first_line = result.message.splitlines()[0] if result.message else result.outcome.value
-        return UserError(
-            f"cannot load model {model!r}: {first_line}; pass a local folder, or a hub id reachable from here"
-        )
+        local = model == "demo" or Path(model).expanduser().exists()
+        hint = "check that folder" if local else "pass a local folder, or a hub id reachable from here"
+        return UserError(f"cannot load model {model!r}: {first_line}; {hint}")
     return SearchError(f"preparing the reference failed ({result.outcome.value}): {result.message}")
 
 
@@ -327,78 +354,160 @@ def _enqueue_anchors(study: optuna.Study, prepared: Prepared) -> None:
     else:
         anchors.append((baseline, ["baseline"]))
     seen = studies.measured_keys(study)
+    waiting = {config_key(t.params) for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,))}
     for config, roles in anchors:
-        if config_key(config) not in seen:
-            study.enqueue_trial(config, user_attrs={"roles": roles}, skip_if_exists=True)
+        # Not Optuna's skip_if_exists: an anchor stopped by the budget or interrupted must run again.
+        if config_key(config) not in seen and config_key(config) not in waiting:
+            study.enqueue_trial(config, user_attrs={"roles": roles})
 
 
 # ------------------------------------------------------------------------------------------- trials
 
 
-def _should_stop(options: SearchOptions, launched: int, study: optuna.Study, deadline: float | None) -> str | None:
-    if options.max_trials is not None and launched >= options.max_trials:
-        return f"{launched} trials run (--trials {options.max_trials})"
-    if deadline is None:
+class _Search:
+    """The loop: ask for a configuration, claim it, measure it in a worker, tell the result."""
+
+    def __init__(
+        self, session: _Session, study: optuna.Study, prepared: Prepared, deadline: float | None, events: SearchEvents
+    ) -> None:
+        self.session = session
+        self.options = session.options
+        self.study = study
+        self.prepared = prepared
+        self.deadline = deadline
+        self.events = events
+        self.claims = session.claims
+        self.space = studies.space_with_exclusions(session.space, study)
+        self.spending = Spending()
+        self.launched = 0
+
+    def run(self) -> str:
+        """Measure trials until something stops the search; say what did."""
+        while True:
+            stop = self._limit_reached()
+            if stop:
+                return stop
+            picked = self._next_trial()
+            if picked is None:
+                return "every configuration of the space has been measured"
+            trial, config, roles = picked
+            overrun = self._would_overrun(config)
+            if overrun:
+                self._release(config, trial.number)
+                studies.record_skip(self.study, trial, config, overrun)
+                return overrun
+            result = self._measure(trial, config, roles)
+            if result.outcome == Outcome.BUDGET:
+                return "budget used up"
+
+    def _limit_reached(self) -> str | None:
+        if self.options.max_trials is not None and self.launched >= self.options.max_trials:
+            return f"{self.launched} trials run (--trials {self.options.max_trials})"
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            return "budget used up"
         return None
-    left = deadline - time.monotonic()
-    if left <= 0:
-        return "budget used up"
-    expected = _expected_trial_s(study)
-    if expected is not None and expected > left:
-        return f"budget nearly used up: a trial takes about {expected:.0f}s and {left:.0f}s are left"
+
+    def _would_overrun(self, config: Config) -> str | None:
+        """Why this trial must not start: its expected duration (from earlier trials) exceeds the budget left."""
+        if self.deadline is None:
+            return None
+        return overrun_reason(config, studies.records(self.study), self.deadline - time.monotonic())
+
+    def _next_trial(self) -> tuple[optuna.Trial, Config, list[str]] | None:
+        """Ask Optuna for a configuration that may run and that no trial has claimed; None when none is left."""
+        for _ in range(MAX_CONSECUTIVE_SKIPS):
+            trial = self._ask()
+            config = self.space.suggest(trial)
+            reason = self.space.violation(config) or self._claim(config, trial.number)
+            if reason is None:
+                return trial, config, self._roles(trial)
+            studies.record_skip(self.study, trial, config, reason)
+        seen = studies.measured_keys(self.study)
+        untried = [config for config in self.space.configurations() if config_key(config) not in seen]
+        if not untried:
+            return None
+        # The sampler keeps proposing known or forbidden configurations: take an untried one at random.
+        self.study.enqueue_trial(random.choice(untried), user_attrs={"roles": ["search"]})
+        trial = self._ask()
+        config = self.space.suggest(trial)
+        reason = self._claim(config, trial.number)
+        if reason is not None:  # another process took it meanwhile
+            studies.record_skip(self.study, trial, config, reason)
+            return self._next_trial()
+        return trial, config, ["search"]
+
+    def _ask(self) -> optuna.Trial:
+        """A new trial, marked as ours with a first heartbeat at once, so a crash can never leave it RUNNING."""
+        trial = self.study.ask()
+        trial.set_user_attr(OWNER_ATTR, this_process())
+        self.session.storage.record_heartbeat(trial._trial_id)  # Optuna's Trial has no public id accessor
+        return trial
+
+    def _roles(self, trial: optuna.Trial) -> list[str]:
+        roles = list(trial.user_attrs.get("roles", ["search"]))
+        frozen = self.study.get_trials(deepcopy=False)[trial.number]  # Trial does not show its system attributes
+        if "failed_trial" in frozen.system_attrs and "retry" not in roles:
+            roles.append("retry")
+        return roles
+
+    def _claim(self, config: Config, number: int) -> str | None:
+        holder = self.claims.claim(config_key(config), number)
+        return None if holder == number else f"same configuration as trial #{holder}"
+
+    def _release(self, config: Config, number: int) -> None:
+        self.claims.release(config_key(config), number)
+
+    def _measure(self, trial: optuna.Trial, config: Config, roles: list[str]) -> TaskResult:
+        self.events.trial_started(trial.number, config, roles)
+        plan = build_plan(config, Target(self.session.profile.device_type)).to_json()
+        studies.record_launch(trial, config, plan, roles)
+        spec = trial_spec(self.options, self.prepared, config, plan)
+        if (fault := _injected_fault(self.launched)) is not None:
+            spec.fault = fault
+        storage = self.session.storage
+        heartbeat = _throttled(lambda: storage.record_heartbeat(trial._trial_id), HEARTBEAT_EVERY_S)
+        workdir = self.session.workdir / f"trial-{trial.number:04d}"
+        started = time.monotonic()
+        result = run_task(spec, workdir, Limits(self.options.trial_timeout_s, self.deadline), on_tick=heartbeat)
+        duration = time.monotonic() - started
+        studies.record_result(self.study, trial, result, duration)
+        if result.outcome == Outcome.BUDGET:
+            self._release(config, trial.number)  # never measured: a later run may take it
+        if result.excludes:
+            self.space = _exclude(self.study, self.session.space, result)
+        self.spending.add_trial(result, duration)
+        self.launched += 1
+        self.events.trial_finished(TrialRecord.from_frozen(self.study.get_trials(deepcopy=False)[trial.number]))
+        return result
+
+
+def overrun_reason(config: Config, history: list[TrialRecord], seconds_left: float) -> str | None:
+    """Why a trial of this configuration must not start with this much budget left, or None."""
+    expected = expected_duration_s(config, history)
+    if expected is not None and expected > seconds_left:
+        return f"budget nearly used up: a trial like this takes about {expected:.0f}s and {seconds_left:.0f}s are left"
     return None
 
 
-def _expected_trial_s(study: optuna.Study) -> float | None:
-    durations = [
-        trial.user_attrs["duration_s"]
-        for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-        if "duration_s" in trial.user_attrs
-    ]
+def expected_duration_s(config: Config, history: list[TrialRecord]) -> float | None:
+    """Median duration of finished trials that compile and batch as this one does, else of all of them."""
+    finished = [r for r in history if r.duration_s is not None and r.outcome not in (None, Outcome.BUDGET)]
+
+    def kind(values: Config) -> tuple:
+        return values.get("compile", "off") != "off", values.get("batching"), values.get("quantization")
+
+    alike = [r.duration_s for r in finished if kind(r.config) == kind(config)]
+    durations = alike or [r.duration_s for r in finished]
     return statistics.median(durations) if durations else None
 
 
-def _next_trial(study: optuna.Study, space: SearchSpace) -> tuple[optuna.Trial, Config, list[str]] | None:
-    """Ask Optuna for a configuration that may run and was not measured; None when none is left."""
-    seen = studies.measured_keys(study)
-    for _ in range(MAX_CONSECUTIVE_SKIPS):
-        trial = study.ask()
-        config = space.suggest(trial)
-        reason = space.violation(config)
-        if reason is None and config_key(config) in seen:
-            reason = f"same configuration as trial #{seen[config_key(config)]}"
-        if reason is None:
-            return trial, config, list(trial.user_attrs.get("roles", ["search"]))
-        studies.record_skip(study, trial, config, reason)
-    untried = [config for config in space.configurations() if config_key(config) not in seen]
-    if not untried:
-        return None
-    # The sampler keeps proposing known or forbidden configurations: take an untried one at random.
-    study.enqueue_trial(random.choice(untried), user_attrs={"roles": ["search"]})
-    trial = study.ask()
-    return trial, space.suggest(trial), ["search"]
+def _injected_fault(launch_index: int) -> dict[str, str] | None:
+    """Tests make the n-th trial of a run (from 0) fail for real.
 
-
-def _measure(
-    session: _Session,
-    study: optuna.Study,
-    trial: optuna.Trial,
-    config: Config,
-    roles: list[str],
-    prepared: Prepared,
-    deadline: float | None,
-) -> tuple[TaskResult, float]:
-    options = session.options
-    plan = build_plan(config, Target(session.profile.device_type)).to_json()
-    studies.record_launch(trial, config, plan, roles)
-    spec = trial_spec(options, prepared, config, plan)
-    heartbeat = _throttled(lambda: session.storage.record_heartbeat(trial._trial_id), HEARTBEAT_EVERY_S)
-    started = time.monotonic()
-    workdir = session.workdir / f"trial-{trial.number:04d}"
-    result = run_task(spec, workdir, Limits(options.trial_timeout_s, deadline), on_tick=heartbeat)
-    duration = time.monotonic() - started
-    studies.record_result(study, trial, result, duration)
-    return result, duration
+    AUTOTUNE_INJECT_FAULTS='{"3": {"phase": "load", "kind": "hang"}}' makes the fourth trial hang while loading.
+    """
+    faults = os.environ.get("AUTOTUNE_INJECT_FAULTS")
+    return json.loads(faults).get(str(launch_index)) if faults else None
 
 
 def _exclude(study: optuna.Study, space: SearchSpace, result: TaskResult) -> SearchSpace:

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import optuna
+from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.errors import StudyMismatchError, UserError
@@ -56,6 +58,7 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
             engine_kwargs=engine_kwargs,
             heartbeat_interval=HEARTBEAT_INTERVAL_S,
             grace_period=GRACE_PERIOD_S,
+            heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=1),
         )
     except Exception as error:  # SQLAlchemy raises many kinds: a bad URL, a missing driver, a refused connection
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
@@ -125,13 +128,19 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def create_study(storage: optuna.storages.BaseStorage, name: str, settings: StudySettings, seed: int | None):
-    study = optuna.create_study(
-        study_name=name,
-        storage=storage,
-        directions=[metric.direction for metric in OBJECTIVES],
-        sampler=make_sampler(seed),
-    )
+def create_study(
+    storage: optuna.storages.BaseStorage, name: str, settings: StudySettings, seed: int | None
+) -> optuna.Study | None:
+    """A new study with its settings; None when another process created one of that name first."""
+    try:
+        study = optuna.create_study(
+            study_name=name,
+            storage=storage,
+            directions=[metric.direction for metric in OBJECTIVES],
+            sampler=make_sampler(seed),
+        )
+    except optuna.exceptions.DuplicatedStudyError:
+        return None
     study.set_user_attr(SETTINGS_ATTR, settings.to_json())
     return study
 
@@ -149,6 +158,14 @@ def stored_settings(study: optuna.Study) -> StudySettings:
     if data is None:
         raise UserError(f"study {study.study_name!r} was not created by autotune; pass another --study")
     return StudySettings.from_json(data)
+
+
+def wait_for_settings(study: optuna.Study, timeout_s: float = 30.0) -> StudySettings:
+    """The settings of a study that another process has just created (it stores them right after)."""
+    deadline = time.monotonic() + timeout_s
+    while SETTINGS_ATTR not in study.user_attrs and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return stored_settings(study)
 
 
 def update_settings(study: optuna.Study, settings: StudySettings) -> None:
@@ -177,10 +194,13 @@ class TrialRecord:
     duration_s: float | None
     pid: int | None
     log_tail: str
+    config_key: str | None = None
+    interrupted: bool = False  # its process died while it ran: failed without an outcome
 
     @property
     def launched(self) -> bool:
-        return self.skipped is None
+        """Given to a worker: not skipped before launch, not still waiting in the queue."""
+        return self.skipped is None and self.state != "WAITING"
 
     @property
     def complete(self) -> bool:
@@ -190,13 +210,22 @@ class TrialRecord:
     def from_frozen(cls, trial: FrozenTrial) -> TrialRecord:
         attrs = trial.user_attrs
         duration = attrs.get("duration_s")
+        interrupted = trial.state == TrialState.FAIL and "outcome" not in attrs and "config_key" in attrs
+        outcome, message = attrs.get("outcome"), attrs.get("message", "")
+        if interrupted:
+            owner = attrs.get("owner") or {}
+            outcome = Outcome.CRASHED.value
+            message = (
+                f"interrupted: its process (pid {owner.get('pid')} on {owner.get('host')}) died or stopped "
+                "sending heartbeats before the trial finished; retried once"
+            )
         return cls(
             number=trial.number,
             state=trial.state.name,
             config=attrs.get("config") or dict(trial.params),
             roles=tuple(attrs.get("roles", ())),
-            outcome=attrs.get("outcome"),
-            message=attrs.get("message", ""),
+            outcome=outcome,
+            message=message,
             phase=attrs.get("phase"),
             metrics=attrs.get("metrics", {}),
             timings=attrs.get("timings", {}),
@@ -206,6 +235,8 @@ class TrialRecord:
             duration_s=duration,
             pid=attrs.get("pid"),
             log_tail=attrs.get("log_tail", ""),
+            config_key=attrs.get("config_key"),
+            interrupted=interrupted,
         )
 
 
@@ -216,15 +247,14 @@ def records(study: optuna.Study) -> list[TrialRecord]:
 def measured_keys(study: optuna.Study) -> dict[str, int]:
     """Configurations already launched (or running elsewhere) -> the trial number that has them.
 
-    A trial stopped by the budget does not count: its configuration was never measured.
+    A trial stopped by the budget, or interrupted by the death of its process, does not count: its
+    configuration was never measured.
     """
     seen: dict[str, int] = {}
-    for trial in study.get_trials(deepcopy=False):
-        attrs = trial.user_attrs
-        if "config_key" not in attrs or attrs.get("skipped") or attrs.get("outcome") == Outcome.BUDGET:
-            continue
-        if trial.state in (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING):
-            seen.setdefault(attrs["config_key"], trial.number)
+    for record in records(study):
+        unmeasured = record.outcome == Outcome.BUDGET or record.interrupted or record.skipped
+        if record.config_key and not unmeasured and record.state in ("COMPLETE", "FAIL", "RUNNING"):
+            seen.setdefault(record.config_key, record.number)
     return seen
 
 

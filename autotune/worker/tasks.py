@@ -97,8 +97,8 @@ def _configure(spec: TaskSpec) -> None:
 def _prepare(spec: TaskSpec, phases: Phases) -> TaskResult:
     with phases("resolve"):
         model = replace(spec.model, path=_resolve_model_path(spec))
-        tokenizer = load_tokenizer(model)
         info = _model_info(model)
+        tokenizer = load_tokenizer(model)
     with phases("reference"):
         reference = _ensure_reference(spec, model, tokenizer, info)
     details = {"model_path": model.path, "model": info, "reference": reference}

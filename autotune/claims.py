@@ -1,0 +1,67 @@
+"""Claims: which trial measures which configuration, kept in the study's own database.
+
+A claim is a row with a unique key (study, configuration), so when several search processes or
+workers sample the same configuration at once, the database lets exactly one of them insert it: a
+configuration is never measured twice, on SQLite as on PostgreSQL, on one machine or many. The study
+is identified by Optuna's study id, so a study deleted and created again under its name starts clean.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import sqlalchemy
+from sqlalchemy.exc import IntegrityError
+
+_METADATA = sqlalchemy.MetaData()
+CLAIMS = sqlalchemy.Table(
+    "autotune_claims",
+    _METADATA,
+    sqlalchemy.Column("study_id", sqlalchemy.Integer, primary_key=True),
+    sqlalchemy.Column("config_hash", sqlalchemy.String(64), primary_key=True),
+    sqlalchemy.Column("trial_number", sqlalchemy.Integer, nullable=False),
+)
+
+
+def _hash(config_key: str) -> str:
+    return hashlib.sha256(config_key.encode()).hexdigest()
+
+
+class Claims:
+    def __init__(self, engine: sqlalchemy.engine.Engine, study_id: int) -> None:
+        self.engine = engine
+        self.study_id = study_id
+        try:
+            _METADATA.create_all(engine, checkfirst=True)
+        except sqlalchemy.exc.DatabaseError:  # another process created the table between check and create
+            _METADATA.create_all(engine, checkfirst=True)
+
+    def claim(self, config_key: str, trial_number: int) -> int:
+        """Claim a configuration for a trial; returns the trial that holds it (this one if the claim won)."""
+        try:
+            with self.engine.begin() as connection:
+                row = {"study_id": self.study_id, "config_hash": _hash(config_key), "trial_number": trial_number}
+                connection.execute(CLAIMS.insert().values(**row))
+            return trial_number
+        except IntegrityError:
+            holder = self.holder(config_key)
+            return holder if holder is not None else self.claim(config_key, trial_number)
+
+    def holder(self, config_key: str) -> int | None:
+        with self.engine.connect() as connection:
+            return connection.execute(
+                sqlalchemy.select(CLAIMS.c.trial_number).where(
+                    CLAIMS.c.study_id == self.study_id, CLAIMS.c.config_hash == _hash(config_key)
+                )
+            ).scalar()
+
+    def release(self, config_key: str, trial_number: int) -> None:
+        """Give a configuration back (its trial was interrupted or stopped by the budget, never measured)."""
+        with self.engine.begin() as connection:
+            connection.execute(
+                CLAIMS.delete().where(
+                    CLAIMS.c.study_id == self.study_id,
+                    CLAIMS.c.config_hash == _hash(config_key),
+                    CLAIMS.c.trial_number == trial_number,
+                )
+            )

@@ -1,0 +1,206 @@
+"""Never lose a trial: real faults inside real searches on the demo model, a killed search, the budget,
+and two searches sharing one SQLite study.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import optuna
+import psutil
+import pytest
+
+from autotune.study import records
+from autotune.worker.demo_model import ensure_demo_model
+
+pytestmark = pytest.mark.slow
+
+SMALL = ["--model", "demo", "--gpu", "cpu", "--batch-size", "4", "--input-len", "64", "--output-len", "32"]
+
+
+@pytest.fixture
+def env(cache_dir: Path) -> dict[str, str]:
+    ensure_demo_model(cache_dir)  # built once per session, so budgets below measure the search only
+    environment = dict(os.environ)
+    environment["AUTOTUNE_CACHE_DIR"] = str(cache_dir)
+    return environment
+
+
+def search(workdir: Path, env: dict[str, str], *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "autotune", "search", *SMALL, *args]
+    return subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def load(workdir: Path, name: str = "demo-cpu") -> optuna.Study:
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{workdir}/studies/{name}.db")
+
+
+def launched(study: optuna.Study):
+    return [record for record in records(study) if record.launched]
+
+
+def worker_commands_of(pid: int) -> dict[int, list[str]]:
+    """The live worker processes under `pid`, with their command lines."""
+    workers = {}
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return {}
+    for child in children:
+        try:
+            command = child.cmdline()
+        except psutil.Error:  # gone, or a zombie, since the listing
+            continue
+        if "autotune.worker" in command:
+            workers[child.pid] = command
+    return workers
+
+
+def worker_pids_of(pid: int) -> list[int]:
+    return list(worker_commands_of(pid))
+
+
+def test_every_fault_inside_a_trial_is_recorded_and_the_study_goes_on(tmp_path, env):
+    # Trials 0 and 1 are the reference and the baseline; then a hang, an exception, an allocation that
+    # cannot be served, an exit without a result, and a worker killed from outside; then a normal trial.
+    faults = {
+        "2": {"phase": "load", "kind": "hang"},
+        "3": {"phase": "load", "kind": "raise"},
+        "4": {"phase": "warmup", "kind": "oom"},
+        "5": {"phase": "measure", "kind": "exit"},
+        "6": {"phase": "warmup", "kind": "hang"},  # killed from outside, below
+    }
+    env = {**env, "AUTOTUNE_INJECT_FAULTS": json.dumps(faults)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "autotune", "search", *SMALL, "--trials", "8", "--trial-timeout", "25s"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    killed: list[int] = []
+
+    def kill_the_seventh_trials_worker() -> None:
+        while process.poll() is None and not killed:
+            for pid, command in worker_commands_of(process.pid).items():
+                spec = tmp_path / command[-2]
+                if "trial-" in spec.parent.name and json.loads(spec.read_text()).get("fault") == faults["6"]:
+                    time.sleep(1.0)  # let it reach its hang
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+            time.sleep(0.3)
+
+    killer = threading.Thread(target=kill_the_seventh_trials_worker, daemon=True)
+    killer.start()
+    stdout, stderr = process.communicate(timeout=900)
+    assert process.returncode == 0, stdout + stderr
+    assert killed, "the test never found the worker to kill"
+
+    runs = launched(load(tmp_path))
+    assert len(runs) == 8
+    outcomes = [(record.outcome, record.phase) for record in runs]
+    assert outcomes[0][0] == outcomes[1][0] == "ok"
+    assert outcomes[2] == ("timeout", None)
+    assert outcomes[3] == ("error", "load") and "injected failure" in runs[3].message
+    assert outcomes[4][0] == "oom" and "allocate" in runs[4].message
+    assert outcomes[5][0] == "crashed" and "without a result" in runs[5].message
+    assert outcomes[6][0] == "crashed" and "SIGKILL" in runs[6].message
+    assert outcomes[7][0] not in ("timeout", "crashed")  # the study went on with a normal trial
+    for record in runs[2:7]:
+        assert record.state == "FAIL" and record.metrics == {}
+    assert "time spent:" in stdout and "failed trials" in stdout
+
+
+def test_a_killed_search_resumes_and_retries_the_interrupted_trial_once(tmp_path, env):
+    # The third trial hangs, so the search is surely mid-trial when it is killed.
+    hang = {"2": {"phase": "measure", "kind": "hang"}}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "autotune", "search", *SMALL, "--trials", "5"],
+        cwd=tmp_path, env={**env, "AUTOTUNE_INJECT_FAULTS": json.dumps(hang)},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 600
+    workers: list[int] = []
+    while time.monotonic() < deadline:
+        if tmp_path.joinpath("studies", "demo-cpu.db").exists():
+            study = load(tmp_path)
+            done = [r for r in launched(study) if r.complete]
+            running = [t for t in study.get_trials(deepcopy=False) if t.state.name == "RUNNING"]
+            workers = worker_pids_of(process.pid)
+            if len(done) >= 2 and running and workers and "config_key" in running[0].user_attrs:
+                break
+        time.sleep(0.5)
+    else:
+        pytest.fail("the search never reached its third trial")
+    before = {r.number: r for r in launched(load(tmp_path)) if r.complete}
+    interrupted = next(t for t in load(tmp_path).get_trials(deepcopy=False) if t.state.name == "RUNNING")
+
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    gone_by = time.monotonic() + 10
+    while any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in workers):
+        assert time.monotonic() < gone_by, "a worker outlived its search process"
+        time.sleep(0.2)
+
+    completed = search(tmp_path, env, "--trials", "2")
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert f"#{interrupted.number}" in completed.stdout and "retried once" in completed.stdout
+    study = load(tmp_path)
+    after = {t.number: t for t in study.get_trials(deepcopy=False)}
+    assert not [t for t in after.values() if t.state.name in ("RUNNING", "WAITING")]
+    for number, record in before.items():  # every completed trial is still there, unchanged
+        assert after[number].state.name == "COMPLETE" and after[number].user_attrs["metrics"] == record.metrics
+    failed = {r.number: r for r in records(study)}[interrupted.number]
+    assert failed.state == "FAIL" and failed.outcome == "crashed" and failed.interrupted
+    assert "interrupted" in failed.message and str(process.pid) in failed.message
+    retries = [t for t in after.values() if t.system_attrs.get("failed_trial") == interrupted.number]
+    assert len(retries) == 1, "the interrupted configuration must be retried exactly once"
+    retry = {r.number: r for r in records(study)}[retries[0].number]
+    assert retry.config == failed.config and retry.outcome is not None and not retry.interrupted
+    assert "retry" in retry.roles
+
+
+def test_the_budget_is_a_promise(tmp_path, env):
+    # The first trial hangs: it is still running at the deadline, so it must be stopped there.
+    budget_s = 25
+    started = time.monotonic()
+    completed = search(
+        tmp_path, {**env, "AUTOTUNE_INJECT_FAULTS": json.dumps({"0": {"phase": "measure", "kind": "hang"}})},
+        "--budget", f"{budget_s}s",
+    )  # fmt: skip
+    elapsed = time.monotonic() - started
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert elapsed <= budget_s + max(0.05 * budget_s, 30)
+    assert "budget used up" in completed.stdout
+    assert "stopped at the deadline" in completed.stdout
+    runs = launched(load(tmp_path))
+    assert runs[-1].outcome == "budget" and runs[-1].state == "FAIL"
+    assert not [r for r in records(load(tmp_path)) if r.state == "RUNNING"]
+
+    # The next run measures that configuration after all: a stopped trial was never measured.
+    completed = search(tmp_path, env, "--trials", "2")
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    again = [r for r in launched(load(tmp_path))[1:] if r.config == runs[0].config]
+    assert len(again) == 1 and again[0].outcome == "ok" and "reference" in again[0].roles
+
+
+def test_two_searches_on_one_sqlite_study_cooperate(tmp_path, env):
+    command = [sys.executable, "-m", "autotune", "search", *SMALL, "--trials", "3", "--study", "shared"]
+    first = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)
+    second = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for process in (first, second):
+        stdout, stderr = process.communicate(timeout=900)
+        assert process.returncode == 0, stdout + stderr
+    study = load(tmp_path, "shared")
+    runs = launched(study)
+    assert len(runs) == 6, [(r.number, r.outcome) for r in records(study)]
+    keys = [json.dumps(r.config, sort_keys=True) for r in runs]
+    assert len(set(keys)) == len(keys), "a configuration was measured twice"
+    assert all(r.outcome is not None for r in runs), "a write was lost"
+    assert not [t for t in study.get_trials(deepcopy=False) if t.state.name == "RUNNING"]
+    assert len({r.pid for r in runs}) == 6
