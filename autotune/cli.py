@@ -33,6 +33,14 @@ Study = Annotated[str, typer.Option("--study", help="Study name.")]
 Storage = Annotated[
     str | None, typer.Option("--storage", help="Optuna storage URL [default: sqlite:///studies/<study>.db].")
 ]
+Constraints = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--constraint",
+        help='A bound on a figure, repeatable: "peak_memory_gb<=20", "memory<=20GB", "kl<=0.01", '
+        '"throughput>=500", "ttft_ms<=50", "top1>=99%".',
+    ),
+]
 
 SHORT_NAMES = {"attn_implementation": "attn", "cache_implementation": "cache", "quantization": "quant"}
 
@@ -112,16 +120,19 @@ def search(
     output_len: Annotated[int, typer.Option("--output-len", min=2, help="Tokens generated per prompt.")] = 64,
     trial_timeout: Annotated[str, typer.Option("--trial-timeout", help="Kill a trial after this long.")] = "20m",
     seed: Annotated[int | None, typer.Option("--seed", help="Seed of the sampler.")] = None,
+    constraint: Constraints = None,
 ) -> None:
     """Search configurations of MODEL and write the Pareto front to an HTML report.
 
-    Example: autotune search --model demo --trials 8
+    Example: autotune search --model demo --trials 8 --constraint "kl<=0.01"
     """
+    from autotune.constraints import parse_constraints
     from autotune.report import build_report, default_report_path
     from autotune.search import SearchOptions, run_search
 
     if budget is None and trials is None:
         raise UserError("give a budget (--budget 30m) or a number of trials (--trials 20), or both")
+    constraints = parse_constraints(constraint or [])
     options = SearchOptions(
         model=model,
         gpu=gpu,
@@ -137,6 +148,7 @@ def search(
         quality=QualitySpec(),
         trial_timeout_s=parse_duration(trial_timeout, "--trial-timeout"),
         seed=seed,
+        constraints=constraints,
     )
     summary = run_search(options, TrialPrinter(out))
     out.print(

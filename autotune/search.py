@@ -19,6 +19,7 @@ import optuna
 from optuna.storages import fail_stale_trials
 
 from autotune import study as studies
+from autotune.constraints import Constraint, parse_constraints
 from autotune.errors import UserError
 from autotune.profiles import GpuProfile, Hardware, resolve_hardware
 from autotune.results import Candidate, ModelSpec, Outcome, QualitySpec, TaskResult, TaskSpec, WorkloadSpec
@@ -68,6 +69,7 @@ class SearchOptions:
     cache_dir: Path = field(default_factory=default_cache_dir)
     studies_dir: Path = Path("studies")
     seed: int | None = None
+    constraints: list[Constraint] = field(default_factory=list)  # passed to Optuna with trial.set_constraint
 
 
 class SearchEvents(Protocol):
@@ -104,6 +106,8 @@ def run_search(options: SearchOptions, events: SearchEvents) -> SearchSummary:
         f"study {session.name} in {studies.redact(session.storage_url)}: profile {session.profile.name}, "
         f"{session.space.size()} configurations in the space, {stored} trials stored"
     )
+    if session.settings.constraints:
+        events.note(f"constraints: {', '.join(session.settings.constraints)} (feasible trials only on the front)")
     spent = {"prepare": time.monotonic() - started, "measuring": 0.0, "failed": 0.0}
     launched, stop_reason = 0, "trial limit reached"
     space = studies.space_with_exclusions(session.space, study)
@@ -144,6 +148,10 @@ class _Session:
     storage: optuna.storages.RDBStorage | None
     existing: optuna.Study | None
     settings: StudySettings
+
+    @property
+    def constraints(self) -> list[Constraint]:
+        return parse_constraints(self.settings.constraints)
 
     @property
     def profile(self) -> GpuProfile:
@@ -190,13 +198,16 @@ def _open_session(options: SearchOptions, events: SearchEvents) -> _Session:
         space=space.to_json(),
         workload=options.workload.__dict__,
         quality=options.quality.__dict__,
+        constraints=[str(constraint) for constraint in options.constraints],
     )
     storage, existing = None, None
     if not studies.sqlite_file_missing(url):
         storage = studies.open_storage(url)
         existing = studies.find_study(storage, name)
         if existing is not None:
-            settings.check_resumable(studies.stored_settings(existing), name)
+            stored = studies.stored_settings(existing)
+            settings.check_resumable(stored, name)
+            settings.constraints = settings.constraints or stored.constraints  # none given: keep the study's
     return _Session(options, hardware, declared, space, name, url, storage, existing, settings)
 
 
@@ -389,7 +400,7 @@ def _measure(
     workdir = session.workdir / f"trial-{trial.number:04d}"
     result = run_task(spec, workdir, Limits(options.trial_timeout_s, deadline), on_tick=heartbeat)
     duration = time.monotonic() - started
-    studies.record_result(study, trial, result, duration)
+    studies.record_result(study, trial, result, duration, session.constraints)
     return result, duration
 
 

@@ -9,13 +9,16 @@ from __future__ import annotations
 import logging
 import re
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.constraints import Constraint, violations
 from autotune.errors import StudyMismatchError, UserError
 from autotune.metrics import OBJECTIVES
 from autotune.results import Outcome, TaskResult
@@ -94,6 +97,7 @@ class StudySettings:
     workload: dict[str, Any]
     quality: dict[str, Any]
     extra: dict[str, Any] = field(default_factory=dict)  # model info, reference, baseline, environment
+    constraints: list[str] = field(default_factory=list)  # `search --constraint`, as str(Constraint)
 
     BINDING = ("model", "revision", "space_fingerprint", "workload", "quality")
 
@@ -102,7 +106,8 @@ class StudySettings:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> StudySettings:
-        return cls(**{key: data.get(key) for key in cls.__dataclass_fields__ if key != "extra"}, extra=data["extra"])
+        values = {key: data.get(key) for key in cls.__dataclass_fields__ if key not in ("extra", "constraints")}
+        return cls(**values, extra=data["extra"], constraints=list(data.get("constraints") or []))
 
     def check_resumable(self, stored: StudySettings, name: str) -> None:
         """Refuse to resume a study created with other binding settings."""
@@ -117,6 +122,15 @@ class StudySettings:
             raise StudyMismatchError(
                 f"study {name!r} was created for --gpu {stored.profile['name']}, not {self.profile['name']}; "
                 "pass --study NEW_NAME to start a new study"
+            )
+        if self.constraints and sorted(self.constraints) != sorted(stored.constraints):
+            # Optuna keeps each finished trial's constraint values as they were told; new ones would
+            # mix two feasible regions (a trial told without constraints counts as feasible).
+            was = ", ".join(stored.constraints) or "no constraints"
+            raise StudyMismatchError(
+                f"study {name!r} was searched with {was}, not {', '.join(self.constraints)}; repeat the same "
+                "--constraint flags or none to keep them, pass --study NEW_NAME to search with others, "
+                "or apply them afterwards with `autotune best`"
             )
 
 
@@ -177,6 +191,12 @@ class TrialRecord:
     duration_s: float | None
     pid: int | None
     log_tail: str
+    constraints: dict[str, float] = field(default_factory=dict)  # Optuna's values: feasible when all <= 0
+    finished_at: datetime | None = None
+
+    @property
+    def feasible(self) -> bool:
+        return all(value <= 0 for value in self.constraints.values())
 
     @property
     def launched(self) -> bool:
@@ -206,6 +226,8 @@ class TrialRecord:
             duration_s=duration,
             pid=attrs.get("pid"),
             log_tail=attrs.get("log_tail", ""),
+            constraints=dict(trial.constraints),
+            finished_at=trial.datetime_complete,
         )
 
 
@@ -235,8 +257,17 @@ def record_launch(trial: optuna.Trial, config: Config, plan: dict[str, Any], rol
     trial.set_user_attr("roles", roles)
 
 
-def record_result(study: optuna.Study, trial: optuna.Trial, result: TaskResult, duration_s: float) -> None:
-    """Store a result and finish the trial: COMPLETE with objective values, or FAIL with its reason."""
+def record_result(
+    study: optuna.Study,
+    trial: optuna.Trial,
+    result: TaskResult,
+    duration_s: float,
+    constraints: Sequence[Constraint] = (),
+) -> None:
+    """Store a result and finish the trial: COMPLETE with objective values, or FAIL with its reason.
+
+    A complete trial also gets one Optuna constraint value per constraint (feasible when <= 0).
+    """
     trial.set_user_attr("outcome", result.outcome.value)
     trial.set_user_attr("duration_s", duration_s)
     trial.set_user_attr("timings", result.timings)
@@ -245,6 +276,8 @@ def record_result(study: optuna.Study, trial: optuna.Trial, result: TaskResult, 
         trial.set_user_attr("environment", result.environment)
     if result.ok:
         trial.set_user_attr("metrics", result.metrics)
+        for key, value in violations(constraints, result.metrics).items():
+            trial.set_constraint(key, value)
         study.tell(trial, [result.metrics[metric.name] for metric in OBJECTIVES])
         return
     trial.set_user_attr("message", result.message)
