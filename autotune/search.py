@@ -12,6 +12,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -132,7 +133,22 @@ def run_search(options: SearchOptions, events: SearchEvents) -> SearchSummary:
             stop_reason = "budget used up"
             break
     elapsed = time.monotonic() - started
-    return SearchSummary(session.name, session.storage_url, launched, stop_reason, elapsed, spent)
+    summary = SearchSummary(session.name, session.storage_url, launched, stop_reason, elapsed, spent)
+    studies.record_search_run(study, _run_record(options, summary))
+    return summary
+
+
+def _run_record(options: SearchOptions, summary: SearchSummary) -> dict[str, Any]:
+    """What the report's "budget used" needs, stored with the study."""
+    return {
+        "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "budget_s": options.budget_s,
+        "max_trials": options.max_trials,
+        "launched": summary.launched,
+        "elapsed_s": summary.elapsed_s,
+        "spent_s": summary.spent_s,
+        "stop_reason": summary.stop_reason,
+    }
 
 
 @dataclass

@@ -27,6 +27,7 @@ from autotune.space import Config, SearchSpace, config_key
 log = logging.getLogger(__name__)
 
 SETTINGS_ATTR = "autotune"
+RUNS_ATTR = "search_runs"
 HEARTBEAT_INTERVAL_S = 30
 GRACE_PERIOD_S = 120
 
@@ -284,6 +285,15 @@ def record_result(
     trial.set_user_attr("phase", result.phase)
     trial.set_user_attr("log_tail", result.log_tail[-3000:])
     study.tell(trial, state=TrialState.FAIL)
+
+
+def record_search_run(study: optuna.Study, run: dict[str, Any]) -> None:
+    """Add one `autotune search` run (its elapsed time, budget, stop reason) to the study's history."""
+    study.set_user_attr(RUNS_ATTR, [*search_runs(study), run])
+
+
+def search_runs(study: optuna.Study) -> list[dict[str, Any]]:
+    return list(study.user_attrs.get(RUNS_ATTR, []))
 
 
 def record_skip(study: optuna.Study, trial: optuna.Trial, config: Config, reason: str) -> None:
