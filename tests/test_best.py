@@ -63,6 +63,11 @@ def test_nothing_satisfies_says_what_was_asked(known):
     assert "decode throughput >= 300 tok/s" in chosen.why_none()
 
 
+def test_a_study_without_complete_trials_satisfies_nothing():
+    chosen = pick([], [], DEFAULT_GOAL)
+    assert chosen.chosen is None and "no trial of the study has completed" in chosen.why_none()
+
+
 def test_goal_flags():
     assert goal_from_flags(None, None) == DEFAULT_GOAL
     assert str(goal_from_flags(None, "memory")) == "minimize peak_memory_gb"

@@ -254,9 +254,12 @@ def importances(study: optuna.Study) -> Importances:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # small-sample notices; the note below says how far to trust them
         for name, target in _TARGETS.items():
-            raw = optuna.importance.get_param_importances(
-                study, evaluator=evaluator, params=sorted(varied), target=target, normalize=False
-            )
+            try:
+                raw = optuna.importance.get_param_importances(
+                    study, evaluator=evaluator, params=sorted(varied), target=target, normalize=False
+                )
+            except (ValueError, RuntimeError) as error:  # the report must render even so
+                return Importances({}, n, f"not computed: {error}")
             total = sum(raw.values())
             by_objective[name] = {knob: value / total for knob, value in raw.items()} if total > 0 else {}
     note = f"PED-ANOVA over {n} complete trials (top {quantile:.0%} against all)"
