@@ -187,8 +187,15 @@ def _three_d_figure(complete: list[TrialRecord], front: set[int], data: ReportDa
             )
     figure.update_layout(
         title="All three objectives (red: Pareto front)",
-        scene={"xaxis_title": "memory (GB)", "yaxis_title": "tokens/s", "zaxis_title": "KL", "zaxis_type": "log"},
-        height=560,
+        scene={
+            "xaxis_title": "memory (GB)",
+            "yaxis_title": "tokens/s",
+            "zaxis_title": "KL",
+            "zaxis_type": "log",
+            "camera": {"eye": {"x": 1.6, "y": -1.6, "z": 0.8}},  # far enough that no axis is cut off
+        },
+        height=600,
+        margin={"l": 0, "r": 0, "b": 0, "t": 60},
     )
     return figure
 
