@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
@@ -14,7 +15,7 @@ from rich.status import Status
 from rich.table import Table
 
 from autotune.data import load_prompts
-from autotune.errors import UserError
+from autotune.errors import NothingSatisfiesError, UserError
 from autotune.metrics import KL_DIVERGENCE, THROUGHPUT
 from autotune.results import QualitySpec, WorkloadSpec
 from autotune.space import Config
@@ -34,6 +35,14 @@ if not out.is_terminal:  # piped or logged: do not squeeze tables into 80 column
 Study = Annotated[str, typer.Option("--study", help="Study name.")]
 Storage = Annotated[
     str | None, typer.Option("--storage", help="Optuna storage URL [default: sqlite:///studies/<study>.db].")
+]
+Constraints = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--constraint",
+        help='A bound on a figure, repeatable: "peak_memory_gb<=20", "memory<=20GB", "kl<=0.01", '
+        '"throughput>=500", "ttft_ms<=50", "top1>=99%".',
+    ),
 ]
 
 SHORT_NAMES = {"attn_implementation": "attn", "cache_implementation": "cache", "quantization": "quant"}
@@ -143,16 +152,19 @@ def search(
     price: Price = None,
     trial_timeout: TrialTimeout = "20m",
     seed: Annotated[int | None, typer.Option("--seed", help="Seed of the sampler.")] = None,
+    constraint: Constraints = None,
 ) -> None:
     """Search configurations of MODEL and write the Pareto front to an HTML report.
 
-    Example: autotune search --model demo --trials 8
+    Example: autotune search --model demo --trials 8 --constraint "kl<=0.01"
     """
+    from autotune.constraints import parse_constraints
     from autotune.report import build_report, default_report_path
     from autotune.search import SearchOptions, run_search
 
     if budget is None and trials is None:
         raise UserError("give a budget (--budget 30m) or a number of trials (--trials 20), or both")
+    constraints = parse_constraints(constraint or [])
     options = SearchOptions(
         model=model,
         gpu=gpu,
@@ -169,6 +181,7 @@ def search(
         trial_timeout_s=parse_duration(trial_timeout, "--trial-timeout"),
         seed=seed,
         price_per_hour=price,
+        constraints=constraints,
     )
     summary = run_search(options, TrialPrinter(out))
     out.print(
@@ -293,6 +306,115 @@ def report(
     out.print(f"report: {path}")
 
 
+class Format(str, Enum):
+    table = "table"
+    json = "json"
+    python = "python"
+    serve = "serve"
+
+
+@app.command()
+def best(
+    study: Study,
+    storage: Storage = None,
+    max_memory: Annotated[
+        str | None, typer.Option("--max-memory", help="Peak memory at most this: 20GB, 512MB (GB if bare).")
+    ] = None,
+    max_kl: Annotated[float | None, typer.Option("--max-kl", help="KL divergence vs the reference at most.")] = None,
+    min_throughput: Annotated[
+        float | None, typer.Option("--min-throughput", help="Decode throughput at least (tok/s).")
+    ] = None,
+    constraint: Constraints = None,
+    maximize: Annotated[
+        str | None, typer.Option("--maximize", help="What to maximize: throughput (default), top1, ...")
+    ] = None,
+    minimize: Annotated[
+        str | None, typer.Option("--minimize", help="What to minimize: memory, kl, ttft, cost...")
+    ] = None,
+    output: Annotated[Format, typer.Option("--format", help="table, json, python or serve.")] = Format.table,
+) -> None:
+    """Pick one configuration of a study under constraints and print it.
+
+    The study's own --constraint flags from `autotune search` apply too. Exit status 3 when no
+    complete trial satisfies them, so a nightly job can act on it.
+
+    Example: autotune best --study demo-cpu --max-memory 20GB --max-kl 0.01 --format json
+    """
+    from autotune import study as studies
+    from autotune.constraints import parse_constraint, parse_constraints
+    from autotune.pick import goal_from_flags, pick
+    from autotune.report.data import card
+
+    shortcuts = [
+        parse_constraint(f"{name}{op}{value}", f"{flag} {str(value)!r}")
+        for flag, name, op, value in (
+            ("--max-memory", "memory", "<=", max_memory),
+            ("--max-kl", "kl", "<=", max_kl),
+            ("--min-throughput", "throughput", ">=", min_throughput),
+        )
+        if value is not None
+    ]
+    asked = parse_constraints([*map(str, shortcuts), *(constraint or [])])
+    goal = goal_from_flags(maximize, minimize)
+    url = storage or studies.default_storage(study)
+    stored = studies.load_stored_study(url, study)
+    settings = studies.stored_settings(stored)
+    records = studies.records(stored)
+    chosen = pick(records, parse_constraints([*settings.constraints, *map(str, asked)]), goal)
+    if chosen.chosen is None:
+        raise NothingSatisfiesError(chosen.why_none())
+    baseline = next((r for r in records if "baseline" in r.roles and r.complete), None)
+    deploy = card(chosen.chosen, settings, baseline)
+    if output == Format.python:
+        typer.echo(deploy.python, nl=False)
+    elif output == Format.serve:
+        typer.echo(deploy.serve)
+    elif output == Format.json:
+        typer.echo(json.dumps(_best_document(study, chosen, deploy), indent=2))
+    else:
+        _print_best(study, chosen, deploy)
+
+
+def _best_document(study_name: str, chosen, deploy) -> dict:
+    record = chosen.chosen
+    return {
+        "study": study_name,
+        "trial": record.number,
+        "goal": str(chosen.goal),
+        "constraints": [str(c) for c in chosen.constraints],
+        "complete_trials": chosen.considered,
+        "feasible_trials": len(chosen.feasible),
+        "on_front": chosen.on_front,
+        "config": record.config,
+        "metrics": record.metrics,
+        "speedup_vs_baseline": deploy.speedup,
+        "memory_saving_vs_baseline": deploy.memory_saving,
+        "deploy": json.loads(deploy.json),
+        "python": deploy.python,
+        "serve": deploy.serve,
+    }
+
+
+def _print_best(study_name: str, chosen, deploy) -> None:
+    from autotune.report.html import card_facts
+
+    record = chosen.chosen
+    asked = ", ".join(c.label for c in chosen.constraints) or "no constraints"
+    out.print(
+        f"study {study_name}: trial #{record.number} ({chosen.goal}; {asked}; "
+        f"{len(chosen.feasible)} of {chosen.considered} complete trials satisfy them)"
+    )
+    table = Table(show_header=False)
+    table.add_column("what")
+    table.add_column("value")
+    table.add_row("configuration", _knobs(record.config))
+    for fact in card_facts(deploy):
+        table.add_row("", fact)
+    table.add_row("serve", deploy.serve)
+    out.print(table)
+    out.print("code: add --format python (or json, serve)")
+
+
 @app.command()
 def gpus() -> None:
     """List the hardware profiles and the GPU detected here."""
@@ -333,6 +455,9 @@ def main() -> None:
     except SearchError as error:
         print(f"autotune: search stopped: {error}", file=sys.stderr)
         sys.exit(1)
+    except NothingSatisfiesError as error:
+        print(f"autotune: nothing satisfies the constraints: {error}", file=sys.stderr)
+        sys.exit(NothingSatisfiesError.EXIT_STATUS)
     except (KeyboardInterrupt, typer.Abort):
         print("autotune: interrupted; the study keeps every finished trial", file=sys.stderr)
         sys.exit(130)

@@ -11,3 +11,9 @@ class SpaceError(UserError):
 
 class StudyMismatchError(UserError):
     """An existing study was created with other settings."""
+
+
+class NothingSatisfiesError(Exception):
+    """`autotune best` found no configuration that satisfies the constraints: exit status 3."""
+
+    EXIT_STATUS = 3

@@ -14,6 +14,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -22,6 +23,7 @@ from optuna.trial import TrialState
 
 from autotune import study as studies
 from autotune.claims import Claims
+from autotune.constraints import Constraint, parse_constraints
 from autotune.errors import UserError
 from autotune.paths import default_cache_dir, default_space_path
 from autotune.profiles import GpuProfile, Hardware, resolve_hardware
@@ -64,6 +66,7 @@ class SearchOptions:
     studies_dir: Path = Path("studies")
     seed: int | None = None
     price_per_hour: float | None = None  # overrides the profile's price
+    constraints: list[Constraint] = field(default_factory=list)  # passed to Optuna with trial.set_constraint
 
 
 class SearchEvents(Protocol):
@@ -105,9 +108,24 @@ def run_search(options: SearchOptions, events: SearchEvents) -> SearchSummary:
     stop_reason = search.run()
     elapsed = time.monotonic() - started
     search.spending.add("overhead", elapsed - sum(search.spending.seconds.values()))
-    return SearchSummary(
+    summary = SearchSummary(
         session.name, session.storage_url, search.launched, stop_reason, elapsed, search.spending.seconds
     )
+    studies.record_search_run(search.study, _run_record(options, summary))
+    return summary
+
+
+def _run_record(options: SearchOptions, summary: SearchSummary) -> dict[str, Any]:
+    """What the report's "budget used" needs, stored with the study."""
+    return {
+        "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "budget_s": options.budget_s,
+        "max_trials": options.max_trials,
+        "launched": summary.launched,
+        "elapsed_s": summary.elapsed_s,
+        "spent_s": summary.spent_s,
+        "stop_reason": summary.stop_reason,
+    }
 
 
 @dataclass
@@ -144,6 +162,10 @@ class _Session:
     existing: optuna.Study | None
     settings: StudySettings
     claims: Claims | None = None
+
+    @property
+    def constraints(self) -> list[Constraint]:
+        return parse_constraints(self.settings.constraints)
 
     @property
     def profile(self) -> GpuProfile:
@@ -202,13 +224,16 @@ def _open_session(options: SearchOptions, events: SearchEvents) -> _Session:
         space=space.to_json(),
         workload=options.workload.__dict__,
         quality=options.quality.__dict__,
+        constraints=[str(constraint) for constraint in options.constraints],
     )
     storage, existing = None, None
     if not studies.sqlite_file_missing(url):
         storage = studies.open_storage(url)
         existing = studies.find_study(storage, name)
         if existing is not None:
-            settings.check_resumable(studies.stored_settings(existing), name)
+            stored = studies.stored_settings(existing)
+            settings.check_resumable(stored, name)
+            settings.constraints = settings.constraints or stored.constraints  # none given: keep the study's
     return _Session(options, hardware, declared, space, name, url, storage, existing, settings)
 
 
@@ -470,7 +495,7 @@ class _Search:
         started = time.monotonic()
         result = run_task(spec, workdir, Limits(self.options.trial_timeout_s, self.deadline), on_tick=heartbeat)
         duration = time.monotonic() - started
-        studies.record_result(self.study, trial, result, duration)
+        studies.record_result(self.study, trial, result, duration, self.session.constraints)
         if result.outcome == Outcome.BUDGET:
             self._release(config, trial.number)  # never measured: a later run may take it
         if result.excludes:

@@ -10,7 +10,9 @@ import logging
 import re
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ import optuna
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.constraints import Constraint, violations
 from autotune.errors import StudyMismatchError, UserError
 from autotune.metrics import OBJECTIVES
 from autotune.results import Outcome, TaskResult
@@ -26,6 +29,7 @@ from autotune.space import Config, SearchSpace, config_key
 log = logging.getLogger(__name__)
 
 SETTINGS_ATTR = "autotune"
+RUNS_ATTR = "search_runs"
 HEARTBEAT_INTERVAL_S = 30
 GRACE_PERIOD_S = 120
 
@@ -97,6 +101,7 @@ class StudySettings:
     workload: dict[str, Any]
     quality: dict[str, Any]
     extra: dict[str, Any] = field(default_factory=dict)  # model info, reference, baseline, environment
+    constraints: list[str] = field(default_factory=list)  # `search --constraint`, as str(Constraint)
 
     BINDING = ("model", "revision", "space_fingerprint", "workload", "quality")
 
@@ -105,7 +110,8 @@ class StudySettings:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> StudySettings:
-        return cls(**{key: data.get(key) for key in cls.__dataclass_fields__ if key != "extra"}, extra=data["extra"])
+        values = {key: data.get(key) for key in cls.__dataclass_fields__ if key not in ("extra", "constraints")}
+        return cls(**values, extra=data["extra"], constraints=list(data.get("constraints") or []))
 
     def check_resumable(self, stored: StudySettings, name: str) -> None:
         """Refuse to resume a study created with other binding settings."""
@@ -120,6 +126,15 @@ class StudySettings:
             raise StudyMismatchError(
                 f"study {name!r} was created for --gpu {stored.profile['name']}, not {self.profile['name']}; "
                 "pass --study NEW_NAME to start a new study"
+            )
+        if self.constraints and sorted(self.constraints) != sorted(stored.constraints):
+            # Optuna keeps each finished trial's constraint values as they were told; new ones would
+            # mix two feasible regions (a trial told without constraints counts as feasible).
+            was = ", ".join(stored.constraints) or "no constraints"
+            raise StudyMismatchError(
+                f"study {name!r} was searched with {was}, not {', '.join(self.constraints)}; repeat the same "
+                "--constraint flags or none to keep them, pass --study NEW_NAME to search with others, "
+                "or apply them afterwards with `autotune best`"
             )
 
 
@@ -196,6 +211,12 @@ class TrialRecord:
     log_tail: str
     config_key: str | None = None
     interrupted: bool = False  # its process died while it ran: failed without an outcome
+    constraints: dict[str, float] = field(default_factory=dict)  # Optuna's values: feasible when all <= 0
+    finished_at: datetime | None = None
+
+    @property
+    def feasible(self) -> bool:
+        return all(value <= 0 for value in self.constraints.values())
 
     @property
     def launched(self) -> bool:
@@ -237,6 +258,8 @@ class TrialRecord:
             log_tail=attrs.get("log_tail", ""),
             config_key=attrs.get("config_key"),
             interrupted=interrupted,
+            constraints=dict(trial.constraints),
+            finished_at=trial.datetime_complete,
         )
 
 
@@ -265,8 +288,17 @@ def record_launch(trial: optuna.Trial, config: Config, plan: dict[str, Any], rol
     trial.set_user_attr("roles", roles)
 
 
-def record_result(study: optuna.Study, trial: optuna.Trial, result: TaskResult, duration_s: float) -> None:
-    """Store a result and finish the trial: COMPLETE with objective values, or FAIL with its reason."""
+def record_result(
+    study: optuna.Study,
+    trial: optuna.Trial,
+    result: TaskResult,
+    duration_s: float,
+    constraints: Sequence[Constraint] = (),
+) -> None:
+    """Store a result and finish the trial: COMPLETE with objective values, or FAIL with its reason.
+
+    A complete trial also gets one Optuna constraint value per constraint (feasible when <= 0).
+    """
     trial.set_user_attr("outcome", result.outcome.value)
     trial.set_user_attr("duration_s", duration_s)
     trial.set_user_attr("timings", result.timings)
@@ -276,12 +308,23 @@ def record_result(study: optuna.Study, trial: optuna.Trial, result: TaskResult, 
     if result.ok:
         trial.set_user_attr("metrics", result.metrics)
         trial.set_user_attr("stats", result.stats)
+        for key, value in violations(constraints, result.metrics).items():
+            trial.set_constraint(key, value)
         study.tell(trial, [result.metrics[metric.name] for metric in OBJECTIVES])
         return
     trial.set_user_attr("message", result.message)
     trial.set_user_attr("phase", result.phase)
     trial.set_user_attr("log_tail", result.log_tail[-3000:])
     study.tell(trial, state=TrialState.FAIL)
+
+
+def record_search_run(study: optuna.Study, run: dict[str, Any]) -> None:
+    """Add one `autotune search` run (its elapsed time, budget, stop reason) to the study's history."""
+    study.set_user_attr(RUNS_ATTR, [*search_runs(study), run])
+
+
+def search_runs(study: optuna.Study) -> list[dict[str, Any]]:
+    return list(study.user_attrs.get(RUNS_ATTR, []))
 
 
 def record_skip(study: optuna.Study, trial: optuna.Trial, config: Config, reason: str) -> None:

@@ -6,9 +6,13 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
+import optuna
 import pytest
+
+from autotune.study import TrialRecord, records
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -56,3 +60,78 @@ def chromium() -> str:
     if path is None:
         pytest.skip("no Chromium installed (Debian package chromium; .ci/run installs it)")
     return path
+
+
+# ------------------------------------------------------------------ the one real search of the suite
+
+DEMO_STUDY = "demo-cpu"
+DEMO_CONSTRAINT = "memory<=40MB"  # steady on CPU: the flex-attention 4-bit trial (about 50 MB) breaks it
+DEMO_SEARCH = [
+    "search",
+    "--model",
+    "demo",
+    "--gpu",
+    "cpu",
+    "--seed",
+    "3",
+    "--batch-size",
+    "4",
+    "--input-len",
+    "64",
+    "--output-len",
+    "32",
+]
+# Runs the real CLI, then tells whether the study process ever imported torch.
+WRAPPER = (
+    "import sys\n"
+    "from autotune.cli import main\n"
+    "sys.argv = ['autotune', *sys.argv[1:]]\n"
+    "try:\n    main()\nexcept SystemExit as stop:\n    code = stop.code\n"
+    "print('TORCH_IMPORTED_BY_STUDY_PROCESS', 'torch' in sys.modules)\n"
+    "sys.exit(code)\n"
+)
+
+
+def run_demo_search(workdir: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", WRAPPER, *DEMO_SEARCH, *args],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
+
+
+@dataclass(frozen=True)
+class DemoSearch:
+    workdir: Path
+    completed: subprocess.CompletedProcess
+    records: list[TrialRecord]  # right after the first run
+    env: dict[str, str]
+
+    @property
+    def storage(self) -> str:
+        return f"sqlite:///{self.workdir}/studies/{DEMO_STUDY}.db"
+
+    @property
+    def report(self) -> Path:
+        return self.workdir / "reports" / f"{DEMO_STUDY}.html"
+
+    def study(self) -> optuna.Study:
+        return optuna.load_study(study_name=DEMO_STUDY, storage=self.storage)
+
+
+@pytest.fixture(scope="session")
+def demo_search(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> DemoSearch:
+    """One real search on the demo model (8 trials under one constraint), shared by the slow tests.
+
+    Tests that add trials (the resume test) run after the ones that read the first run's report.
+    """
+    env = dict(os.environ)
+    env["AUTOTUNE_CACHE_DIR"] = str(cache_dir)
+    workdir = tmp_path_factory.mktemp("search")
+    completed = run_demo_search(workdir, env, "--trials", "8", "--constraint", DEMO_CONSTRAINT)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    search = DemoSearch(workdir, completed, [], env)
+    return DemoSearch(workdir, completed, records(search.study()), env)

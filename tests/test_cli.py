@@ -30,6 +30,8 @@ def assert_one_line_error(completed, contains: str) -> None:
         (["search", "--model", "demo", "--trials", "0"], "--trials"),
         (["search", "--model", "demo", "--trials", "1", "--bogus"], "No such option: --bogus"),
         (["report", "--study", "nothing-here"], "no study named 'nothing-here'"),
+        (["search", "--model", "demo", "--trials", "1", "--constraint", "kl=0.01"], "cannot read constraint 'kl=0.01'"),
+        (["search", "--model", "demo", "--trials", "1", "--constraint", "speed>=5"], "unknown metric 'speed'"),
     ],
 )
 def test_bad_input(tmp_path: Path, cli_env, args, message):

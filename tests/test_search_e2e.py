@@ -12,69 +12,23 @@ import sqlite3
 import subprocess
 import sys
 from html.parser import HTMLParser
-from pathlib import Path
 
 import optuna
 import pytest
 
+from autotune.constraints import parse_constraint
 from autotune.study import records
 
-from .browser import open_page
+from .conftest import DEMO_CONSTRAINT, DEMO_STUDY, DemoSearch, run_demo_search
 
 pytestmark = pytest.mark.slow
 
-STUDY = "demo-cpu"
-SEARCH = [
-    "search",
-    "--model",
-    "demo",
-    "--gpu",
-    "cpu",
-    "--seed",
-    "3",
-    "--batch-size",
-    "4",
-    "--input-len",
-    "64",
-    "--output-len",
-    "32",
-]
-# Runs the real CLI, then tells whether the study process ever imported torch.
-WRAPPER = (
-    "import sys\n"
-    "from autotune.cli import main\n"
-    "sys.argv = ['autotune', *sys.argv[1:]]\n"
-    "try:\n    main()\nexcept SystemExit as stop:\n    code = stop.code\n"
-    "print('TORCH_IMPORTED_BY_STUDY_PROCESS', 'torch' in sys.modules)\n"
-    "sys.exit(code)\n"
-)
-
-
-def run_search(workdir: Path, env: dict[str, str], trials: int) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-c", WRAPPER, *SEARCH, "--trials", str(trials)],
-        cwd=workdir,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1500,
-    )
+STUDY = DEMO_STUDY
 
 
 @pytest.fixture(scope="module")
-def env(cache_dir: Path) -> dict[str, str]:
-    environment = dict(os.environ)
-    environment["AUTOTUNE_CACHE_DIR"] = str(cache_dir)
-    return environment
-
-
-@pytest.fixture(scope="module")
-def first_run(tmp_path_factory: pytest.TempPathFactory, env: dict[str, str]):
-    workdir = tmp_path_factory.mktemp("search")
-    completed = run_search(workdir, env, trials=8)
-    assert completed.returncode == 0, completed.stdout + completed.stderr
-    study = optuna.load_study(study_name=STUDY, storage=f"sqlite:///{workdir}/studies/{STUDY}.db")
-    return workdir, completed, records(study)
+def first_run(demo_search: DemoSearch):
+    return demo_search.workdir, demo_search.completed, demo_search.records
 
 
 def launched(trial_records):
@@ -130,10 +84,10 @@ def test_failed_trials_carry_a_reason_and_no_objective_values(first_run):
         "WHERE t.state = 'FAIL' GROUP BY t.number"
     ).fetchall()
     assert all(count == 0 for _, count in rows)
-    study = optuna.load_study(study_name=STUDY, storage=f"sqlite:///{workdir}/studies/{STUDY}.db")
-    for record in records(study):
+    for record in records(optuna.load_study(study_name=STUDY, storage=f"sqlite:///{workdir}/studies/{STUDY}.db")):
         if record.state == "FAIL":
-            assert record.outcome in {"oom", "timeout", "unsupported", "crashed", "error"} and record.message
+            assert record.outcome in {"oom", "timeout", "unsupported", "crashed", "error", "broken"}
+            assert record.message
 
 
 class _ExternalResources(HTMLParser):
@@ -159,20 +113,36 @@ def test_report_is_self_contained(first_run):
     assert 'id="fig-front"' in html and "Configurations to deploy" in html and "from_pretrained(" in html
 
 
-def test_report_renders_its_front_in_a_browser(first_run, chromium, tmp_path):
-    workdir, _, _ = first_run
-    page = open_page(chromium, workdir / "reports" / f"{STUDY}.html", tmp_path / "profile")
-    assert "main-svg" in page.dom, "plotly drew no figure"
-    assert "Speed vs memory" in page.dom
-    assert page.network_errors == []
+def test_complete_trials_carry_the_constraint_and_the_front_keeps_to_it(first_run, demo_search: DemoSearch):
+    _, completed, trial_records = first_run
+    constraint = parse_constraint(DEMO_CONSTRAINT)
+    assert f"note: constraints: {constraint}" in completed.stdout
+    for record in trial_records:
+        if record.complete:
+            assert record.constraints == {str(constraint): pytest.approx(constraint.violation(record.metrics))}
+            assert record.feasible == constraint.holds(record.metrics)
+    front = {trial.number for trial in demo_search.study().best_trials}
+    assert front and all(constraint.holds(r.metrics) for r in trial_records if r.number in front)
+    assert demo_search.study().user_attrs["autotune"]["constraints"] == [str(constraint)]
+    runs = demo_search.study().user_attrs["search_runs"]
+    assert runs[0]["launched"] == 8 and runs[0]["max_trials"] == 8 and runs[0]["stop_reason"].startswith("8 trials")
 
 
-def test_the_same_command_resumes_the_study(first_run, env):
+def test_resuming_with_another_constraint_is_refused_and_writes_nothing(first_run, demo_search: DemoSearch):
     workdir, _, before = first_run
-    completed = run_search(workdir, env, trials=2)
+    completed = run_demo_search(workdir, demo_search.env, "--trials", "1", "--constraint", "kl<=0.5")
+    assert completed.returncode == 2, completed.stdout + completed.stderr
+    assert f"was searched with {parse_constraint(DEMO_CONSTRAINT)}, not kl_divergence<=0.5" in completed.stderr
+    assert len(records(demo_search.study())) == len(before)
+
+
+def test_the_same_command_resumes_the_study_and_keeps_its_constraint(first_run, demo_search: DemoSearch):
+    workdir, _, before = first_run
+    # No --constraint: the study's own is kept (repeating it is the same; another is refused, above).
+    completed = run_demo_search(workdir, demo_search.env, "--trials", "2")
     assert completed.returncode == 0, completed.stdout + completed.stderr
-    study = optuna.load_study(study_name=STUDY, storage=f"sqlite:///{workdir}/studies/{STUDY}.db")
-    after = records(study)
+    assert f"note: constraints: {parse_constraint(DEMO_CONSTRAINT)}" in completed.stdout
+    after = records(demo_search.study())
     assert len(launched(after)) == 10
     by_number = {record.number: record for record in after}
     for record in launched(before):
@@ -181,18 +151,21 @@ def test_the_same_command_resumes_the_study(first_run, env):
     keys = [json.dumps(record.config, sort_keys=True) for record in launched(after)]
     assert len(set(keys)) == len(keys)
     assert not any("reference" in record.roles for record in launched(after)[8:]), "the reference was measured again"
+    assert all(record.constraints for record in launched(after)[8:] if record.complete)
+    assert len(demo_search.study().user_attrs["search_runs"]) == 2
 
 
-def test_report_command_renders_from_storage(first_run, env, tmp_path):
+def test_report_command_renders_from_storage(first_run, demo_search: DemoSearch, tmp_path):
     workdir, _, _ = first_run
     out = tmp_path / "again.html"
     completed = subprocess.run(
         [sys.executable, "-m", "autotune", "report", "--study", STUDY, "--out", str(out)],
         cwd=workdir,
-        env=env,
+        env=demo_search.env,
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert completed.returncode == 0, completed.stderr
-    assert 'id="fig-front"' in out.read_text()
+    html = out.read_text()
+    assert 'id="fig-front"' in html and "search runs</th><td>2," in html

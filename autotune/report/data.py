@@ -1,29 +1,108 @@
-"""The data behind the report, computed from the study alone (no drawing here)."""
+"""The data behind the report, computed from the study alone (no drawing here).
+
+Each part of the page has one pure function here: the Pareto front and its cards, the importance of
+each knob per objective, the parallel-coordinates axes, the progress of the search (hypervolume and
+best-so-far), the failures by reason, and the environment. The HTML module only draws what these
+return, so tests check figures, not pixels.
+"""
 
 from __future__ import annotations
 
+import math
+import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+import numpy as np
 import optuna
+from optuna._hypervolume import compute_hypervolume
 
 from autotune import study as studies
-from autotune.metrics import KL_DIVERGENCE, PEAK_MEMORY, THROUGHPUT
+from autotune.constraints import Constraint, parse_constraints
+from autotune.metrics import KL_DIVERGENCE, OBJECTIVES, PEAK_MEMORY, THROUGHPUT
 from autotune.report.snippets import json_snippet, python_snippet, serve_command
 from autotune.space.plan import Plan
 from autotune.study import StudySettings, TrialRecord
+from autotune.units import format_duration
+
+KL_FLOOR = 1e-6  # the reference's KL is 0; log scales use log10(max(KL, floor))
+NOT_APPLICABLE = "n/a"  # a knob that does not apply to a configuration (e.g. compile without a static cache)
+
+# Failure outcomes in the order the report shows them, with what each means.
+FAILURE_MEANINGS: dict[str, str] = {
+    "oom": "ran out of memory",
+    "timeout": "still running at the trial timeout, killed with its children",
+    "unsupported": "a package is missing, or transformers refuses the combination",
+    "broken": "ran, but its output is unusable (NaN/inf logits, one token repeated, or empty)",
+    "error": "raised an exception",
+    "crashed": "killed by a signal, or ended without a valid result",
+    "budget": "stopped when the search's budget ran out (not measured)",
+}
 
 
 @dataclass(frozen=True)
 class ParetoCard:
+    """A configuration on the front, with the figures users decide from and the code to deploy it."""
+
     record: TrialRecord
     speedup: float | None  # throughput / baseline throughput
     memory_saving: float | None  # 1 - memory / baseline memory
+    kl: float | None  # KL(reference ‖ this), nats per token; 0 for the reference itself
+    top1_loss: float | None  # 1 - top-1 agreement with the reference
+    perplexity_change: float | None  # perplexity / reference perplexity - 1
+    roofline_fraction: float | None  # share of the profile's peak memory bandwidth, where measured
+    achieved_bandwidth_gb_s: float | None
+    cost_per_million_tokens_usd: float | None
     python: str
     serve: str
     json: str
+
+
+@dataclass(frozen=True)
+class Importances:
+    """How much each knob matters, per objective (PED-ANOVA, Optuna's default evaluator)."""
+
+    by_objective: dict[str, dict[str, float]]  # objective metric name -> knob -> share (sums to 1)
+    trials: int  # complete trials they are computed from
+    note: str  # how far to trust them, or why there are none
+
+
+@dataclass(frozen=True)
+class Axis:
+    label: str
+    values: list[float]
+    ticks: list[str] | None = None  # categorical axis: value i means ticks[i]
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """Parallel coordinates of the complete trials: one axis per knob, then the objectives."""
+
+    numbers: list[int]
+    axes: list[Axis]
+    colour: list[float]  # throughput
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How the front grew, trial by trial: did the budget suffice?"""
+
+    numbers: list[int]  # every launched trial, in order
+    trial_time_s: list[float]  # cumulative time spent in trials
+    hypervolume: list[float]  # of the feasible complete trials so far, as a share of the final one
+    best_throughput: list[float | None]
+    best_memory: list[float | None]
+    last_improvement: int | None  # the trial that last grew the hypervolume
+    verdict: str
+
+
+@dataclass(frozen=True)
+class FailureGroup:
+    outcome: str
+    meaning: str
+    trials: list[TrialRecord]
 
 
 @dataclass
@@ -38,27 +117,30 @@ class ReportData:
     baseline: TrialRecord | None
     reference: TrialRecord | None
     outcomes: dict[str, int]
+    constraints: list[Constraint] = field(default_factory=list)
+    importances: Importances | None = None
+    parallel: Parallel | None = None
+    progress: Progress | None = None
+    failures: list[FailureGroup] = field(default_factory=list)
+    environment: dict[str, str] = field(default_factory=dict)
     generated_at: str = field(default_factory=lambda: datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
 
     @property
     def complete(self) -> list[TrialRecord]:
         return [trial for trial in self.trials if trial.complete]
 
+    @property
+    def infeasible(self) -> list[int]:
+        return [trial.number for trial in self.complete if not trial.feasible]
+
 
 def collect(study: optuna.Study, storage_url: str) -> ReportData:
     settings = studies.stored_settings(study)
     all_records = studies.records(study)
     launched = [record for record in all_records if record.launched and record.outcome is not None]
-    by_number = {record.number: record for record in launched}
-    front = sorted(
-        (by_number[number] for number in studies.pareto_numbers(study) if number in by_number),
-        key=lambda record: -record.metrics[THROUGHPUT.name],
-    )
+    front = pareto_front(study, launched)
     baseline = _with_role(launched, "baseline")
-    model_id = _model_id_for_code(settings)
-    device = settings.extra.get("device", "cuda")
-    max_new_tokens = settings.workload["output_len"]
-    cards = [_card(record, baseline, model_id, device, max_new_tokens) for record in front]
+    reference = _with_role(launched, "reference")
     return ReportData(
         study_name=study.study_name,
         storage=studies.redact(storage_url),
@@ -66,10 +148,16 @@ def collect(study: optuna.Study, storage_url: str) -> ReportData:
         trials=launched,
         skipped=[record for record in all_records if not record.launched],
         pareto=[record.number for record in front],
-        cards=cards,
+        cards=[card(record, settings, baseline) for record in front],
         baseline=baseline,
-        reference=_with_role(launched, "reference"),
+        reference=reference,
         outcomes=dict(Counter(record.outcome for record in launched)),
+        constraints=parse_constraints(settings.constraints),
+        importances=importances(study),
+        parallel=parallel(launched, settings.space),
+        progress=progress(launched),
+        failures=failure_groups(launched),
+        environment=environment(settings, studies.search_runs(study), launched),
     )
 
 
@@ -77,27 +165,50 @@ def _with_role(records: list[TrialRecord], role: str) -> TrialRecord | None:
     return next((record for record in records if role in record.roles and record.complete), None)
 
 
-def _model_id_for_code(settings: StudySettings) -> str:
+# --------------------------------------------------------------------------------- front and cards
+
+
+def pareto_front(study: optuna.Study, launched: list[TrialRecord]) -> list[TrialRecord]:
+    """Optuna's front (`study.best_trials`: feasible trials only when the study has constraints)."""
+    by_number = {record.number: record for record in launched}
+    numbers = {trial.number for trial in study.best_trials}
+    front = [by_number[number] for number in sorted(numbers) if number in by_number]
+    return sorted(front, key=lambda record: -record.metrics[THROUGHPUT.name])
+
+
+def model_id_for_code(settings: StudySettings) -> str:
     """The id to paste: the user's hub id or path; the demo model's cached folder for `demo`."""
     if settings.model == "demo":
         return settings.extra.get("model_path", "demo")
     return settings.model
 
 
-def _card(record: TrialRecord, baseline: TrialRecord | None, model_id: str, device: str, tokens: int) -> ParetoCard:
+def card(record: TrialRecord, settings: StudySettings, baseline: TrialRecord | None) -> ParetoCard:
+    """Figures against the baseline and the reference, and the snippets, for one measured configuration."""
     plan = Plan.from_json(record.plan) if record.plan else Plan()
+    model_id = model_id_for_code(settings)
+    device = settings.extra.get("device", "cuda")
+    m = record.metrics
+    reference_perplexity = (settings.extra.get("reference") or {}).get("perplexity")
+    perplexity = m.get("perplexity")
     return ParetoCard(
         record=record,
         speedup=_ratio(record, baseline, THROUGHPUT.name),
         memory_saving=_saving(record, baseline),
-        python=python_snippet(model_id, plan, device, tokens),
+        kl=m.get(KL_DIVERGENCE.name),
+        top1_loss=None if m.get("top1_agreement") is None else 1 - m["top1_agreement"],
+        perplexity_change=perplexity / reference_perplexity - 1 if perplexity and reference_perplexity else None,
+        roofline_fraction=m.get("roofline_fraction"),
+        achieved_bandwidth_gb_s=m.get("achieved_bandwidth_gb_s"),
+        cost_per_million_tokens_usd=m.get("cost_per_million_tokens_usd"),
+        python=python_snippet(model_id, plan, device, settings.workload["output_len"]),
         serve=serve_command(model_id, plan, device),
         json=json_snippet(model_id, record.config, plan),
     )
 
 
 def _ratio(record: TrialRecord, baseline: TrialRecord | None, metric: str) -> float | None:
-    if baseline is None or not baseline.metrics.get(metric):
+    if baseline is None or not baseline.metrics.get(metric) or record.metrics.get(metric) is None:
         return None
     return record.metrics[metric] / baseline.metrics[metric]
 
@@ -108,4 +219,217 @@ def _saving(record: TrialRecord, baseline: TrialRecord | None) -> float | None:
 
 
 def objective_values(record: TrialRecord) -> dict[str, Any]:
-    return {metric.name: record.metrics.get(metric.name) for metric in (THROUGHPUT, PEAK_MEMORY, KL_DIVERGENCE)}
+    return {metric.name: record.metrics.get(metric.name) for metric in OBJECTIVES}
+
+
+# ------------------------------------------------------------------------------------- importances
+
+# Targets for PED-ANOVA, which takes lower as better: throughput is negated.
+_TARGETS = {
+    THROUGHPUT.name: lambda trial: -trial.values[0],
+    PEAK_MEMORY.name: lambda trial: trial.values[1],
+    KL_DIVERGENCE.name: lambda trial: trial.values[2],
+}
+MIN_TRIALS_FOR_IMPORTANCE = 3
+FEW_TRIALS = 20
+
+
+def importances(study: optuna.Study) -> Importances:
+    """`optuna.importance.get_param_importances` per objective, over the complete trials.
+
+    PED-ANOVA (the default evaluator) compares the best trials with all of them, and takes conditional
+    knobs (compile, cache, max_batch_tokens) into account where they apply. Its default top 10% holds
+    no trial in a short study, so the top quantile is widened to hold at least 3 trials (at most half).
+    """
+    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    n = len(complete)
+    varied = {name for trial in complete for name in trial.distributions}
+    varied = {name for name in varied if len({str(t.params.get(name)) for t in complete}) > 1}
+    if n < MIN_TRIALS_FOR_IMPORTANCE or not varied:
+        why = f"{n} complete trials" if n < MIN_TRIALS_FOR_IMPORTANCE else "no knob took two values"
+        return Importances({}, n, f"not computed: {why}; importances need at least {MIN_TRIALS_FOR_IMPORTANCE}")
+    quantile = min(0.5, max(0.1, 3 / n))
+    evaluator = optuna.importance.PedAnovaImportanceEvaluator(target_quantile=quantile)
+    by_objective = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # small-sample notices; the note below says how far to trust them
+        for name, target in _TARGETS.items():
+            try:
+                raw = optuna.importance.get_param_importances(
+                    study, evaluator=evaluator, params=sorted(varied), target=target, normalize=False
+                )
+            except (ValueError, RuntimeError) as error:  # the report must render even so
+                return Importances({}, n, f"not computed: {error}")
+            total = sum(raw.values())
+            by_objective[name] = {knob: value / total for knob, value in raw.items()} if total > 0 else {}
+    note = f"PED-ANOVA over {n} complete trials (top {quantile:.0%} against all)"
+    if n < FEW_TRIALS:
+        note += f"; with fewer than {FEW_TRIALS} trials, read them as hints"
+    return Importances(by_objective, n, note)
+
+
+# ---------------------------------------------------------------------------- parallel coordinates
+
+
+def parallel(launched: list[TrialRecord], space: dict[str, Any] | None) -> Parallel | None:
+    """One line per complete trial; knobs as categorical axes (`n/a` where a knob does not apply)."""
+    complete = [record for record in launched if record.complete]
+    if not complete:
+        return None
+    knob_values = _knob_values(complete, space)
+    axes = []
+    for knob, values in knob_values.items():
+        ticks = [*values, NOT_APPLICABLE] if any(knob not in r.config for r in complete) else list(values)
+        index = {str(value): i for i, value in enumerate(ticks)}
+        axes.append(Axis(knob, [index[str(r.config.get(knob, NOT_APPLICABLE))] for r in complete], ticks))
+    axes += [
+        Axis("tokens/s", [r.metrics[THROUGHPUT.name] for r in complete]),
+        Axis("peak memory (GB)", [r.metrics[PEAK_MEMORY.name] for r in complete]),
+        Axis("log10 KL", [_log_kl(r.metrics[KL_DIVERGENCE.name]) for r in complete]),
+    ]
+    return Parallel([r.number for r in complete], axes, [r.metrics[THROUGHPUT.name] for r in complete])
+
+
+def _knob_values(complete: list[TrialRecord], space: dict[str, Any] | None) -> dict[str, list[str]]:
+    """Knobs in the space's order, each with its values as strings (space order, then any others seen)."""
+    declared = {knob["name"]: [str(value) for value in knob["values"]] for knob in (space or {}).get("knobs", [])}
+    seen: dict[str, list[str]] = {}
+    for record in complete:
+        for knob, value in record.config.items():
+            seen.setdefault(knob, [])
+            if str(value) not in seen[knob]:
+                seen[knob].append(str(value))
+    order = [knob for knob in declared if knob in seen] + [knob for knob in seen if knob not in declared]
+    return {
+        knob: [v for v in declared.get(knob, []) if v in seen[knob]]
+        + [v for v in seen[knob] if v not in declared.get(knob, [])]
+        for knob in order
+    }
+
+
+def _log_kl(kl: float) -> float:
+    return math.log10(max(kl, KL_FLOOR))
+
+
+# ----------------------------------------------------------------------------------------- progress
+
+
+def loss_vectors(records: list[TrialRecord]) -> np.ndarray:
+    """Objectives as losses (all minimised), scaled to [0, 1] over these trials; KL on a log scale."""
+    raw = np.array(
+        [
+            [-r.metrics[THROUGHPUT.name], r.metrics[PEAK_MEMORY.name], _log_kl(r.metrics[KL_DIVERGENCE.name])]
+            for r in records
+        ],
+        dtype=float,
+    ).reshape(-1, 3)
+    if raw.size == 0:
+        return raw
+    low, high = raw.min(axis=0), raw.max(axis=0)
+    span = np.where(high > low, high - low, 1.0)
+    return (raw - low) / span
+
+
+REFERENCE_POINT = np.full(3, 1.1)
+
+
+def progress(launched: list[TrialRecord]) -> Progress | None:
+    """Hypervolume (Optuna's WFG) of the feasible complete trials after each launched trial."""
+    if not launched:
+        return None
+    usable = [r for r in launched if r.complete and r.feasible]
+    scaled = dict(zip((r.number for r in usable), loss_vectors(usable), strict=True))
+    numbers, times, volumes = [], [], []
+    best_tps: list[float | None] = []
+    best_mem: list[float | None] = []
+    points: list[np.ndarray] = []
+    spent, fastest, leanest = 0.0, None, None
+    for record in launched:
+        spent += record.duration_s or 0.0
+        if record.number in scaled:
+            points.append(scaled[record.number])
+            fastest = max(fastest or 0.0, record.metrics[THROUGHPUT.name])
+            leanest = min(leanest or math.inf, record.metrics[PEAK_MEMORY.name])
+        numbers.append(record.number)
+        times.append(spent)
+        volumes.append(float(compute_hypervolume(np.array(points), REFERENCE_POINT)) if points else 0.0)
+        best_tps.append(fastest)
+        best_mem.append(leanest)
+    final = volumes[-1]
+    shares = [volume / final if final > 0 else 0.0 for volume in volumes]
+    last = next((numbers[i] for i in range(len(volumes) - 1, -1, -1) if _grew(volumes, i)), None)
+    return Progress(numbers, times, shares, best_tps, best_mem, last, _verdict(numbers, last))
+
+
+def _grew(volumes: list[float], i: int) -> bool:
+    previous = volumes[i - 1] if i > 0 else 0.0
+    return volumes[i] > previous * (1 + 1e-9) and volumes[i] > 0
+
+
+def _verdict(numbers: list[int], last: int | None) -> str:
+    if last is None:
+        return "No feasible trial completed: the front is empty."
+    position = numbers.index(last) + 1
+    total = len(numbers)
+    text = f"The front last grew at trial #{last}, the {_ordinal(position)} of {total} launched trials"
+    if total - position < max(2, total // 5):
+        return text + ": it was still growing, so a larger budget would likely find more."
+    return text + f"; the {total - position} trials since found nothing better, so the budget looks sufficient."
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+# ----------------------------------------------------------------------------------------- failures
+
+
+def failure_groups(launched: list[TrialRecord]) -> list[FailureGroup]:
+    """Failed trials by outcome (oom, timeout, unsupported, broken, ...), known outcomes first."""
+    failed = [record for record in launched if record.outcome and record.outcome != "ok"]
+    outcomes = [outcome for outcome in FAILURE_MEANINGS if any(r.outcome == outcome for r in failed)]
+    outcomes += sorted({r.outcome for r in failed} - set(FAILURE_MEANINGS))  # outcomes added later
+    return [
+        FailureGroup(outcome, FAILURE_MEANINGS.get(outcome, outcome), [r for r in failed if r.outcome == outcome])
+        for outcome in outcomes
+    ]
+
+
+# -------------------------------------------------------------------------------------- environment
+
+
+def environment(settings: StudySettings, runs: list[dict[str, Any]], launched: list[TrialRecord]) -> dict[str, str]:
+    """Device, versions, model, constraints and the budget used, as label -> text."""
+    extra = settings.extra
+    rows: dict[str, Any] = {
+        "device": extra.get("device"),
+        "profile": f"{settings.profile['name']}: {settings.profile['description']}",
+        **(extra.get("environment") or {}),
+        "model parameters": (extra.get("model_info") or {}).get("parameters"),
+        "reference configuration": (extra.get("reference") or {}).get("config"),
+        "baseline configuration": (extra.get("baseline") or {}).get("config"),
+        "constraints": ", ".join(settings.constraints) or "none",
+    }
+    rows.update(budget_used(runs, launched))
+    if extra.get("hardware_note"):
+        rows["note"] = extra["hardware_note"]
+    return {key: str(value) for key, value in rows.items() if value is not None}
+
+
+def budget_used(runs: list[dict[str, Any]], launched: list[TrialRecord]) -> dict[str, str]:
+    in_trials = sum(record.duration_s or 0.0 for record in launched)
+    failed = sum(record.duration_s or 0.0 for record in launched if not record.complete)
+    rows = {"time in trials": f"{format_duration(in_trials)} ({format_duration(failed)} of it in failed trials)"}
+    if not runs:
+        return rows
+    elapsed = sum(run.get("elapsed_s", 0.0) for run in runs)
+    rows["search runs"] = f"{len(runs)}, {format_duration(elapsed)} in all"
+    for i, run in enumerate(runs, 1):
+        limits = [f"--budget {format_duration(run['budget_s'])}"] if run.get("budget_s") else []
+        limits += [f"--trials {run['max_trials']}"] if run.get("max_trials") else []
+        rows[f"run {i}"] = (
+            f"{run.get('launched', 0)} trials in {format_duration(run.get('elapsed_s', 0.0))} "
+            f"({', '.join(limits) or 'no limit'}); stopped: {run.get('stop_reason', '?')}"
+        )
+    return rows

@@ -14,11 +14,11 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from autotune.metrics import KL_DIVERGENCE, PEAK_MEMORY, THROUGHPUT
-from autotune.report.data import ParetoCard, ReportData
+from autotune.report.data import KL_FLOOR, FailureGroup, ParetoCard, ReportData
 from autotune.study import TrialRecord
 from autotune.units import format_bytes, format_duration
 
-KL_FLOOR = 1e-6  # the reference's KL is 0; colours use log10(max(KL, floor))
+OBJECTIVE_LABELS = {THROUGHPUT.name: "throughput", PEAK_MEMORY.name: "peak memory", KL_DIVERGENCE.name: "KL"}
 
 
 def write_report(data: ReportData, path: Path) -> Path:
@@ -34,8 +34,11 @@ def render(data: ReportData) -> str:
         _header(data),
         _section("Pareto front", _front_figures(data), "front"),
         _section("Configurations to deploy", _cards(data), "cards"),
+        _section("What matters", _importance_figures(data), "knobs"),
+        _section("Progress of the search", _progress_figure(data), "progress"),
+        _section("Failures", _failures(data), "failures"),
         _section("All trials", _trials_table(data), "trials"),
-        _section("Environment", _environment(data), "environment"),
+        _section("Environment and budget", _environment(data), "environment"),
     ]
     return _PAGE.format(
         title=escape(f"autotune: {data.study_name}"),
@@ -58,7 +61,18 @@ def _header(data: ReportData) -> str:
         f"{workload['input_len']} tokens in, {workload['output_len']} out.</p>"
         f"<p>{len(data.trials)} trials ({counts or 'none'}), {len(data.skipped)} sampled configurations skipped "
         f"before launch; {len(data.pareto)} on the Pareto front. Storage: <code>{escape(data.storage)}</code>. "
-        f"Generated {escape(data.generated_at)}.</p></header>"
+        f"Generated {escape(data.generated_at)}.</p>{_constraints_line(data)}</header>"
+    )
+
+
+def _constraints_line(data: ReportData) -> str:
+    if not data.constraints:
+        return ""
+    items = ", ".join(f"<code>{escape(c.label)}</code>" for c in data.constraints)
+    infeasible = len(data.infeasible)
+    return (
+        f"<p class='constraints'>Searched under {items}: the front holds feasible trials only; "
+        f"{infeasible} complete trial{'s' if infeasible != 1 else ''} broke a constraint.</p>"
     )
 
 
@@ -85,7 +99,7 @@ def _front_figures(data: ReportData) -> str:
         return "<p>No trial completed yet, so there is no front to draw.</p>"
     front = set(data.pareto)
     return _figure_html(_speed_memory_figure(complete, front, data), "fig-front") + _figure_html(
-        _three_d_figure(complete, front), "fig-front-3d"
+        _three_d_figure(complete, front, data), "fig-front-3d"
     )
 
 
@@ -140,13 +154,14 @@ def _speed_memory_figure(complete: list[TrialRecord], front: set[int], data: Rep
     return figure
 
 
-def _three_d_figure(complete: list[TrialRecord], front: set[int]) -> go.Figure:
+def _three_d_figure(complete: list[TrialRecord], front: set[int], data: ReportData) -> go.Figure:
     figure = go.Figure(
         go.Scatter3d(
             x=[r.metrics[PEAK_MEMORY.name] for r in complete],
             y=[r.metrics[THROUGHPUT.name] for r in complete],
             z=[max(r.metrics[KL_DIVERGENCE.name], KL_FLOOR) for r in complete],
             mode="markers",
+            name="trials",
             marker={
                 "size": [8 if r.number in front else 4 for r in complete],
                 "color": ["#d62728" if r.number in front else "#7f7f7f" for r in complete],
@@ -155,10 +170,32 @@ def _three_d_figure(complete: list[TrialRecord], front: set[int]) -> go.Figure:
             hoverinfo="text",
         )
     )
+    for record, label, symbol in ((data.baseline, "baseline", "cross"), (data.reference, "reference", "diamond")):
+        if record is not None:
+            figure.add_trace(
+                go.Scatter3d(
+                    x=[record.metrics[PEAK_MEMORY.name]],
+                    y=[record.metrics[THROUGHPUT.name]],
+                    z=[max(record.metrics[KL_DIVERGENCE.name], KL_FLOOR)],
+                    mode="markers+text",
+                    text=[label],
+                    name=label,
+                    marker={"symbol": symbol, "size": 10, "color": "#1f77b4"},
+                    hovertext=[_hover(record)],
+                    hoverinfo="text",
+                )
+            )
     figure.update_layout(
         title="All three objectives (red: Pareto front)",
-        scene={"xaxis_title": "memory (GB)", "yaxis_title": "tokens/s", "zaxis_title": "KL", "zaxis_type": "log"},
-        height=560,
+        scene={
+            "xaxis_title": "memory (GB)",
+            "yaxis_title": "tokens/s",
+            "zaxis_title": "KL",
+            "zaxis_type": "log",
+            "camera": {"eye": {"x": 1.6, "y": -1.6, "z": 0.8}},  # far enough that no axis is cut off
+        },
+        height=600,
+        margin={"l": 0, "r": 0, "b": 0, "t": 60},
     )
     return figure
 
@@ -176,23 +213,48 @@ def _cards(data: ReportData) -> str:
     return "".join(_card(card, index) for index, card in enumerate(data.cards))
 
 
-def _card(card: ParetoCard, index: int) -> str:
-    record, m = card.record, card.record.metrics
-    facts = [f"{m[THROUGHPUT.name]:.1f} tok/s"]
+def card_facts(card: ParetoCard) -> list[str]:
+    """The card's figures as sentences: speed and memory vs the baseline, quality vs the reference."""
+    m = card.record.metrics
+    speed = f"{m[THROUGHPUT.name]:.1f} tok/s"
     if card.speedup is not None:
-        facts.append(f"{card.speedup:.2f}× the baseline's throughput")
-    facts.append(f"peak memory {format_bytes(m.get('peak_memory_bytes'))}")
+        speed += f": {card.speedup:.2f}× the baseline's throughput"
+    memory = f"peak memory {format_bytes(m.get('peak_memory_bytes', m[PEAK_MEMORY.name] * 1e9))}"
     if card.memory_saving is not None:
-        facts.append(f"{card.memory_saving * 100:+.0f}% memory saved vs baseline")
-    facts.append(f"KL {m[KL_DIVERGENCE.name]:.2e}, top-1 agreement {m.get('top1_agreement', math.nan) * 100:.1f}%")
+        memory += f": {card.memory_saving * 100:+.0f}% memory saved vs the baseline"
+    quality = f"quality loss vs the reference: KL {card.kl:.2e} nats/token" if card.kl is not None else ""
+    if card.top1_loss is not None:
+        quality += f", top-1 disagreement {card.top1_loss * 100:.1f}%"
+    if card.perplexity_change is not None:
+        quality += f", perplexity {_signed_percent(card.perplexity_change)}"
+    facts = [speed, memory, quality]
+    if card.roofline_fraction is not None:
+        bandwidth = card.achieved_bandwidth_gb_s
+        facts.append(
+            f"{card.roofline_fraction * 100:.0f}% of the roofline (peak memory bandwidth)"
+            + (f", {bandwidth:.0f} GB/s achieved" if bandwidth is not None else "")
+        )
+    if card.cost_per_million_tokens_usd is not None:
+        facts.append(f"${card.cost_per_million_tokens_usd:.4g} per 1M generated tokens")
     facts.append(f"ttft {m.get('ttft_s', math.nan) * 1000:.1f} ms, {m.get('tpot_s', math.nan) * 1000:.2f} ms/token")
+    return [fact for fact in facts if fact]
+
+
+def _signed_percent(fraction: float) -> str:
+    text = f"{fraction * 100:+.2f}%"
+    return "0.00%" if text in ("+0.00%", "-0.00%") else text
+
+
+def _card(card: ParetoCard, index: int) -> str:
+    record = card.record
+    facts = card_facts(card)
     roles = f" <span class='role'>{escape(', '.join(record.roles))}</span>" if set(record.roles) - {"search"} else ""
     snippets = "".join(
-        _snippet(f"{kind}-{index}", label, text)
-        for kind, label, text in (
-            ("py", "Python", card.python),
-            ("serve", "transformers serve", card.serve),
-            ("json", "JSON", card.json),
+        _snippet(f"{kind}-{index}", label, text, is_open)
+        for kind, label, text, is_open in (
+            ("py", "Python: from_pretrained + generate", card.python, True),
+            ("serve", "transformers serve", card.serve, True),
+            ("json", "JSON (configuration and keyword arguments)", card.json, False),
         )
     )
     knobs = ", ".join(f"{escape(str(k))}={escape(str(v))}" for k, v in record.config.items())
@@ -202,11 +264,168 @@ def _card(card: ParetoCard, index: int) -> str:
     )
 
 
-def _snippet(element_id: str, label: str, text: str) -> str:
+def _snippet(element_id: str, label: str, text: str, is_open: bool) -> str:
     return (
-        f"<div class='snippet'><div class='bar'>{escape(label)}"
-        f"<button onclick=\"copyText('{element_id}')\">copy</button></div>"
-        f"<pre id='{element_id}'><code>{escape(text)}</code></pre></div>"
+        f"<details class='snippet'{' open' if is_open else ''}><summary class='bar'>{escape(label)}"
+        f"<button onclick=\"copyText('{element_id}', event)\">copy</button></summary>"
+        f"<pre id='{element_id}'><code>{escape(text)}</code></pre></details>"
+    )
+
+
+# ---------------------------------------------------------------------------------- what matters
+
+
+def _importance_figures(data: ReportData) -> str:
+    parts = []
+    importances = data.importances
+    if importances is None or not importances.by_objective:
+        parts.append(f"<p>Knob importances: {escape(importances.note if importances else 'not computed')}.</p>")
+    else:
+        parts.append(_figure_html(_importance_figure(importances.by_objective), "fig-importance"))
+        parts.append(f"<p class='note'>{escape(importances.note)}.</p>")
+    if data.parallel is not None:
+        parts.append(_figure_html(_parallel_figure(data), "fig-parallel"))
+    return "".join(parts)
+
+
+def _importance_figure(by_objective: dict[str, dict[str, float]]) -> go.Figure:
+    knobs = sorted({knob for shares in by_objective.values() for knob in shares})
+    figure = go.Figure()
+    for objective, shares in by_objective.items():
+        figure.add_trace(
+            go.Bar(
+                y=knobs,
+                x=[shares.get(knob, 0.0) for knob in knobs],
+                orientation="h",
+                name=OBJECTIVE_LABELS.get(objective, objective),
+                hovertemplate="%{y}: %{x:.0%}<extra>" + escape(OBJECTIVE_LABELS.get(objective, objective)) + "</extra>",
+            )
+        )
+    figure.update_layout(
+        title="How much each knob matters, per objective (Optuna PED-ANOVA importance)",
+        barmode="group",
+        xaxis={"title": "share of importance", "tickformat": ".0%"},
+        height=160 + 60 * len(knobs),
+        legend={"orientation": "h", "y": -0.25},
+    )
+    return figure
+
+
+def _parallel_figure(data: ReportData) -> go.Figure:
+    assert data.parallel is not None
+    dimensions = []
+    for axis in data.parallel.axes:
+        dimension: dict = {"label": axis.label, "values": axis.values}
+        if axis.ticks is not None:
+            dimension |= {"tickvals": list(range(len(axis.ticks))), "ticktext": [str(t) for t in axis.ticks]}
+            dimension["range"] = [-0.3, len(axis.ticks) - 0.7]
+        dimensions.append(dimension)
+    figure = go.Figure(
+        go.Parcoords(
+            dimensions=dimensions,
+            line={
+                "color": data.parallel.colour,
+                "colorscale": "Viridis",
+                "showscale": True,
+                "colorbar": {"title": "tok/s"},
+            },
+        )
+    )
+    figure.update_layout(
+        title=f"All {len(data.parallel.numbers)} complete trials: knobs and objectives (colour: throughput)",
+        height=480,
+        margin={"l": 80, "r": 80, "t": 90},
+    )
+    return figure
+
+
+# -------------------------------------------------------------------------------------- progress
+
+
+def _progress_figure(data: ReportData) -> str:
+    progress = data.progress
+    if progress is None:
+        return "<p>No trial has run yet.</p>"
+    labels = [f"#{n}" for n in progress.numbers]
+    spent = zip(progress.numbers, progress.trial_time_s, strict=True)
+    hover = [f"after trial #{n}, {format_duration(t)} in trials" for n, t in spent]
+    figure = go.Figure()
+    figure.add_trace(
+        go.Scatter(
+            x=labels,
+            y=progress.hypervolume,
+            name="hypervolume (share of final)",
+            mode="lines+markers",
+            line={"shape": "hv"},
+            hovertext=hover,
+        )
+    )
+    figure.add_trace(
+        go.Scatter(
+            x=labels,
+            y=progress.best_throughput,
+            name="best throughput so far (tok/s)",
+            mode="lines",
+            line={"shape": "hv", "dash": "dot"},
+            yaxis="y2",
+        )
+    )
+    figure.add_trace(
+        go.Scatter(
+            x=labels,
+            y=progress.best_memory,
+            name="lowest peak memory so far (GB)",
+            mode="lines",
+            line={"shape": "hv", "dash": "dash"},
+            yaxis="y3",
+        )
+    )
+    figure.update_layout(
+        title="Hypervolume of the front and best-so-far, trial by trial",
+        xaxis={"title": "launched trials, in order", "type": "category", "domain": [0, 0.86]},
+        yaxis={"title": "hypervolume", "tickformat": ".0%", "range": [0, 1.05]},
+        yaxis2={"title": "tok/s", "overlaying": "y", "side": "right", "showgrid": False, "rangemode": "tozero"},
+        yaxis3={
+            "title": "GB",
+            "overlaying": "y",
+            "side": "right",
+            "position": 0.96,
+            "anchor": "free",
+            "showgrid": False,
+            "rangemode": "tozero",
+        },
+        height=420,
+        legend={"orientation": "h", "y": -0.3},
+    )
+    return _figure_html(figure, "fig-progress") + f"<p class='verdict'>{escape(progress.verdict)}</p>"
+
+
+# -------------------------------------------------------------------------------------- failures
+
+
+def _failures(data: ReportData) -> str:
+    if not data.failures:
+        return "<p>No trial failed.</p>"
+    return "".join(_failure_group(group) for group in data.failures)
+
+
+def _failure_group(group: FailureGroup) -> str:
+    items = []
+    for record in group.trials:
+        where = f" in {escape(record.phase)}" if record.phase else ""
+        log = (
+            f"<details><summary>log tail</summary><pre class='log'>{escape(record.log_tail)}</pre></details>"
+            if record.log_tail
+            else ""
+        )
+        items.append(
+            f"<li><b>#{record.number}</b>{where}: <span class='knobs'>{escape(_config_text(record))}</span>"
+            f"<pre class='error'>{escape(record.message or '(no message)')}</pre>{log}</li>"
+        )
+    count = len(group.trials)
+    return (
+        f"<div class='failure-group' data-outcome='{escape(group.outcome)}'><h3>{escape(group.outcome)}: "
+        f"{count} trial{'s' if count != 1 else ''}</h3><p>{escape(group.meaning)}</p><ul>{''.join(items)}</ul></div>"
     )
 
 
@@ -267,6 +486,9 @@ def _trial_row(record: TrialRecord, on_front: bool) -> str:
         format_duration(record.duration_s) if record.duration_s else "-",
     ]
     details = f"{record.phase or ''}: {record.message}" if record.message else ""
+    broken = [name for name, value in record.constraints.items() if value > 0]
+    if record.complete and broken:
+        details = f"infeasible: breaks {', '.join(broken)}"
     html_cells = "".join(f"<td>{escape(cell)}</td>" for cell in cells)
     outcome_class = escape(record.outcome or "running")
     return f"<tr class='{outcome_class}'>{html_cells}<td class='details'>{escape(details)}</td></tr>"
@@ -277,18 +499,7 @@ def _number(value: float | None, template: str, scale: float = 1.0) -> str:
 
 
 def _environment(data: ReportData) -> str:
-    extra = data.settings.extra
-    rows = {
-        "device": extra.get("device"),
-        "profile": f"{data.settings.profile['name']}: {data.settings.profile['description']}",
-        **{key: value for key, value in (extra.get("environment") or {}).items()},
-        "model parameters": (extra.get("model_info") or {}).get("parameters"),
-        "reference configuration": extra.get("reference", {}).get("config"),
-        "baseline configuration": extra.get("baseline", {}).get("config"),
-    }
-    if extra.get("hardware_note"):
-        rows["note"] = extra["hardware_note"]
-    body = "".join(f"<tr><th>{escape(str(k))}</th><td>{escape(str(v))}</td></tr>" for k, v in rows.items())
+    body = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in data.environment.items())
     return f"<table class='env'>{body}</table>"
 
 
@@ -304,11 +515,19 @@ td.details {{ max-width: 28em; white-space: pre-wrap; word-break: break-word; fo
 .card {{ border: 1px solid #ccc; border-radius: 6px; padding: 0.8em 1.2em; margin: 1em 0; }}
 .knobs {{ font-family: monospace; }} .role {{ background: #eef; border-radius: 4px; padding: 0 6px; font-size: 0.8em; }}
 .snippet pre {{ background: #f6f8fa; padding: 0.8em; overflow-x: auto; margin: 0 0 0.8em 0; }}
-.snippet .bar {{ font-size: 0.8em; color: #555; display: flex; justify-content: space-between; }}
+.snippet .bar {{ font-size: 0.85em; color: #555; cursor: pointer; margin: 0.3em 0; }}
+.snippet .bar button {{ float: right; }}
+pre.error, pre.log {{ background: #fff4f4; padding: 0.5em; white-space: pre-wrap; word-break: break-word;
+  max-height: 16em; overflow-y: auto; }}
+.failure-group h3 {{ color: #b02a2a; margin-bottom: 0.2em; }} .note, .verdict {{ color: #444; }}
+.verdict {{ font-weight: bold; }} .constraints {{ background: #fffbe6; padding: 0.4em; }}
 </style>
 <script type="text/javascript">{plotly}</script>
 <script>
-function copyText(id) {{ navigator.clipboard.writeText(document.getElementById(id).innerText); }}
+function copyText(id, event) {{
+  event.preventDefault();  // the button sits in a <summary>: copy without folding the snippet
+  navigator.clipboard.writeText(document.getElementById(id).innerText);
+}}
 </script>
 </head><body>
 {body}
