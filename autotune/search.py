@@ -203,6 +203,8 @@ class _Session:
             f"study {self.name} in {studies.redact(self.storage_url)}: profile {self.profile.name}, "
             f"{self.space.size()} configurations in the space, {stored} trials stored"
         )
+        if self.settings.constraints:
+            events.note(f"constraints: {', '.join(self.settings.constraints)} (feasible trials only on the front)")
         return study
 
 
