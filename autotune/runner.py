@@ -10,6 +10,7 @@ import contextlib
 import json
 import logging
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -42,27 +43,23 @@ def run_task(
     workdir: Path,
     limits: Limits,
     on_tick: Callable[[], None] | None = None,
+    on_start: Callable[[int], None] | None = None,
 ) -> TaskResult:
-    """Run `spec` in `python -m autotune.worker`; call on_tick about every POLL_S seconds meanwhile.
+    """Run `spec` in a worker process; call on_start with its pid, then on_tick about every POLL_S seconds.
 
+    The worker is forked by the fork server when it runs, else spawned (`python -m autotune.worker`).
     Must be called from a thread that outlives the task: the worker is killed when its parent thread ends.
     """
     workdir.mkdir(parents=True, exist_ok=True)
     spec_path, result_path, log_path = workdir / "spec.json", workdir / "result.json", workdir / "worker.log"
     result_path.unlink(missing_ok=True)
     write_json_atomically(spec_path, spec.to_json())
-    command = [sys.executable, "-m", "autotune.worker", str(spec_path), str(result_path)]
     started = time.monotonic()
-    with log_path.open("wb") as log_file:
-        process = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env=_worker_environment(),
-        )
+    process = FORK_SERVER.launch(spec_path, result_path, log_path) or _spawn(spec_path, result_path, log_path)
+    (workdir / "worker.pid").write_text(str(process.pid))
     try:
+        if on_start is not None:
+            on_start(process.pid)
         stopped = _wait(process, started, limits, on_tick)
     except BaseException:
         _kill_tree(process)
@@ -78,6 +75,126 @@ def run_task(
     return result
 
 
+def _spawn(spec_path: Path, result_path: Path, log_path: Path) -> subprocess.Popen:
+    command = [sys.executable, "-m", "autotune.worker", str(spec_path), str(result_path)]
+    with log_path.open("wb") as log_file:
+        return subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=_worker_environment(),
+        )
+
+
+class ForkedWorker:
+    """A worker forked by the fork server, seen through the same poll/wait as a Popen."""
+
+    def __init__(self, server: ForkServer, pid: int) -> None:
+        self.server = server
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self._read_status(timeout=0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.returncode is None:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout or 0)
+            self._read_status(timeout=left)
+        return self.returncode
+
+    def _read_status(self, timeout: float | None) -> None:
+        message = self.server.read(timeout)
+        if message is None:
+            return
+        if message.get("lost"):  # the server died, and its children with it
+            self.returncode = -signal.SIGKILL
+        elif message.get("pid") == self.pid and "status" in message:
+            self.returncode = os.waitstatus_to_exitcode(message["status"])
+
+
+class ForkServer:
+    """The study process's fork server (autotune.worker.forkserver), started on first use."""
+
+    START_TIMEOUT_S = 120.0
+
+    def __init__(self) -> None:
+        self.process: subprocess.Popen | None = None
+        self.disabled = os.environ.get("AUTOTUNE_FORK_SERVER", "1") == "0"
+
+    def launch(self, spec_path: Path, result_path: Path, log_path: Path) -> ForkedWorker | None:
+        """Fork a worker for this task, or None when no fork server can run (the caller spawns one)."""
+        if self.disabled or not self._running():
+            return None
+        request = {"spec": str(spec_path), "result": str(result_path), "log": str(log_path),
+                   "env": _worker_environment()}  # fmt: skip
+        try:
+            self.process.stdin.write(json.dumps(request) + "\n")
+            self.process.stdin.flush()
+        except OSError:
+            self._stop()
+            return None
+        reply = self.read(self.START_TIMEOUT_S)
+        if reply is None or "pid" not in reply:
+            log.warning("the fork server did not fork (%s); spawning workers instead", reply)
+            self._stop()
+            return None
+        return ForkedWorker(self, reply["pid"])
+
+    def read(self, timeout: float | None) -> dict | None:
+        """The server's next message; {"lost": True} if it died; None if nothing came within `timeout`."""
+        assert self.process is not None and self.process.stdout is not None
+        ready, _, _ = select.select([self.process.stdout], [], [], timeout)
+        if not ready:
+            return None
+        line = self.process.stdout.readline()
+        if not line:
+            self._stop()
+            return {"lost": True}
+        return json.loads(line)
+
+    def _running(self) -> bool:
+        if self.process is not None and self.process.poll() is None:
+            return True
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "autotune.worker.forkserver"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,  # Ctrl-C in the terminal is the study's to handle, not the server's
+                env=_worker_environment(),
+                text=True,
+            )
+        except OSError:
+            self.disabled = True
+            return False
+        ready = self.read(self.START_TIMEOUT_S)
+        if not ready or not ready.get("ready"):
+            log.warning("the fork server did not start; spawning workers instead")
+            self._stop()
+            self.disabled = True
+            return False
+        return True
+
+    def _stop(self) -> None:
+        if self.process is not None:
+            with contextlib.suppress(ProcessLookupError):
+                self.process.kill()
+            self.process.wait()
+        self.process = None
+
+
+FORK_SERVER = ForkServer()
+
+
 def _worker_environment() -> dict[str, str]:
     env = dict(os.environ)
     env[PARENT_PID_VARIABLE] = str(os.getpid())
@@ -89,7 +206,7 @@ def _worker_environment() -> dict[str, str]:
 
 
 def _wait(
-    process: subprocess.Popen, started: float, limits: Limits, on_tick: Callable[[], None] | None
+    process: subprocess.Popen | ForkedWorker, started: float, limits: Limits, on_tick: Callable[[], None] | None
 ) -> Outcome | None:
     """Wait for the worker; stop it at its timeout or at the budget's deadline and say which."""
     while True:
@@ -109,7 +226,7 @@ def _wait(
             return Outcome.TIMEOUT
 
 
-def _kill_tree(process: subprocess.Popen) -> None:
+def _kill_tree(process: subprocess.Popen | ForkedWorker) -> None:
     """SIGTERM the worker's process group and every descendant, then SIGKILL what is left."""
     victims = _descendants(process.pid)
     _signal_group(process.pid, signal.SIGTERM)
@@ -122,7 +239,7 @@ def _kill_tree(process: subprocess.Popen) -> None:
     process.wait()
 
 
-def _kill_leftovers(process: subprocess.Popen) -> None:
+def _kill_leftovers(process: subprocess.Popen | ForkedWorker) -> None:
     """After the worker ended, kill children it left behind in its group (compile workers, ...)."""
     if process.poll() is None:
         _kill_tree(process)
@@ -142,7 +259,9 @@ def _signal_group(pgid: int, signum: int) -> None:
         os.killpg(pgid, signum)
 
 
-def _interpret(process: subprocess.Popen, stopped: Outcome | None, result_path: Path, limits: Limits) -> TaskResult:
+def _interpret(
+    process: subprocess.Popen | ForkedWorker, stopped: Outcome | None, result_path: Path, limits: Limits
+) -> TaskResult:
     if stopped == Outcome.TIMEOUT:
         return TaskResult(
             Outcome.TIMEOUT,

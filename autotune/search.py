@@ -495,7 +495,9 @@ class _Search:
         heartbeat = _throttled(lambda: storage.record_heartbeat(trial._trial_id), HEARTBEAT_EVERY_S)
         workdir = self.session.workdir / f"trial-{trial.number:04d}"
         started = time.monotonic()
-        result = run_task(spec, workdir, Limits(self.options.trial_timeout_s, self.deadline), on_tick=heartbeat)
+        limits = Limits(self.options.trial_timeout_s, self.deadline)
+        on_start = lambda pid: trial.set_user_attr("worker_pid", pid)  # noqa: E731 - which process measures it
+        result = run_task(spec, workdir, limits, on_tick=heartbeat, on_start=on_start)
         duration = time.monotonic() - started
         studies.record_result(self.study, trial, result, duration, self.session.constraints)
         if result.outcome == Outcome.BUDGET:

@@ -46,25 +46,19 @@ def launched(study: optuna.Study):
     return [record for record in records(study) if record.launched]
 
 
-def worker_commands_of(pid: int) -> dict[int, list[str]]:
-    """The live worker processes under `pid`, with their command lines."""
-    workers = {}
+def running_trial(workdir: Path):
+    """The trial now running, with the pid of the worker that measures it, or None."""
+    if not workdir.joinpath("studies", "demo-cpu.db").exists():
+        return None
+    running = [t for t in load(workdir).get_trials(deepcopy=False) if t.state.name == "RUNNING"]
+    return running[0] if running and "worker_pid" in running[0].user_attrs else None
+
+
+def alive(pid: int) -> bool:
     try:
-        children = psutil.Process(pid).children(recursive=True)
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
-        return {}
-    for child in children:
-        try:
-            command = child.cmdline()
-        except psutil.Error:  # gone, or a zombie, since the listing
-            continue
-        if "autotune.worker" in command:
-            workers[child.pid] = command
-    return workers
-
-
-def worker_pids_of(pid: int) -> list[int]:
-    return list(worker_commands_of(pid))
+        return False
 
 
 def test_every_fault_inside_a_trial_is_recorded_and_the_study_goes_on(tmp_path, env):
@@ -86,12 +80,11 @@ def test_every_fault_inside_a_trial_is_recorded_and_the_study_goes_on(tmp_path, 
 
     def kill_the_seventh_trials_worker() -> None:
         while process.poll() is None and not killed:
-            for pid, command in worker_commands_of(process.pid).items():
-                spec = tmp_path / command[-2]
-                if "trial-" in spec.parent.name and json.loads(spec.read_text()).get("fault") == faults["6"]:
-                    time.sleep(1.0)  # let it reach its hang
-                    os.kill(pid, signal.SIGKILL)
-                    killed.append(pid)
+            trial = running_trial(tmp_path)
+            if trial is not None and len(launched(load(tmp_path))) == 7:
+                time.sleep(1.0)  # let it reach its hang
+                os.kill(trial.user_attrs["worker_pid"], signal.SIGKILL)
+                killed.append(trial.user_attrs["worker_pid"])
             time.sleep(0.3)
 
     killer = threading.Thread(target=kill_the_seventh_trials_worker, daemon=True)
@@ -124,25 +117,22 @@ def test_a_killed_search_resumes_and_retries_the_interrupted_trial_once(tmp_path
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     deadline = time.monotonic() + 600
-    workers: list[int] = []
     while time.monotonic() < deadline:
-        if tmp_path.joinpath("studies", "demo-cpu.db").exists():
-            study = load(tmp_path)
-            done = [r for r in launched(study) if r.complete]
-            running = [t for t in study.get_trials(deepcopy=False) if t.state.name == "RUNNING"]
-            workers = worker_pids_of(process.pid)
-            if len(done) >= 2 and running and workers and "config_key" in running[0].user_attrs:
-                break
+        trial = running_trial(tmp_path)
+        if trial is not None and len([r for r in launched(load(tmp_path)) if r.complete]) >= 2:
+            break
         time.sleep(0.5)
     else:
         pytest.fail("the search never reached its third trial")
+    # The worker measuring the trial, and the fork server that forked it: both must die with the search.
+    workers = [trial.user_attrs["worker_pid"], *(child.pid for child in psutil.Process(process.pid).children())]
     before = {r.number: r for r in launched(load(tmp_path)) if r.complete}
     interrupted = next(t for t in load(tmp_path).get_trials(deepcopy=False) if t.state.name == "RUNNING")
 
     process.send_signal(signal.SIGKILL)
     process.wait()
     gone_by = time.monotonic() + 10
-    while any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in workers):
+    while any(alive(pid) for pid in workers):
         assert time.monotonic() < gone_by, "a worker outlived its search process"
         time.sleep(0.2)
 

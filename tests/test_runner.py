@@ -76,19 +76,20 @@ def test_the_budget_deadline_stops_a_running_worker(tmp_path):
 
 
 def test_a_worker_killed_from_outside_is_crashed(tmp_path):
+    worker: list[int] = []
     killed: list[int] = []
 
     def kill_worker_once_started() -> None:
-        if killed:
-            return
-        for child in psutil.Process().children():
-            if "autotune.worker" in " ".join(child.cmdline()):
-                os.kill(child.pid, signal.SIGKILL)
-                killed.append(child.pid)
+        if not killed and worker and time.monotonic() - started > 2:
+            os.kill(worker[0], signal.SIGKILL)
+            killed.append(worker[0])
 
+    started = time.monotonic()
     spec = faulty_spec(tmp_path, "hang", phase="start")
-    result = run_task(spec, tmp_path / "w", Limits(timeout_s=120), on_tick=kill_worker_once_started)
-    assert killed
+    result = run_task(
+        spec, tmp_path / "w", Limits(timeout_s=120), on_tick=kill_worker_once_started, on_start=worker.append
+    )
+    assert killed and result.pid == killed[0]
     assert result.outcome == Outcome.CRASHED
     assert "SIGKILL" in result.message
 

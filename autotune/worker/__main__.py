@@ -1,7 +1,8 @@
 """Entry point of a trial subprocess: python -m autotune.worker SPEC.json RESULT.json
 
 The study process writes the spec, waits with a timeout, and reads the result. This process is the
-only one that imports torch.
+only one that imports torch. The fork server (autotune.worker.forkserver) runs the same `run` in a
+process it forks, so that the libraries are imported once per search instead of once per trial.
 """
 
 from __future__ import annotations
@@ -11,43 +12,52 @@ import json
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 
 PARENT_PID_VARIABLE = "AUTOTUNE_PARENT_PID"
 
 
-def die_with_parent() -> None:
-    """Ask Linux to kill this process when the study process dies (it must spawn from a lasting thread)."""
+def die_with_parent(expected_parent: int | None = None) -> None:
+    """Ask Linux to kill this process when its parent dies (the parent must spawn from a lasting thread)."""
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
     except OSError:
         return
     pr_set_pdeathsig = 1
     libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
-    expected = os.environ.get(PARENT_PID_VARIABLE)
-    if expected and os.getppid() != int(expected):  # the parent died before prctl took effect
+    if expected_parent is None and os.environ.get(PARENT_PID_VARIABLE):
+        expected_parent = int(os.environ[PARENT_PID_VARIABLE])
+    if expected_parent is not None and os.getppid() != expected_parent:  # it died before prctl took effect
         os._exit(1)
 
 
-def main() -> None:
-    die_with_parent()
-    spec_path, result_path = Path(sys.argv[1]), Path(sys.argv[2])
+def run(spec_path: Path, result_path: Path, started_at: float) -> None:
+    """Run the task of `spec_path` and write its result to `result_path`; `started_at` is the process's birth."""
+    import time
+
     raw_spec = json.loads(spec_path.read_text())
     if (raw_spec.get("fault") or {}).get("kind") == "garbage":
         result_path.write_text("{this is not a result")
         return
 
-    import psutil
     import transformers  # noqa: F401 - imported here so that start-up time covers every library import
 
     from autotune.results import TaskSpec, write_json_atomically
     from autotune.worker.tasks import run_task
 
-    startup_s = time.time() - psutil.Process().create_time()
-    result = run_task(TaskSpec.from_json(raw_spec), startup_s)
+    result = run_task(TaskSpec.from_json(raw_spec), time.time() - started_at)
     result.pid = os.getpid()
     write_json_atomically(result_path, result.to_json())
+
+
+def main() -> None:
+    die_with_parent()
+    import psutil
+
+    run(Path(sys.argv[1]), Path(sys.argv[2]), psutil.Process().create_time())
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # the result is written: skip tearing down torch's runtime
 
 
 if __name__ == "__main__":

@@ -1,0 +1,82 @@
+"""A fork server: import torch and transformers once, then fork one fresh process per task.
+
+Every trial still runs in its own process, with its own memory, its own process group and its own
+fate, but it no longer pays the seconds of importing the libraries (benchmarks/trial_overhead.py
+shows the split). The server never initialises CUDA nor starts a thread before forking, which is
+what makes fork safe here; if it ever finds another thread, it refuses and the runner spawns.
+
+Protocol (JSON lines): the runner writes {"spec", "result", "log", "env"}; the server answers
+{"pid": N} once the child runs, then {"pid": N, "status": wait status} when it has ended.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+
+def _preload() -> None:
+    """Import what every trial imports, without running anything (no CUDA, no thread pools)."""
+    import torch  # noqa: F401
+    import transformers  # noqa: F401
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401
+    from transformers.integrations import hub_kernels  # noqa: F401 - the slowest lazy import
+
+    import autotune.worker.tasks  # noqa: F401
+
+
+def _child(request: dict, born: float) -> None:
+    """In the forked process: become a session leader, log to the trial's file, run the task, exit."""
+    from autotune.worker.__main__ import die_with_parent, run
+
+    code = 1
+    try:
+        os.setsid()
+        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.environ.update(request.get("env", {}))
+        die_with_parent(expected_parent=int(request["server"]))
+        run(Path(request["spec"]), Path(request["result"]), born)
+        code = 0
+    except BaseException as error:  # whatever happens, this process must end here
+        print(f"autotune worker: {type(error).__name__}: {error}", file=sys.stderr)
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _send(message: dict) -> None:
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+def main() -> None:
+    from autotune.worker.__main__ import die_with_parent
+
+    die_with_parent()
+    _preload()
+    _send({"ready": True, "pid": os.getpid()})
+    for line in sys.stdin:
+        request = {**json.loads(line), "server": os.getpid()}
+        if threading.active_count() != 1:
+            _send({"refused": "the fork server has started a thread; it cannot fork safely"})
+            continue
+        born = time.time()
+        pid = os.fork()
+        if pid == 0:
+            _child(request, born)
+        _send({"pid": pid})
+        _, status = os.waitpid(pid, 0)
+        _send({"pid": pid, "status": status})
+
+
+if __name__ == "__main__":
+    main()
