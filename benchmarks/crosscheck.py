@@ -1,11 +1,18 @@
 """Cross-check autotune's timer against a timing loop it did not write.
 
-Runs `autotune measure --json` and benchmarks/plain_generate.py (a bare model.generate loop) on the
-same model, configuration and workload shape, alternately, and prints both decode throughputs and
-their ratio. optimum-benchmark would be the natural outside timer, but 0.6.0 cannot import its
-PyTorch backend with transformers 5 (it imports SpecialTokensMixin, which transformers 5 removed).
+Two ways, printed one after the other:
 
-    python benchmarks/crosscheck.py --rounds 3
+1. paired, in one process: autotune's workload timer (the GenerateWorkload and statistics that
+   `autotune measure` runs in its worker) and benchmarks/plain_generate.py's bare generate() loop
+   (no autotune code) take turns on the same model and the same inputs, round after round, so both
+   see the same machine: on a machine whose speed drifts, this is the comparison that means something;
+2. separate processes: `autotune measure --json` and `python benchmarks/plain_generate.py`,
+   alternately, each a fresh process, as a user would run them.
+
+optimum-benchmark would be the natural outside timer, but 0.6.0 cannot import its PyTorch backend
+with transformers 5 (it imports SpecialTokensMixin, which transformers 5 removed).
+
+    python benchmarks/crosscheck.py --rounds 20 --process-rounds 3
 """
 
 from __future__ import annotations
@@ -22,7 +29,40 @@ from autotune.paths import default_cache_dir, demo_model_path
 HERE = Path(__file__).parent
 
 
-def autotune_throughput(args: argparse.Namespace) -> float:
+def paired(args: argparse.Namespace, model_path: str) -> tuple[float, float]:
+    from transformers import AutoTokenizer
+
+    from autotune.results import ModelSpec, WorkloadSpec
+    from autotune.space import Target, build_plan
+    from autotune.space.plan import Plan
+    from autotune.stats import Summary
+    from autotune.worker.loading import load_model
+    from autotune.worker.workload import GenerateWorkload, build_inputs
+
+    sys.path.insert(0, str(HERE))
+    from plain_generate import timed_generate  # the bare loop, with no autotune code
+
+    config = {"dtype": args.dtype, "attn_implementation": args.attn}
+    plan = Plan.from_json(build_plan(config, Target("cpu" if args.gpu == "cpu" else "cuda")).to_json())
+    device = "cpu" if args.gpu == "cpu" else "cuda"
+    model = load_model(ModelSpec(args.model, path=model_path), plan, device)
+    tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left")
+    spec = WorkloadSpec(batch_size=args.batch_size, input_len=args.input_len, output_len=args.output_len)
+    workload = GenerateWorkload(model, plan, build_inputs(tokenizer, spec), spec, tokenizer.pad_token_id)
+    input_ids = workload.input_ids
+    for _ in range(2):
+        workload.run()
+        timed_generate(model, input_ids, args.output_len, 1)
+    ours, theirs = [], []
+    for _ in range(args.rounds):
+        ours.append(workload.run().decode_tok_s)
+        prefill_s = timed_generate(model, input_ids, 1, 1)
+        generate_s = timed_generate(model, input_ids, args.output_len, 1)
+        theirs.append(args.batch_size * (args.output_len - 1) / (generate_s - prefill_s))
+    return Summary.of(ours).p50, Summary.of(theirs).p50
+
+
+def autotune_measure(args: argparse.Namespace) -> float:
     command = [sys.executable, "-m", "autotune", "measure", "--model", args.model, "--gpu", args.gpu, "--json",
                "--set", f"dtype={args.dtype}", "--set", f"attn_implementation={args.attn}",
                "--batch-size", str(args.batch_size), "--input-len", str(args.input_len),
@@ -31,12 +71,19 @@ def autotune_throughput(args: argparse.Namespace) -> float:
     return document["metrics"]["throughput_tok_s"]
 
 
-def plain_throughput(args: argparse.Namespace, model_path: str) -> float:
+def plain_process(args: argparse.Namespace, model_path: str) -> float:
     command = [sys.executable, str(HERE / "plain_generate.py"), model_path, "--dtype", args.dtype,
                "--attn", args.attn, "--device", "cpu" if args.gpu == "cpu" else "cuda",
                "--batch-size", str(args.batch_size), "--input-len", str(args.input_len),
                "--output-len", str(args.output_len)]  # fmt: skip
     return json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout)["decode_tok_s"]
+
+
+def verdict(ours: float, theirs: float) -> str:
+    difference = abs(ours - theirs) / theirs
+    return (
+        f"ratio {ours / theirs:.3f}, difference {difference:.1%} ({'within' if difference <= 0.10 else 'OUTSIDE'} 10%)"
+    )
 
 
 def main() -> None:
@@ -48,20 +95,24 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--input-len", type=int, default=128)
     parser.add_argument("--output-len", type=int, default=64)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=20, help="paired rounds in one process")
+    parser.add_argument("--process-rounds", type=int, default=3, help="rounds of separate processes")
     args = parser.parse_args()
     model_path = str(demo_model_path(default_cache_dir())) if args.model == "demo" else args.model
 
-    ours, theirs = [], []
-    for round_number in range(1, args.rounds + 1):
-        ours.append(autotune_throughput(args))
-        theirs.append(plain_throughput(args, model_path))
-        print(
-            f"round {round_number}: autotune measure {ours[-1]:.1f} tok/s, plain generate loop {theirs[-1]:.1f} tok/s"
-        )
-    a, b = statistics.median(ours), statistics.median(theirs)
-    print(f"median: autotune measure {a:.1f} tok/s, plain generate loop {b:.1f} tok/s, ratio {a / b:.3f}")
-    print(f"difference {abs(a - b) / b:.1%} ({'within' if abs(a - b) / b <= 0.10 else 'OUTSIDE'} 10%)")
+    ours, theirs = paired(args, model_path)
+    print(f"paired, one process, {args.rounds} rounds: autotune's timer {ours:.1f} tok/s, "
+          f"plain generate loop {theirs:.1f} tok/s, {verdict(ours, theirs)}")  # fmt: skip
+    if args.process_rounds:
+        measured, plain = [], []
+        for number in range(1, args.process_rounds + 1):
+            measured.append(autotune_measure(args))
+            plain.append(plain_process(args, model_path))
+            print(f"  separate processes, round {number}: autotune measure {measured[-1]:.1f} tok/s, "
+                  f"plain_generate.py {plain[-1]:.1f} tok/s")  # fmt: skip
+        a, b = statistics.median(measured), statistics.median(plain)
+        print(f"separate processes, medians: autotune measure {a:.1f} tok/s, plain_generate.py {b:.1f} tok/s, "
+              f"{verdict(a, b)}")  # fmt: skip
 
 
 if __name__ == "__main__":
