@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -21,6 +22,9 @@ from autotune.results import QualitySpec, WorkloadSpec
 from autotune.space import Config
 from autotune.study import TrialRecord
 from autotune.units import format_bytes, format_duration, parse_duration
+
+if TYPE_CHECKING:
+    from autotune.compare import Comparison
 
 app = typer.Typer(
     add_completion=False,
@@ -153,6 +157,12 @@ def search(
     trial_timeout: TrialTimeout = "20m",
     seed: Annotated[int | None, typer.Option("--seed", help="Seed of the sampler.")] = None,
     constraint: Constraints = None,
+    devices: Annotated[
+        str | None, typer.Option("--devices", help="One worker per GPU, e.g. 0,1,2,3 (cpu for CPU workers).")
+    ] = None,
+    warm_start: Annotated[
+        str | None, typer.Option("--warm-start", help="Measure this study's Pareto configurations first.")
+    ] = None,
 ) -> None:
     """Search configurations of MODEL and write the Pareto front to an HTML report.
 
@@ -182,6 +192,8 @@ def search(
         seed=seed,
         price_per_hour=price,
         constraints=constraints,
+        devices=[device.strip() for device in devices.split(",")] if devices else None,
+        warm_start=warm_start,
     )
     summary = run_search(options, TrialPrinter(out))
     out.print(
@@ -195,6 +207,125 @@ def search(
     _print_front(summary.study_name, summary.storage)
     path = build_report(summary.study_name, summary.storage, report or default_report_path(summary.study_name))
     out.print(f"report: {path}")
+
+
+@app.command()
+def worker(
+    study: Study,
+    storage: Annotated[str, typer.Option("--storage", help="The study's storage URL (shared by every worker).")],
+    device: Device = None,
+    trials: Annotated[int | None, typer.Option("--trials", min=1, help="Run at most N trials.")] = None,
+    budget: Annotated[str | None, typer.Option("--budget", help="Wall-clock budget: 90s, 30m, 2h.")] = None,
+    trust_remote_code: TrustRemoteCode = False,
+    trial_timeout: TrialTimeout = "20m",
+    run_id: Annotated[str | None, typer.Option("--run-id", hidden=True)] = None,
+) -> None:
+    """Join an existing study as one more worker, on this machine's GPU (or CPU).
+
+    The study's model, space, workload and reference come from storage; the reference outputs are
+    computed once per machine. Example:
+    autotune worker --study qwen-h100 --storage postgresql://tuner@db/studies --device cuda:1
+    """
+    from autotune.runner import PARENT_PID_VARIABLE
+    from autotune.search import SearchOptions, join_study
+
+    if PARENT_PID_VARIABLE in os.environ:  # started by `search --devices`: end with it
+        from autotune.worker.__main__ import die_with_parent
+
+        die_with_parent()
+    options = SearchOptions(
+        model="",
+        device=device,
+        budget_s=parse_duration(budget) if budget else None,
+        max_trials=trials,
+        study_name=study,
+        storage=storage,
+        trust_remote_code=trust_remote_code,
+        trial_timeout_s=parse_duration(trial_timeout, "--trial-timeout"),
+        run_id=run_id,
+    )
+    summary = join_study(options, TrialPrinter(out))
+    out.print(
+        f"worker on study {summary.study_name}: {summary.launched} trials in "
+        f"{format_duration(summary.elapsed_s)} ({summary.stop_reason})"
+    )
+
+
+@app.command()
+def compare(
+    study_a: Annotated[str, typer.Argument(help="The earlier study (e.g. last night's).")],
+    study_b: Annotated[str, typer.Argument(help="The later study.")],
+    storage: Storage = None,
+    storage_b: Annotated[
+        str | None, typer.Option("--storage-b", help="Storage of STUDY_B [default: --storage].")
+    ] = None,
+    threshold: Annotated[str, typer.Option("--threshold", help="Regression that fails: 5%, 0.05.")] = "5%",
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Compare two studies: how each front configuration's figures moved; exit 3 on a regression.
+
+    A regression: at some point of STUDY_A's front, the best throughput STUDY_B reaches with
+    equal-or-better memory and KL (within the threshold) is lower by more than the threshold.
+    """
+    from autotune import study as studies
+    from autotune.compare import compare as compare_studies
+
+    fraction = _fraction(threshold)
+    url_a = storage or studies.default_storage(study_a)
+    url_b = storage_b or storage or studies.default_storage(study_b)
+    a, b = studies.load_stored_study(url_a, study_a), studies.load_stored_study(url_b, study_b)
+    comparison = compare_studies(
+        studies.records(a), studies.pareto_numbers(a), studies.records(b), studies.pareto_numbers(b), fraction
+    )
+    if as_json:
+        print(json.dumps(_comparison_document(study_a, study_b, comparison)))
+    else:
+        _print_comparison(study_a, study_b, comparison)
+    if comparison.regressed:
+        raise typer.Exit(3)
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text.rstrip("%")) / (100 if text.endswith("%") else 1)
+    except ValueError:
+        raise UserError(f"--threshold {text!r} is not a share: write it like 5% or 0.05") from None
+    if not 0 <= value < 1:
+        raise UserError(f"--threshold {text!r} must be between 0% and 100%")
+    return value
+
+
+def _comparison_document(study_a: str, study_b: str, comparison: Comparison) -> dict:
+    return {
+        "before": study_a,
+        "after": study_b,
+        "threshold": comparison.threshold,
+        "regressed": bool(comparison.regressed),
+        "configurations": [movement.__dict__ for movement in comparison.movements],
+        "levels": [{**level.__dict__, "regression": level.regression()} for level in comparison.levels],
+    }
+
+
+def _print_comparison(study_a: str, study_b: str, comparison: Comparison) -> None:
+    table = Table(title=f"{study_a} -> {study_b}: figures of the configurations on either front")
+    for column in ("configuration", "front", "tok/s", "ttft", "memory", "KL"):
+        table.add_column(column)
+    for movement in comparison.movements:
+        changes = movement.change
+        cells = [_change(changes, name) for name in ("throughput_tok_s", "ttft_s", "peak_memory_gb", "kl_divergence")]
+        table.add_row(_knobs(movement.config), "+".join(movement.on_front), *cells)
+    out.print(table)
+    for level in comparison.levels:
+        after = f"{level.best_after:.1f}" if level.best_after is not None else "nothing fits"
+        flag = "REGRESSED" if level in comparison.regressed else "ok"
+        out.print(
+            f"{flag}: at {level.memory_gb:.3g} GB and KL {level.kl:.2e} ({_knobs(level.config)}), best throughput "
+            f"{level.throughput_before:.1f} -> {after} tok/s ({-level.regression():+.1%} or better)"
+        )
+
+
+def _change(changes: dict[str, float], name: str) -> str:
+    return f"{changes[name]:+.1%}" if name in changes else "-"
 
 
 @app.command()

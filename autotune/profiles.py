@@ -148,23 +148,33 @@ class Hardware:
 
 def resolve_hardware(gpu: str, device: str | None) -> Hardware:
     """Pick the profile (`--gpu`, or detect with 'auto') and check it against `--device`."""
-    if device is not None and not (device == "cpu" or device == "cuda" or device.startswith("cuda:")):
-        raise UserError(f"--device {device!r} is not a device: use cpu, cuda or cuda:N")
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    detected = None if device == "cpu" or visible == "" else detect_gpu(device_index(device or "cuda"))
+    detected = _detect(device)
     if gpu == "auto":
-        profile = _auto_profile(detected)
-    elif gpu in PROFILES:
-        profile = PROFILES[gpu]
-    else:
-        raise UserError(f"unknown --gpu {gpu!r}; choose one of: auto, {', '.join(PROFILES)} (see `autotune gpus`)")
+        return hardware_for(_auto_profile(detected), device, detected)
+    if gpu in PROFILES:
+        return hardware_for(PROFILES[gpu], device, detected)
+    raise UserError(f"unknown --gpu {gpu!r}; choose one of: auto, {', '.join(PROFILES)} (see `autotune gpus`)")
+
+
+def hardware_for(profile: GpuProfile, device: str | None, detected: DetectedDevice | None = None) -> Hardware:
+    """Run trials for `profile` on `device` (a worker joining a study gets the study's profile)."""
+    detected = detected if detected is not None else _detect(device)
     if profile.kind == "cuda" and detected is None:
         raise UserError(
-            f"--gpu {gpu} needs a CUDA GPU, but none was found here; use --gpu cpu or run on a machine with a GPU"
+            f"profile {profile.name} needs a CUDA GPU, but none was found here; "
+            "use --gpu cpu or run on a machine with a GPU"
         )
     if device is None:
         device = "cpu" if profile.kind == "cpu" else "cuda:0"
     return Hardware(profile, device, detected, _mismatch_note(profile, detected))
+
+
+def _detect(device: str | None) -> DetectedDevice | None:
+    if device is not None and not (device == "cpu" or device == "cuda" or device.startswith("cuda:")):
+        raise UserError(f"--device {device!r} is not a device: use cpu, cuda or cuda:N")
+    if device == "cpu" or os.environ.get("CUDA_VISIBLE_DEVICES") == "":
+        return None
+    return detect_gpu(device_index(device or "cuda"))
 
 
 def _auto_profile(detected: DetectedDevice | None) -> GpuProfile:

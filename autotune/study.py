@@ -211,6 +211,7 @@ class TrialRecord:
     log_tail: str
     config_key: str | None = None
     interrupted: bool = False  # its process died while it ran: failed without an outcome
+    run_id: str | None = None  # the `search --devices` run whose worker measured it
     constraints: dict[str, float] = field(default_factory=dict)  # Optuna's values: feasible when all <= 0
     finished_at: datetime | None = None
 
@@ -258,6 +259,7 @@ class TrialRecord:
             log_tail=attrs.get("log_tail", ""),
             config_key=attrs.get("config_key"),
             interrupted=interrupted,
+            run_id=attrs.get("run_id"),
             constraints=dict(trial.constraints),
             finished_at=trial.datetime_complete,
         )

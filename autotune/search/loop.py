@@ -1,0 +1,216 @@
+"""The trial loop: ask Optuna for a configuration, claim it, measure it in a worker, tell the result."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import optuna
+
+from autotune import study as studies
+from autotune.recovery import OWNER_ATTR, this_process
+from autotune.results import Outcome, TaskResult
+from autotune.runner import Limits, run_task
+from autotune.search.options import SearchEvents
+from autotune.search.prepare import Prepared, trial_spec
+from autotune.search.session import Session, recover
+from autotune.space import Config, SearchSpace, Target, build_plan, config_key
+from autotune.study import TrialRecord
+
+MAX_CONSECUTIVE_SKIPS = 50
+HEARTBEAT_EVERY_S = 10.0
+
+
+@dataclass
+class Spending:
+    """Where the wall-clock time of a search went."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def add(self, category: str, duration: float) -> None:
+        self.seconds[category] = self.seconds.get(category, 0.0) + duration
+
+    def add_trial(self, result: TaskResult, duration: float) -> None:
+        if result.ok:
+            compiling = min(duration, result.metrics.get("compile_s", 0.0))
+            self.add("compiling", compiling)
+            self.add("measuring", duration - compiling)
+        elif result.outcome == Outcome.BUDGET:
+            self.add("stopped at the deadline", duration)
+        else:
+            self.add("failed trials", duration)
+
+
+class TrialLoop:
+    """Measures trials until the trial limit, the budget or the space runs out."""
+
+    def __init__(
+        self, session: Session, study: optuna.Study, prepared: Prepared, deadline: float | None, events: SearchEvents
+    ) -> None:
+        self.session = session
+        self.options = session.options
+        self.study = study
+        self.prepared = prepared
+        self.deadline = deadline
+        self.events = events
+        self.claims = session.claims
+        self.space = studies.space_with_exclusions(session.space, study)
+        self.spending = Spending()
+        self.launched = 0
+
+    def run(self) -> str:
+        """Measure trials until something stops the search; say what did."""
+        while True:
+            stop = self._limit_reached()
+            if stop:
+                return stop
+            recover(self.study, self.claims, self.events)  # another worker may have died meanwhile
+            picked = self._next_trial()
+            if picked is None:
+                return "every configuration of the space has been measured"
+            trial, config, roles = picked
+            overrun = self._would_overrun(config)
+            if overrun:
+                self._release(config, trial.number)
+                studies.record_skip(self.study, trial, config, overrun)
+                return overrun
+            result = self._measure(trial, config, roles)
+            if result.outcome == Outcome.BUDGET:
+                return "budget used up"
+
+    def _limit_reached(self) -> str | None:
+        if self.options.max_trials is not None and self.launched >= self.options.max_trials:
+            return f"{self.launched} trials run (--trials {self.options.max_trials})"
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            return "budget used up"
+        return None
+
+    def _would_overrun(self, config: Config) -> str | None:
+        """Why this trial must not start: its expected duration (from earlier trials) exceeds the budget left."""
+        if self.deadline is None:
+            return None
+        return overrun_reason(config, studies.records(self.study), self.deadline - time.monotonic())
+
+    def _next_trial(self) -> tuple[optuna.Trial, Config, list[str]] | None:
+        """Ask Optuna for a configuration that may run and that no trial has claimed; None when none is left."""
+        for _ in range(MAX_CONSECUTIVE_SKIPS):
+            trial = self._ask()
+            config = self.space.suggest(trial)
+            reason = self.space.violation(config) or self._claim(config, trial.number)
+            if reason is None:
+                return trial, config, self._roles(trial)
+            studies.record_skip(self.study, trial, config, reason)
+        seen = studies.measured_keys(self.study)
+        untried = [config for config in self.space.configurations() if config_key(config) not in seen]
+        if not untried:
+            return None
+        # The sampler keeps proposing known or forbidden configurations: take an untried one at random.
+        self.study.enqueue_trial(random.choice(untried), user_attrs={"roles": ["search"]})
+        trial = self._ask()
+        config = self.space.suggest(trial)
+        reason = self._claim(config, trial.number)
+        if reason is not None:  # another process took it meanwhile
+            studies.record_skip(self.study, trial, config, reason)
+            return self._next_trial()
+        return trial, config, ["search"]
+
+    def _ask(self) -> optuna.Trial:
+        """A new trial, marked as ours with a first heartbeat at once, so a crash can never leave it RUNNING."""
+        trial = self.study.ask()
+        trial.set_user_attr(OWNER_ATTR, this_process())
+        if self.options.run_id:
+            trial.set_user_attr("run_id", self.options.run_id)
+        self.session.storage.record_heartbeat(trial._trial_id)  # Optuna's Trial has no public id accessor
+        return trial
+
+    def _roles(self, trial: optuna.Trial) -> list[str]:
+        roles = list(trial.user_attrs.get("roles", ["search"]))
+        frozen = self.study.get_trials(deepcopy=False)[trial.number]  # Trial does not show its system attributes
+        if "failed_trial" in frozen.system_attrs and "retry" not in roles:
+            roles.append("retry")
+        return roles
+
+    def _claim(self, config: Config, number: int) -> str | None:
+        holder = self.claims.claim(config_key(config), number)
+        return None if holder == number else f"same configuration as trial #{holder}"
+
+    def _release(self, config: Config, number: int) -> None:
+        self.claims.release(config_key(config), number)
+
+    def _measure(self, trial: optuna.Trial, config: Config, roles: list[str]) -> TaskResult:
+        self.events.trial_started(trial.number, config, roles)
+        plan = build_plan(config, Target(self.session.profile.device_type)).to_json()
+        studies.record_launch(trial, config, plan, roles)
+        spec = trial_spec(self.options, self.prepared, config, plan)
+        if (fault := _injected_fault(self.launched)) is not None:
+            spec.fault = fault
+        storage = self.session.storage
+        heartbeat = _throttled(lambda: storage.record_heartbeat(trial._trial_id), HEARTBEAT_EVERY_S)
+        workdir = self.session.workdir / f"trial-{trial.number:04d}"
+        started = time.monotonic()
+        limits = Limits(self.options.trial_timeout_s, self.deadline)
+        on_start = lambda pid: trial.set_user_attr("worker_pid", pid)  # noqa: E731 - which process measures it
+        result = run_task(spec, workdir, limits, on_tick=heartbeat, on_start=on_start)
+        duration = time.monotonic() - started
+        studies.record_result(self.study, trial, result, duration, self.session.constraints)
+        if result.outcome == Outcome.BUDGET:
+            self._release(config, trial.number)  # never measured: a later run may take it
+        if result.excludes:
+            self.space = _exclude(self.study, self.session.space, result)
+        self.spending.add_trial(result, duration)
+        self.launched += 1
+        self.events.trial_finished(TrialRecord.from_frozen(self.study.get_trials(deepcopy=False)[trial.number]))
+        return result
+
+
+def overrun_reason(config: Config, history: list[TrialRecord], seconds_left: float) -> str | None:
+    """Why a trial of this configuration must not start with this much budget left, or None."""
+    expected = expected_duration_s(config, history)
+    if expected is not None and expected > seconds_left:
+        return f"budget nearly used up: a trial like this takes about {expected:.0f}s and {seconds_left:.0f}s are left"
+    return None
+
+
+def expected_duration_s(config: Config, history: list[TrialRecord]) -> float | None:
+    """Median duration of finished trials that compile and batch as this one does, else of all of them."""
+    finished = [r for r in history if r.duration_s is not None and r.outcome not in (None, Outcome.BUDGET)]
+
+    def kind(values: Config) -> tuple:
+        return values.get("compile", "off") != "off", values.get("batching"), values.get("quantization")
+
+    alike = [r.duration_s for r in finished if kind(r.config) == kind(config)]
+    durations = alike or [r.duration_s for r in finished]
+    return statistics.median(durations) if durations else None
+
+
+def _injected_fault(launch_index: int) -> dict[str, str] | None:
+    """Tests make the n-th trial of a run (from 0) fail for real.
+
+    AUTOTUNE_INJECT_FAULTS='{"3": {"phase": "load", "kind": "hang"}}' makes the fourth trial hang while loading.
+    """
+    faults = os.environ.get("AUTOTUNE_INJECT_FAULTS")
+    return json.loads(faults).get(str(launch_index)) if faults else None
+
+
+def _exclude(study: optuna.Study, space: SearchSpace, result: TaskResult) -> SearchSpace:
+    assert result.excludes is not None
+    knob, value = result.excludes["knob"], result.excludes["value"]
+    studies.add_exclusion(study, knob, value, f"{knob}={value} cannot run here: {result.message.splitlines()[0]}")
+    return studies.space_with_exclusions(space, study)
+
+
+def _throttled(action: Callable[[], None], every_s: float) -> Callable[[], None]:
+    last = [0.0]
+
+    def tick() -> None:
+        now = time.monotonic()
+        if now - last[0] >= every_s:
+            last[0] = now
+            action()
+
+    return tick

@@ -1,0 +1,151 @@
+"""Before any trial: resolve (or build) the model and compute the reference outputs, in a worker."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autotune.errors import UserError
+from autotune.profiles import GpuProfile, Hardware
+from autotune.results import Candidate, ModelSpec, Outcome, TaskResult, TaskSpec
+from autotune.runner import Limits, run_task
+from autotune.search.options import SearchError, SearchOptions
+from autotune.space import Config, SearchSpace, Target, build_plan
+
+REFERENCE_DTYPES = ("float32", "bfloat16", "float16")  # most precise first
+DEFAULTS = {
+    "attn_implementation": "sdpa",
+    "quantization": "none",
+    "batching": "generate",
+    "cache_implementation": "dynamic",
+}
+
+
+@dataclass
+class Prepared:
+    """The resolved model, where trials run, and the reference outputs they are compared with."""
+
+    model: ModelSpec
+    model_info: dict[str, Any]
+    environment: dict[str, Any]
+    reference_config: Config
+    reference_path: str
+    greedy_reference_path: str
+    reference_perplexity: float
+    baseline_config: Config
+    hardware: Hardware
+
+    def extra(self) -> dict[str, Any]:
+        return {
+            "model_info": self.model_info,
+            "model_path": self.model.path,
+            "environment": self.environment,
+            "reference": {"config": self.reference_config, "perplexity": self.reference_perplexity},
+            "baseline": {"config": self.baseline_config},
+            "device": self.hardware.device,
+            "hardware_note": self.hardware.note,
+        }
+
+
+def prepare(
+    options: SearchOptions,
+    hardware: Hardware,
+    space: SearchSpace,
+    workdir: Path,
+    deadline: float | None,
+    reference: Config | None = None,
+) -> Prepared:
+    """Resolve the model and compute (or find cached) reference outputs on this machine.
+
+    `reference` fixes the reference configuration (a worker joining a study uses the study's);
+    otherwise the most precise configuration the profile can run, that fits in memory, is chosen.
+    """
+    profile = hardware.profile
+    configs = [reference] if reference else [_defaults(d, options.workload.kind) for d in _precise_dtypes(profile)]
+    candidates = [_candidate(space, config, profile) for config in configs]
+    model = ModelSpec(options.model, revision=options.revision, trust_remote_code=options.trust_remote_code)
+    spec = TaskSpec(
+        "prepare",
+        model,
+        hardware.device,
+        str(options.cache_dir),
+        options.workload,
+        options.quality,
+        reference_candidates=candidates,
+        memory_cap_bytes=profile.memory_bytes,
+    )
+    result = run_task(spec, workdir / "prepare", Limits(options.trial_timeout_s, deadline))
+    if not result.ok:
+        raise _prepare_error(options.model, result)
+    details = result.details
+    model.path = details["model_path"]
+    found = details["reference"]
+    baseline = baseline_config(space, details["model"]["checkpoint_dtype"], profile, options.workload.kind)
+    return Prepared(
+        model,
+        details["model"],
+        result.environment,
+        found["config"],
+        found["path"],
+        found["greedy_path"],
+        found["perplexity"],
+        baseline,
+        hardware,
+    )
+
+
+def _prepare_error(model: str, result: TaskResult) -> Exception:
+    if result.outcome == Outcome.BUDGET:
+        return SearchError("the budget ran out while preparing the model and its reference; give a larger --budget")
+    if result.phase == "resolve" and "trust_remote_code" in result.message:
+        return UserError(
+            f"model {model!r} comes with its own code, which autotune runs only with --trust-remote-code "
+            "(read that code first: it runs with your permissions)"
+        )
+    if result.phase == "resolve":
+        first_line = result.message.splitlines()[0] if result.message else result.outcome.value
+        local = model == "demo" or Path(model).expanduser().exists()
+        hint = "check that folder" if local else "pass a local folder, or a hub id reachable from here"
+        return UserError(f"cannot load model {model!r}: {first_line}; {hint}")
+    return SearchError(f"preparing the reference failed ({result.outcome.value}): {result.message}")
+
+
+def _precise_dtypes(profile: GpuProfile) -> list[str]:
+    return [dtype for dtype in REFERENCE_DTYPES if profile.why_not_value("dtype", dtype) is None]
+
+
+def _defaults(dtype: str, workload: str) -> Config:
+    return {"dtype": dtype, **DEFAULTS, "workload": workload}
+
+
+def _candidate(space: SearchSpace, config: Config, profile: GpuProfile) -> Candidate:
+    normalized = space.including(config).normalize(config)
+    plan = build_plan(normalized, Target(profile.device_type))
+    return Candidate(normalized, plan.to_json())
+
+
+def baseline_config(space: SearchSpace, checkpoint_dtype: str, profile: GpuProfile, workload: str) -> Config:
+    """What from_pretrained + generate do with no arguments: the checkpoint's dtype, sdpa, dynamic cache."""
+    dtypes = _precise_dtypes(profile)
+    defaults = _defaults(checkpoint_dtype if checkpoint_dtype in dtypes else dtypes[-1], workload)
+    return space.including(defaults).normalize(defaults)
+
+
+def trial_spec(options: SearchOptions, prepared: Prepared, config: Config, plan: dict[str, Any]) -> TaskSpec:
+    """What a worker needs to measure one configuration."""
+    profile = prepared.hardware.profile
+    return TaskSpec(
+        "trial",
+        prepared.model,
+        prepared.hardware.device,
+        str(options.cache_dir),
+        options.workload,
+        options.quality,
+        candidate=Candidate(config, plan),
+        reference_path=prepared.reference_path,
+        greedy_reference_path=prepared.greedy_reference_path,
+        memory_cap_bytes=profile.memory_bytes,
+        bandwidth_gb_s=profile.bandwidth_gb_s,
+        price_per_hour=options.price_per_hour if options.price_per_hour is not None else profile.price_per_hour,
+    )

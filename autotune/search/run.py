@@ -1,0 +1,178 @@
+"""Running a search: in this process, as a worker joining a study, or as one worker per device.
+
+The study process never imports torch; every model-touching step runs in a worker subprocess.
+Several workers share a study through its storage (Optuna's distributed mode: an RDB storage with
+heartbeats, plus autotune's claims), whether they run on one machine or many.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from datetime import datetime, timezone
+from typing import Any
+
+from autotune import study as studies
+from autotune.errors import UserError
+from autotune.profiles import detect_gpu
+from autotune.runner import PARENT_PID_VARIABLE
+from autotune.search.loop import TrialLoop
+from autotune.search.options import SearchEvents, SearchOptions, SearchSummary
+from autotune.search.prepare import Prepared, prepare
+from autotune.search.session import Session, join_session, open_session
+
+
+def run_search(options: SearchOptions, events: SearchEvents) -> SearchSummary:
+    """Prepare, then measure configurations until the trial limit, the budget or the space runs out."""
+    if options.devices:
+        return _run_on_devices(options, events)
+    started = time.monotonic()
+    deadline = started + options.budget_s if options.budget_s else None
+    session = open_session(options, events)
+    prepared = _prepare(session, deadline)
+    loop = TrialLoop(session, session.attach(prepared, events), prepared, deadline, events)
+    summary = _run_loop(loop, started)
+    studies.record_search_run(loop.study, _run_record(options, summary))
+    return summary
+
+
+def join_study(options: SearchOptions, events: SearchEvents) -> SearchSummary:
+    """`autotune worker`: take trials of an existing study, with its model, space, workload and reference."""
+    started = time.monotonic()
+    deadline = started + options.budget_s if options.budget_s else None
+    session, reference = join_session(options, events)
+    prepared = prepare(options, session.hardware, session.space, session.workdir, deadline, reference=reference)
+    loop = TrialLoop(session, session.attach(prepared, events), prepared, deadline, events)
+    return _run_loop(loop, started)
+
+
+def _prepare(session: Session, deadline: float | None) -> Prepared:
+    try:
+        return prepare(session.options, session.hardware, session.space, session.workdir, deadline)
+    except UserError:
+        if session.existing is None:  # bad input leaves nothing behind
+            shutil.rmtree(session.workdir, ignore_errors=True)
+        raise
+
+
+def _run_loop(loop: TrialLoop, started: float) -> SearchSummary:
+    loop.spending.add("preparing", time.monotonic() - started)
+    stop_reason = loop.run()
+    elapsed = time.monotonic() - started
+    loop.spending.add("overhead", elapsed - sum(loop.spending.seconds.values()))
+    session = loop.session
+    return SearchSummary(session.name, session.storage_url, loop.launched, stop_reason, elapsed, loop.spending.seconds)
+
+
+def _run_record(options: SearchOptions, summary: SearchSummary) -> dict[str, Any]:
+    """What the report's "budget used" needs, stored with the study."""
+    return {
+        "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "budget_s": options.budget_s,
+        "max_trials": options.max_trials,
+        "launched": summary.launched,
+        "elapsed_s": summary.elapsed_s,
+        "spent_s": summary.spent_s,
+        "stop_reason": summary.stop_reason,
+        "devices": options.devices,
+    }
+
+
+# ------------------------------------------------------------------------------------ many devices
+
+
+def _run_on_devices(options: SearchOptions, events: SearchEvents) -> SearchSummary:
+    """One `autotune worker` per device, each pinned to its GPU, all on this study; then the summary."""
+    started = time.monotonic()
+    deadline = started + options.budget_s if options.budget_s else None
+    session = open_session(options, events)
+    _check_devices(options.devices or [], session.profile.kind)
+    prepared = _prepare(session, deadline)  # builds the model and the reference once, for every worker here
+    study = session.attach(prepared, events)
+    run_id = uuid.uuid4().hex[:12]
+    shares = _shares(options.max_trials, len(options.devices or []))
+    workers = [
+        _start_worker(session, index, device, share, deadline, run_id, events)
+        for index, (device, share) in enumerate(zip(options.devices or [], shares, strict=True))
+        if share != 0
+    ]
+    codes = [worker.wait() for worker in workers]
+    elapsed = time.monotonic() - started
+    launched = sum(1 for r in studies.records(study) if r.launched and r.run_id == run_id)
+    reason = f"{len(workers)} workers finished" + ("" if not any(codes) else f" (exit statuses {codes})")
+    spent = {"preparing and workers": elapsed}
+    summary = SearchSummary(session.name, session.storage_url, launched, reason, elapsed, spent)
+    studies.record_search_run(study, _run_record(options, summary))
+    return summary
+
+
+def _check_devices(devices: list[str], kind: str) -> None:
+    for device in devices:
+        if device == "cpu":
+            if kind == "cuda":
+                raise UserError("--devices: cpu workers cannot run trials for a GPU profile; name GPU indices")
+            continue
+        if not device.isdigit():
+            raise UserError(f"--devices {device!r}: give GPU indices such as 0,1,2,3 (or cpu for CPU workers)")
+        if kind != "cuda" or detect_gpu(int(device)) is None:
+            raise UserError(f"--devices {device}: no CUDA GPU {device} here for a {kind} profile")
+
+
+def _shares(max_trials: int | None, workers: int) -> list[int | None]:
+    """Split a number of trials between workers (None: no limit for any)."""
+    if max_trials is None:
+        return [None] * workers
+    return [max_trials // workers + (1 if index < max_trials % workers else 0) for index in range(workers)]
+
+
+class _Worker:
+    """An `autotune worker` process whose output lines are relayed, prefixed with its device."""
+
+    def __init__(self, process: subprocess.Popen, label: str, events: SearchEvents) -> None:
+        self.process = process
+        self.relay = threading.Thread(target=self._relay, args=(label, events), daemon=True)
+        self.relay.start()
+
+    def _relay(self, label: str, events: SearchEvents) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            events.note(f"[{label}] {line.rstrip()}")
+
+    def wait(self) -> int:
+        code = self.process.wait()
+        self.relay.join(timeout=5)
+        return code
+
+
+def _start_worker(
+    session: Session,
+    index: int,
+    device: str,
+    share: int | None,
+    deadline: float | None,
+    run_id: str,
+    events: SearchEvents,
+) -> _Worker:
+    options = session.options
+    env = {**os.environ, PARENT_PID_VARIABLE: str(os.getpid())}  # the worker dies with this process
+    command = [sys.executable, "-m", "autotune", "worker", "--study", session.name, "--storage", session.storage_url,
+               "--trial-timeout", f"{options.trial_timeout_s:.0f}s", "--run-id", run_id]  # fmt: skip
+    if device == "cpu":
+        command += ["--device", "cpu"]
+    else:
+        env["CUDA_VISIBLE_DEVICES"] = device  # pinned: the worker sees its GPU only, as cuda:0
+        command += ["--device", "cuda:0"]
+    label = f"worker {index}, {'cpu' if device == 'cpu' else f'gpu {device}'}"
+    if share is not None:
+        command += ["--trials", str(share)]
+    if deadline is not None:
+        command += ["--budget", f"{max(1.0, deadline - time.monotonic()):.0f}s"]
+    if options.trust_remote_code:
+        command.append("--trust-remote-code")
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    return _Worker(process, label, events)

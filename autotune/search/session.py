@@ -1,0 +1,200 @@
+"""The study a search works on: every input checked before anything is written, then created or joined."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+from optuna.trial import TrialState
+
+from autotune import study as studies
+from autotune.claims import Claims
+from autotune.constraints import Constraint, parse_constraints
+from autotune.errors import UserError
+from autotune.paths import default_space_path
+from autotune.profiles import GpuProfile, Hardware, hardware_for, resolve_hardware
+from autotune.recovery import recover_interrupted
+from autotune.results import QualitySpec, WorkloadSpec
+from autotune.search.options import SearchEvents, SearchOptions
+from autotune.search.prepare import Prepared
+from autotune.space import Config, SearchSpace, config_key, load_space
+from autotune.study import StudySettings, TrialRecord
+
+
+@dataclass
+class Session:
+    """What the search knows before any trial: hardware, space, study name and storage."""
+
+    options: SearchOptions
+    hardware: Hardware
+    space: SearchSpace
+    name: str
+    storage_url: str
+    storage: optuna.storages.RDBStorage | None
+    existing: optuna.Study | None
+    settings: StudySettings
+    joining: bool = False  # a worker joining a study: it leaves the study's settings as they are
+    claims: Claims | None = None
+
+    @property
+    def constraints(self) -> list[Constraint]:
+        return parse_constraints(self.settings.constraints)
+
+    @property
+    def profile(self) -> GpuProfile:
+        return self.hardware.profile
+
+    @property
+    def workdir(self) -> Path:
+        return self.options.studies_dir / self.name
+
+    def attach(self, prepared: Prepared, events: SearchEvents) -> optuna.Study:
+        """Create the study, or load it to resume; store what the report needs; recover interrupted trials."""
+        storage = self.storage or studies.open_storage(self.storage_url)
+        if self.existing is None:
+            self.space = self.space.including(prepared.reference_config).including(prepared.baseline_config)
+            self.settings.space = self.space.to_json()
+            study = studies.create_study(storage, self.name, self.settings, self.options.seed)
+            if study is None:  # another search created it meanwhile: join it, as a resume would
+                self.existing = studies.load_existing(storage, self.name, self.options.seed)
+                self.settings.check_resumable(studies.wait_for_settings(self.existing), self.name)
+        if self.existing is not None:
+            study = studies.load_existing(storage, self.name, self.options.seed)
+            self.space = SearchSpace.from_json(studies.stored_settings(study).space)
+        self.storage = storage
+        if not self.joining:
+            self.settings.extra.update(prepared.extra())
+            self.settings.space = self.space.to_json()
+            studies.update_settings(study, self.settings)
+        self.claims = Claims(storage.engine, storage.get_study_id_from_name(self.name))
+        recover(study, self.claims, events)
+        _enqueue_anchors(study, prepared)
+        if self.options.warm_start:
+            _enqueue_warm_start(study, find_warm_start(self.options, self.storage_url), self.space, events)
+        stored = sum(1 for record in studies.records(study) if record.launched and record.outcome)
+        events.note(
+            f"study {self.name} in {studies.redact(self.storage_url)}: profile {self.profile.name}, "
+            f"{self.space.size()} configurations in the space, {stored} trials stored"
+        )
+        if self.settings.constraints:
+            events.note(f"constraints: {', '.join(self.settings.constraints)} (feasible trials only on the front)")
+        return study
+
+
+def recover(study: optuna.Study, claims: Claims, events: SearchEvents) -> None:
+    """Fail and retry the trials of dead processes (at start, and between trials while running)."""
+    recovered = recover_interrupted(study, claims)
+    if recovered:
+        numbers = ", ".join(f"#{number}" for number in recovered)
+        events.note(f"trials {numbers} were interrupted when their process died; each is retried once")
+
+
+def open_session(options: SearchOptions, events: SearchEvents) -> Session:
+    """Check every input before anything is written: hardware, space, model path, existing study."""
+    hardware = resolve_hardware(options.gpu, options.device)
+    if hardware.note:
+        events.note(hardware.note)
+    declared = load_space(options.space_path or default_space_path())
+    space = declared.prune(hardware.profile.why_not_value)
+    _check_model_argument(options.model)
+    name = options.study_name or studies.default_study_name(options.model, hardware.profile.name)
+    url = options.storage or studies.default_storage(name, options.studies_dir)
+    settings = StudySettings(
+        model=options.model,
+        revision=options.revision,
+        profile=hardware.profile.to_json(),
+        space_fingerprint=declared.fingerprint(),
+        space=space.to_json(),
+        workload=options.workload.__dict__,
+        quality=options.quality.__dict__,
+        constraints=[str(constraint) for constraint in options.constraints],
+    )
+    storage, existing = None, None
+    if not studies.sqlite_file_missing(url):
+        storage = studies.open_storage(url)
+        existing = studies.find_study(storage, name)
+        if existing is not None:
+            stored = studies.stored_settings(existing)
+            settings.check_resumable(stored, name)
+            settings.constraints = settings.constraints or stored.constraints  # none given: keep the study's
+    if options.warm_start:
+        find_warm_start(options, url)  # bad input now, before anything is written
+    return Session(options, hardware, space, name, url, storage, existing, settings)
+
+
+def find_warm_start(options: SearchOptions, url: str) -> optuna.Study:
+    """The study named by --warm-start: in this study's storage, or in its own default SQLite file."""
+    assert options.warm_start is not None
+    for candidate in (url, studies.default_storage(options.warm_start, options.studies_dir)):
+        if not studies.sqlite_file_missing(candidate):
+            found = studies.find_study(studies.open_storage(candidate), options.warm_start)
+            if found is not None:
+                return found
+    raise UserError(f"--warm-start: no study named {options.warm_start!r} in {studies.redact(url)} nor in its own file")
+
+
+def join_session(options: SearchOptions, events: SearchEvents) -> tuple[Session, Config]:
+    """A worker joining an existing study: everything comes from the study; returns its reference too."""
+    assert options.study_name is not None and options.storage is not None
+    study = studies.load_stored_study(options.storage, options.study_name)
+    stored = studies.stored_settings(study)
+    hardware = hardware_for(GpuProfile(**stored.profile), options.device)
+    if hardware.note:
+        events.note(hardware.note)
+    options.model, options.revision = stored.model, stored.revision
+    options.workload, options.quality = WorkloadSpec(**stored.workload), QualitySpec(**stored.quality)
+    options.constraints = parse_constraints(stored.constraints)
+    space = SearchSpace.from_json(stored.space)
+    storage = studies.open_storage(options.storage)
+    session = Session(options, hardware, space, options.study_name, options.storage, storage, study, stored, True)
+    return session, stored.extra["reference"]["config"]
+
+
+def _check_model_argument(model: str) -> None:
+    looks_local = model.startswith(("/", "./", "../", "~")) or Path(model).exists()
+    if looks_local:
+        path = Path(model).expanduser()
+        if not path.is_dir():
+            raise UserError(f"model path {model} does not exist or is not a directory; pass a hub id or a local folder")
+        if not os.access(path, os.R_OK) or not (path / "config.json").is_file():
+            raise UserError(f"model folder {model} has no readable config.json; pass a folder saved by save_pretrained")
+
+
+def _enqueue_anchors(study: optuna.Study, prepared: Prepared) -> None:
+    """The reference and the baseline are measured first, so every report can compare with them."""
+    reference, baseline = prepared.reference_config, prepared.baseline_config
+    anchors = [(reference, ["reference"])]
+    if config_key(baseline) == config_key(reference):
+        anchors = [(reference, ["reference", "baseline"])]
+    else:
+        anchors.append((baseline, ["baseline"]))
+    _enqueue_new(study, anchors)
+
+
+def _enqueue_warm_start(study: optuna.Study, previous: optuna.Study, space: SearchSpace, events: SearchEvents) -> None:
+    """The front of another study (last night's, say) is measured first: the environment may have changed."""
+    configs = [space.normalize(TrialRecord.from_frozen(trial).config) for trial in previous.best_trials]
+    runnable = [config for config in configs if space.violation(config) is None]
+    added = _enqueue_new(study, [(config, ["warm-start"]) for config in runnable])
+    events.note(
+        f"warm start: {added} of the {len(configs)} configurations on the front of {previous.study_name} queued"
+    )
+
+
+def _enqueue_new(study: optuna.Study, configs: list[tuple[Config, list[str]]]) -> int:
+    """Queue configurations that are neither measured nor already waiting; how many were queued.
+
+    Not Optuna's skip_if_exists: a configuration stopped by the budget or interrupted must run again.
+    """
+    seen = studies.measured_keys(study)
+    waiting = {config_key(t.params) for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,))}
+    added = 0
+    for config, roles in configs:
+        key = config_key(config)
+        if key not in seen and key not in waiting:
+            study.enqueue_trial(config, user_attrs={"roles": roles})
+            waiting.add(key)
+            added += 1
+    return added
