@@ -75,7 +75,7 @@ class TrialPrinter:
         if self.status is not None:
             self.status.stop()
             self.status = None
-        roles = ",".join(role for role in record.roles if role != "search")
+        roles = ",".join(record.roles)
         label = f"#{record.number}" + (f" [{roles}]" if roles else "")
         self.console.print(f"{label} {_knobs(record.config)} -> {_figures(record)} ({_duration(record)})")
 

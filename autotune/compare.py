@@ -7,10 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from autotune.metrics import KL_DIVERGENCE, PEAK_MEMORY, THROUGHPUT
+from autotune.pareto import KL_FLOOR  # KL values below it are noise around zero: compare as equal
 from autotune.study import TrialRecord
 
 MOVED = (THROUGHPUT.name, "ttft_s", "tpot_s", PEAK_MEMORY.name, KL_DIVERGENCE.name)
-KL_FLOOR = 1e-6  # KL values below this are noise around zero: compare as equal
 
 
 @dataclass(frozen=True)

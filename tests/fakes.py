@@ -102,7 +102,7 @@ def add_complete(
     study: optuna.Study,
     cfg: dict[str, Any],
     figures: dict[str, float],
-    roles: tuple[str, ...] = ("search",),
+    roles: tuple[str, ...] = ("sampler",),
     duration_s: float = 10.0,
     constraints: dict[str, float] | None = None,
 ) -> None:
@@ -121,7 +121,7 @@ def add_complete(
 def add_failed(
     study: optuna.Study, cfg: dict[str, Any], outcome: str, message: str, phase: str = "load", log_tail: str = ""
 ) -> None:
-    attrs = {**_attrs(cfg, ("search",), outcome, 5.0), "message": message, "phase": phase, "log_tail": log_tail}
+    attrs = {**_attrs(cfg, ("sampler",), outcome, 5.0), "message": message, "phase": phase, "log_tail": log_tail}
     study.add_trial(
         create_trial(state=TrialState.FAIL, params=cfg, distributions=_distributions(cfg), user_attrs=attrs)
     )

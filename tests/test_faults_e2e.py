@@ -50,7 +50,11 @@ def running_trial(workdir: Path):
     """The trial now running, with the pid of the worker that measures it, or None."""
     if not workdir.joinpath("studies", "demo-cpu.db").exists():
         return None
-    running = [t for t in load(workdir).get_trials(deepcopy=False) if t.state.name == "RUNNING"]
+    try:
+        trials = load(workdir).get_trials(deepcopy=False)
+    except KeyError:  # the database file exists a moment before the study in it
+        return None
+    running = [t for t in trials if t.state.name == "RUNNING"]
     return running[0] if running and "worker_pid" in running[0].user_attrs else None
 
 

@@ -82,7 +82,7 @@ def test_an_error_text_with_script_shows_as_text_in_the_browser(demo_search: Dem
             distributions=measured.distributions,
             user_attrs={
                 "config": config,
-                "roles": ["search"],
+                "roles": ["sampler"],
                 "outcome": "error",
                 "phase": "load",
                 "message": f"RuntimeError: {SCRIPT}<img src=x onerror=alert(2)>",

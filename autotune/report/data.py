@@ -17,17 +17,16 @@ from typing import Any
 
 import numpy as np
 import optuna
-from optuna._hypervolume import compute_hypervolume
 
 from autotune import study as studies
 from autotune.constraints import Constraint, parse_constraints
 from autotune.metrics import KL_DIVERGENCE, OBJECTIVES, PEAK_MEMORY, THROUGHPUT
+from autotune.pareto import hypervolume, log_kl, scaled_losses
 from autotune.report.snippets import json_snippet, python_snippet, serve_command
 from autotune.space.plan import Plan
 from autotune.study import StudySettings, TrialRecord
 from autotune.units import format_duration
 
-KL_FLOOR = 1e-6  # the reference's KL is 0; log scales use log10(max(KL, floor))
 NOT_APPLICABLE = "n/a"  # a knob that does not apply to a configuration (e.g. compile without a static cache)
 
 # Failure outcomes in the order the report shows them, with what each means.
@@ -285,7 +284,7 @@ def parallel(launched: list[TrialRecord], space: dict[str, Any] | None) -> Paral
     axes += [
         Axis("tokens/s", [r.metrics[THROUGHPUT.name] for r in complete]),
         Axis("peak memory (GB)", [r.metrics[PEAK_MEMORY.name] for r in complete]),
-        Axis("log10 KL", [_log_kl(r.metrics[KL_DIVERGENCE.name]) for r in complete]),
+        Axis("log10 KL", [log_kl(r.metrics[KL_DIVERGENCE.name]) for r in complete]),
     ]
     return Parallel([r.number for r in complete], axes, [r.metrics[THROUGHPUT.name] for r in complete])
 
@@ -307,30 +306,12 @@ def _knob_values(complete: list[TrialRecord], space: dict[str, Any] | None) -> d
     }
 
 
-def _log_kl(kl: float) -> float:
-    return math.log10(max(kl, KL_FLOOR))
-
-
 # ----------------------------------------------------------------------------------------- progress
 
 
 def loss_vectors(records: list[TrialRecord]) -> np.ndarray:
     """Objectives as losses (all minimised), scaled to [0, 1] over these trials; KL on a log scale."""
-    raw = np.array(
-        [
-            [-r.metrics[THROUGHPUT.name], r.metrics[PEAK_MEMORY.name], _log_kl(r.metrics[KL_DIVERGENCE.name])]
-            for r in records
-        ],
-        dtype=float,
-    ).reshape(-1, 3)
-    if raw.size == 0:
-        return raw
-    low, high = raw.min(axis=0), raw.max(axis=0)
-    span = np.where(high > low, high - low, 1.0)
-    return (raw - low) / span
-
-
-REFERENCE_POINT = np.full(3, 1.1)
+    return scaled_losses([record.metrics for record in records])
 
 
 def progress(launched: list[TrialRecord]) -> Progress | None:
@@ -352,7 +333,7 @@ def progress(launched: list[TrialRecord]) -> Progress | None:
             leanest = min(leanest or math.inf, record.metrics[PEAK_MEMORY.name])
         numbers.append(record.number)
         times.append(spent)
-        volumes.append(float(compute_hypervolume(np.array(points), REFERENCE_POINT)) if points else 0.0)
+        volumes.append(hypervolume(np.array(points)))
         best_tps.append(fastest)
         best_mem.append(leanest)
     final = volumes[-1]

@@ -14,7 +14,8 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from autotune.metrics import KL_DIVERGENCE, PEAK_MEMORY, THROUGHPUT
-from autotune.report.data import KL_FLOOR, FailureGroup, ParetoCard, ReportData
+from autotune.pareto import KL_FLOOR, log_kl
+from autotune.report.data import FailureGroup, ParetoCard, ReportData
 from autotune.study import TrialRecord
 from autotune.units import format_bytes, format_duration
 
@@ -85,7 +86,7 @@ def _knob_text(record: TrialRecord) -> str:
 
 def _hover(record: TrialRecord) -> str:
     m = record.metrics
-    roles = f" ({escape(', '.join(record.roles))})" if set(record.roles) - {"search"} else ""
+    roles = f" ({escape(', '.join(record.roles))})" if record.roles else ""
     return (
         f"<b>trial #{record.number}</b>{roles}<br>{_knob_text(record)}<br>"
         f"{m[THROUGHPUT.name]:.1f} tok/s · ttft {m.get('ttft_s', math.nan) * 1000:.1f} ms<br>"
@@ -117,10 +118,10 @@ def _speed_memory_figure(complete: list[TrialRecord], front: set[int], data: Rep
                 name="Pareto front" if on_front else "other trials",
                 marker={
                     "size": 14 if on_front else 9,
-                    "color": [math.log10(max(r.metrics[KL_DIVERGENCE.name], KL_FLOOR)) for r in records],
+                    "color": [log_kl(r.metrics[KL_DIVERGENCE.name]) for r in records],
                     "colorscale": "Viridis",
                     "cmin": math.log10(KL_FLOOR),
-                    "cmax": max(math.log10(max(r.metrics[KL_DIVERGENCE.name], KL_FLOOR)) for r in complete) + 1e-9,
+                    "cmax": max(log_kl(r.metrics[KL_DIVERGENCE.name]) for r in complete) + 1e-9,
                     "colorbar": {"title": "log10 KL"} if on_front else None,
                     "showscale": on_front,
                     "line": {"width": 2 if on_front else 0, "color": "#d62728"},
@@ -248,7 +249,7 @@ def _signed_percent(fraction: float) -> str:
 def _card(card: ParetoCard, index: int) -> str:
     record = card.record
     facts = card_facts(card)
-    roles = f" <span class='role'>{escape(', '.join(record.roles))}</span>" if set(record.roles) - {"search"} else ""
+    roles = f" <span class='role'>{escape(', '.join(record.roles))}</span>" if record.roles else ""
     snippets = "".join(
         _snippet(f"{kind}-{index}", label, text, is_open)
         for kind, label, text, is_open in (
@@ -434,7 +435,7 @@ def _failure_group(group: FailureGroup) -> str:
 
 _COLUMNS = (
     "#",
-    "role",
+    "why it ran",
     "outcome",
     "configuration",
     "tok/s",
@@ -462,7 +463,19 @@ def _trials_table(data: ReportData) -> str:
         if data.skipped
         else ""
     )
-    return f"<table class='trials'><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>{skipped_html}"
+    return (
+        f"<p>{escape(WHY_IT_RAN)}</p>"
+        f"<table class='trials'><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>{skipped_html}"
+    )
+
+
+WHY_IT_RAN = (
+    "Why each trial ran: reference and baseline come first; warm-start re-measures an earlier study's "
+    "front; warm-up trials change one knob of the baseline, for each value of each knob, cheapest first; "
+    "then the sampler (Optuna's multivariate TPE) proposes; retry re-runs a trial whose process died. "
+    "Proposals that a rule forbids, that an earlier out-of-memory failure rules out, or that were "
+    "measured already are skipped without running (listed below the table)."
+)
 
 
 def _config_text(record: TrialRecord) -> str:
@@ -473,7 +486,7 @@ def _trial_row(record: TrialRecord, on_front: bool) -> str:
     m = record.metrics
     cells = [
         f"{record.number}{' ★' if on_front else ''}",
-        ", ".join(role for role in record.roles if role != "search"),
+        ", ".join(record.roles),
         record.outcome or "",
         _config_text(record),
         _number(m.get(THROUGHPUT.name), "{:.1f}"),

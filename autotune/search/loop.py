@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import optuna
+from optuna.trial import TrialState
 
 from autotune import study as studies
 from autotune.recovery import OWNER_ATTR, this_process
@@ -19,11 +20,14 @@ from autotune.runner import Limits, run_task
 from autotune.search.options import SearchEvents
 from autotune.search.prepare import Prepared, trial_spec
 from autotune.search.session import Session, recover
+from autotune.search.strategy import next_planned, ruled_out, warm_up_set
 from autotune.space import Config, SearchSpace, Target, build_plan, config_key
 from autotune.study import TrialRecord
 
 MAX_CONSECUTIVE_SKIPS = 50
 HEARTBEAT_EVERY_S = 10.0
+SAMPLER = "sampler"  # why a trial ran: Optuna's sampler proposed it
+RANDOM_PICK = "random pick (the sampler kept proposing measured configurations)"
 
 
 @dataclass
@@ -62,6 +66,7 @@ class TrialLoop:
         self.space = studies.space_with_exclusions(session.space, study)
         self.spending = Spending()
         self.launched = 0
+        self.warm_up = warm_up_set(self.space, prepared.baseline_config)
 
     def run(self) -> str:
         """Measure trials until something stops the search; say what did."""
@@ -97,27 +102,41 @@ class TrialLoop:
         return overrun_reason(config, studies.records(self.study), self.deadline - time.monotonic())
 
     def _next_trial(self) -> tuple[optuna.Trial, Config, list[str]] | None:
-        """Ask Optuna for a configuration that may run and that no trial has claimed; None when none is left."""
+        """The next configuration to measure: queued (anchors, warm-up set, retries) or sampled; None when
+        the space has nothing left. Proposals that a rule forbids, that earlier failures rule out, or that
+        another trial has claimed are skipped without being run."""
+        history = [(r.number, r.config, r.outcome) for r in studies.records(self.study) if r.outcome]
+        self._queue_warm_up(history)
         for _ in range(MAX_CONSECUTIVE_SKIPS):
             trial = self._ask()
             config = self.space.suggest(trial)
-            reason = self.space.violation(config) or self._claim(config, trial.number)
+            reason = self.space.violation(config) or ruled_out(config, history) or self._claim(config, trial.number)
             if reason is None:
                 return trial, config, self._roles(trial)
             studies.record_skip(self.study, trial, config, reason)
         seen = studies.measured_keys(self.study)
-        untried = [config for config in self.space.configurations() if config_key(config) not in seen]
+        untried = [c for c in self.space.configurations() if config_key(c) not in seen and not ruled_out(c, history)]
         if not untried:
             return None
         # The sampler keeps proposing known or forbidden configurations: take an untried one at random.
-        self.study.enqueue_trial(random.choice(untried), user_attrs={"roles": ["search"]})
+        self.study.enqueue_trial(random.choice(untried), user_attrs={"roles": [RANDOM_PICK]})
         trial = self._ask()
         config = self.space.suggest(trial)
         reason = self._claim(config, trial.number)
         if reason is not None:  # another process took it meanwhile
             studies.record_skip(self.study, trial, config, reason)
             return self._next_trial()
-        return trial, config, ["search"]
+        return trial, config, [RANDOM_PICK]
+
+    def _queue_warm_up(self, history: list[tuple[int, Config, str]]) -> None:
+        """Queue the next configuration of the warm-up set, when nothing else waits in the queue."""
+        waiting = self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+        if waiting:
+            return
+        taken = set(studies.measured_keys(self.study))
+        planned = next_planned(self.warm_up, taken, skip=lambda c: self.space.violation(c) or ruled_out(c, history))
+        if planned is not None:
+            self.study.enqueue_trial(planned.config, user_attrs={"roles": [planned.why]})
 
     def _ask(self) -> optuna.Trial:
         """A new trial, marked as ours with a first heartbeat at once, so a crash can never leave it RUNNING."""
@@ -129,7 +148,7 @@ class TrialLoop:
         return trial
 
     def _roles(self, trial: optuna.Trial) -> list[str]:
-        roles = list(trial.user_attrs.get("roles", ["search"]))
+        roles = list(trial.user_attrs.get("roles", [SAMPLER]))
         frozen = self.study.get_trials(deepcopy=False)[trial.number]  # Trial does not show its system attributes
         if "failed_trial" in frozen.system_attrs and "retry" not in roles:
             roles.append("retry")

@@ -1,0 +1,216 @@
+"""Replay search strategies against a measured grid: no model runs, the grid's table answers every trial.
+
+For each strategy and seed, a search proposes configurations one by one, as `autotune search` does
+(forbidden and already measured proposals are skipped at no cost); each launched configuration costs
+the trial time the grid recorded for it (compile included), and adds its figures when it succeeded.
+After every trial the harness computes the hypervolume of what was found, as a fraction of the
+whole grid's. Strategies:
+
+- random:   Optuna's RandomSampler;
+- tpe:      Optuna's default sampler (TPESampler with its defaults);
+- nsga2:    NSGAIISampler;
+- autotune: the product's strategy (autotune/search/strategy.py and study.make_sampler): reference,
+            baseline and warm-up set first, configurations ruled out by earlier failures skipped.
+
+    python benchmarks/replay.py benchmarks/results/grid-demo-cpu.json --seeds 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import statistics
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import optuna
+
+from autotune.metrics import OBJECTIVES
+from autotune.pareto import hypervolume, raw_losses, scaled
+from autotune.search.strategy import Planned, next_planned, ruled_out, warm_up_set
+from autotune.space import Config, SearchSpace, config_key
+from autotune.study import make_sampler
+
+optuna.logging.set_verbosity(optuna.logging.ERROR)
+MAX_CONSECUTIVE_SKIPS = 50
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The measured table: every configuration's outcome, figures and trial time."""
+
+    space: SearchSpace
+    trials: dict[str, dict]  # config key -> {"config", "outcome", "metrics", "duration_s"}
+    reference: Config
+    baseline: Config
+    low: np.ndarray
+    high: np.ndarray
+
+    @classmethod
+    def load(cls, path: Path) -> Grid:
+        table = json.loads(path.read_text())
+        ok = [trial["metrics"] for trial in table["trials"].values() if trial["outcome"] == "ok"]
+        raw = raw_losses(ok)
+        return cls(
+            space=SearchSpace.from_json(table["space"]),
+            trials=table["trials"],
+            reference=table["reference"],
+            baseline=table["baseline"],
+            low=raw.min(axis=0),
+            high=raw.max(axis=0),
+        )
+
+    def points(self, keys: list[str]) -> np.ndarray:
+        """Scaled loss vectors of the successful trials among `keys`, on the grid's own scale."""
+        ok = [self.trials[key]["metrics"] for key in keys if self.trials[key]["outcome"] == "ok"]
+        return scaled(raw_losses(ok), self.low, self.high) if ok else np.empty((0, 3))
+
+    def hypervolume(self, keys: list[str]) -> float:
+        return hypervolume(self.points(keys))
+
+
+@dataclass
+class Curve:
+    """After each launched trial: the hypervolume found (fraction of the grid's) and the time spent."""
+
+    fractions: list[float]
+    seconds: list[float]
+
+    def at_trials(self, n: int) -> float:
+        return self.fractions[min(n, len(self.fractions)) - 1]
+
+    def time_to(self, fraction: float) -> float:
+        return next((s for f, s in zip(self.fractions, self.seconds, strict=True) if f >= fraction), math.inf)
+
+
+def replay(grid: Grid, strategy: str, seed: int, budget: int | None = None) -> Curve:
+    """One search of `strategy` against the grid, up to `budget` launched trials (default: all)."""
+    sampler = SAMPLERS[strategy](seed)
+    study = optuna.create_study(directions=[m.direction for m in OBJECTIVES], sampler=sampler)
+    rng = random.Random(seed)
+    guided = strategy.startswith("autotune")
+    plan: list[Planned] = warm_up_set(grid.space, grid.baseline) if guided else []
+    if guided:
+        for config in _unique([grid.reference, grid.baseline]):
+            study.enqueue_trial(config)
+    measured: list[str] = []
+    history: list[tuple[int, Config, str]] = []
+    whole = grid.hypervolume(list(grid.trials))
+    curve = Curve([], [])
+    spent = 0.0
+    limit = budget or len(grid.trials)
+    while len(measured) < limit:
+        picked = _next(study, grid, plan, set(measured), history, guided, rng)
+        if picked is None:
+            break
+        trial, config = picked
+        entry = grid.trials[config_key(config)]
+        measured.append(config_key(config))
+        history.append((trial.number, config, entry["outcome"]))
+        spent += entry["duration_s"]
+        if entry["outcome"] == "ok":
+            study.tell(trial, [entry["metrics"][m.name] for m in OBJECTIVES])
+        else:
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        curve.fractions.append(grid.hypervolume(measured) / whole)
+        curve.seconds.append(spent)
+    return curve
+
+
+def _next(
+    study: optuna.Study,
+    grid: Grid,
+    plan: list[Planned],
+    taken: set[str],
+    history: list[tuple[int, Config, str]],
+    guided: bool,
+    rng: random.Random,
+) -> tuple[optuna.Trial, Config] | None:
+    """As TrialLoop._next_trial: planned configurations first, then the sampler; skips cost nothing."""
+    waiting = {
+        config_key(t.params) for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+    }
+    skip = lambda config: grid.space.violation(config) or ruled_out(config, history)  # noqa: E731
+    if guided and not waiting and (planned := next_planned(plan, taken, skip)) is not None:
+        study.enqueue_trial(planned.config)
+    for _ in range(MAX_CONSECUTIVE_SKIPS):
+        trial = study.ask()
+        config = grid.space.suggest(trial)
+        reason = grid.space.violation(config) or ("measured" if config_key(config) in taken else None)
+        if reason is None and guided:
+            reason = ruled_out(config, history)
+        if reason is None:
+            return trial, config
+        study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+    untried = [c for c in grid.space.configurations() if config_key(c) not in taken]
+    untried = [c for c in untried if not (guided and ruled_out(c, history))]
+    if not untried:
+        return None
+    study.enqueue_trial(rng.choice(untried))
+    trial = study.ask()
+    return trial, grid.space.suggest(trial)
+
+
+def _unique(configs: list[Config]) -> list[Config]:
+    return list({config_key(c): c for c in configs}.values())
+
+
+SAMPLERS: dict[str, Callable[[int], optuna.samplers.BaseSampler]] = {
+    "random": lambda seed: optuna.samplers.RandomSampler(seed=seed),
+    "tpe": lambda seed: optuna.samplers.TPESampler(seed=seed),
+    "nsga2": lambda seed: optuna.samplers.NSGAIISampler(seed=seed),
+    "autotune": make_sampler,
+}
+
+
+def summarize(grid: Grid, curves: dict[str, list[Curve]], shares: tuple[float, ...] = (0.10, 0.25, 0.50)) -> str:
+    n = len(grid.trials)
+    ran = sum(t["outcome"] == "ok" for t in grid.trials.values())
+    minutes = sum(t["duration_s"] for t in grid.trials.values()) / 60
+    lines = [f"grid: {n} configurations, {ran} ran, {minutes:.1f} min of trials in all", ""]
+    head = "".join(f"  at {share:.0%} ({math.ceil(share * n)} trials)   " for share in shares)
+    lines.append(f"{'strategy':<10}{head}  time to 95% of the grid's hypervolume")
+    for name, runs in curves.items():
+        cells = []
+        for share in shares:
+            values = [curve.at_trials(math.ceil(share * n)) for curve in runs]
+            cells.append(f"  {statistics.median(values):6.1%} [{min(values):.1%}-{max(values):.1%}]")
+        times = [curve.time_to(0.95) for curve in runs]
+        finite = [t for t in times if math.isfinite(t)]
+        reach = f"{statistics.median(times) / 60:5.1f} min" if len(finite) * 2 > len(times) else "   never"
+        spread = f" [{min(finite) / 60:.1f}-{max(finite) / 60:.1f}]" if finite else ""
+        lines.append(f"{name:<10}{''.join(cells)}  {reach}{spread} ({len(finite)}/{len(times)} seeds reach it)")
+    return "\n".join(lines)
+
+
+def ahead_at_every_budget(grid: Grid, ours: list[Curve], theirs: list[Curve]) -> bool:
+    """Mean hypervolume fraction of `ours` at least that of `theirs` after every number of trials."""
+    n = min(len(c.fractions) for c in ours + theirs)
+    return all(
+        statistics.fmean(c.fractions[t] for c in ours) >= statistics.fmean(c.fractions[t] for c in theirs)
+        for t in range(n)
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("grid", type=Path)
+    parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--strategies", default=",".join(SAMPLERS))
+    args = parser.parse_args()
+    grid = Grid.load(args.grid)
+    curves = {name: [replay(grid, name, seed) for seed in range(args.seeds)] for name in args.strategies.split(",")}
+    print(summarize(grid, curves))
+    if "autotune" in curves and "random" in curves:
+        verdict = ahead_at_every_budget(grid, curves["autotune"], curves["random"])
+        print(f"\nautotune ahead of random search (mean over seeds) after every number of trials: {verdict}")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
