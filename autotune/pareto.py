@@ -44,3 +44,9 @@ def scaled_losses(figures: Sequence[Mapping[str, float]]) -> np.ndarray:
 def hypervolume(points: np.ndarray) -> float:
     """Volume dominated by scaled loss vectors, up to REFERENCE_POINT."""
     return float(compute_hypervolume(np.asarray(points, dtype=float), REFERENCE_POINT)) if len(points) else 0.0
+
+
+def contributions(points: np.ndarray) -> np.ndarray:
+    """Each point's exclusive share of the hypervolume: what removing it alone would lose (0 if dominated)."""
+    whole = hypervolume(points)
+    return np.array([whole - hypervolume(np.delete(points, i, axis=0)) for i in range(len(points))])

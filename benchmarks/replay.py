@@ -10,7 +10,12 @@ whole grid's. Strategies:
 - tpe:      Optuna's default sampler (TPESampler with its defaults);
 - nsga2:    NSGAIISampler;
 - autotune: the product's strategy (autotune/search/strategy.py and study.make_sampler): reference,
-            baseline and warm-up set first, configurations ruled out by earlier failures skipped.
+            baseline, warm-up set, compositions and predicted changes first, then the sampler;
+            configurations ruled out by earlier failures skipped.
+
+Two variants show what the parts of autotune's strategy bring (`--strategies` takes them):
+autotune-warm-up-only (warm-up set, then the sampler) and autotune-tpe-default (the full strategy,
+with Optuna's default TPE settings instead of autotune's).
 
     python benchmarks/replay.py benchmarks/results/grid-demo-cpu.json --seeds 20
 """
@@ -32,7 +37,7 @@ import optuna
 
 from autotune.metrics import OBJECTIVES
 from autotune.pareto import hypervolume, raw_losses, scaled
-from autotune.search.strategy import Planned, next_planned, ruled_out, warm_up_set
+from autotune.search.strategy import Planned, next_planned, next_queued, ruled_out, warm_up_set
 from autotune.space import Config, SearchSpace, config_key
 from autotune.study import make_sampler
 
@@ -94,6 +99,7 @@ def replay(grid: Grid, strategy: str, seed: int, budget: int | None = None) -> C
     study = optuna.create_study(directions=[m.direction for m in OBJECTIVES], sampler=sampler)
     rng = random.Random(seed)
     guided = strategy.startswith("autotune")
+    compose = strategy != "autotune-warm-up-only"
     plan: list[Planned] = warm_up_set(grid.space, grid.baseline) if guided else []
     if guided:
         for config in _unique([grid.reference, grid.baseline]):
@@ -105,7 +111,7 @@ def replay(grid: Grid, strategy: str, seed: int, budget: int | None = None) -> C
     spent = 0.0
     limit = budget or len(grid.trials)
     while len(measured) < limit:
-        picked = _next(study, grid, plan, set(measured), history, guided, rng)
+        picked = _next(study, grid, plan, measured, history, guided, compose, rng)
         if picked is None:
             break
         trial, config = picked
@@ -126,18 +132,25 @@ def _next(
     study: optuna.Study,
     grid: Grid,
     plan: list[Planned],
-    taken: set[str],
+    measured: list[str],
     history: list[tuple[int, Config, str]],
     guided: bool,
+    compose: bool,
     rng: random.Random,
 ) -> tuple[optuna.Trial, Config] | None:
     """As TrialLoop._next_trial: planned configurations first, then the sampler; skips cost nothing."""
-    waiting = {
-        config_key(t.params) for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
-    }
+    taken = set(measured)
+    waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
     skip = lambda config: grid.space.violation(config) or ruled_out(config, history)  # noqa: E731
-    if guided and not waiting and (planned := next_planned(plan, taken, skip)) is not None:
-        study.enqueue_trial(planned.config)
+    if guided and not waiting:
+        done = {key: (grid.trials[key]["config"], grid.trials[key]["metrics"]) for key in measured}
+        done = {key: entry for key, entry in done.items() if grid.trials[key]["outcome"] == "ok"}
+        if compose:
+            planned = next_queued(grid.space, grid.baseline, plan, done, taken, skip)
+        else:
+            planned = next_planned(plan, taken, skip)
+        if planned is not None:
+            study.enqueue_trial(planned.config)
     for _ in range(MAX_CONSECUTIVE_SKIPS):
         trial = study.ask()
         config = grid.space.suggest(trial)
@@ -165,7 +178,11 @@ SAMPLERS: dict[str, Callable[[int], optuna.samplers.BaseSampler]] = {
     "tpe": lambda seed: optuna.samplers.TPESampler(seed=seed),
     "nsga2": lambda seed: optuna.samplers.NSGAIISampler(seed=seed),
     "autotune": make_sampler,
+    # variants that the choice of autotune's strategy was made from
+    "autotune-warm-up-only": make_sampler,
+    "autotune-tpe-default": lambda seed: optuna.samplers.TPESampler(seed=seed),
 }
+DEFAULT_STRATEGIES = ("random", "tpe", "nsga2", "autotune")
 
 
 def summarize(grid: Grid, curves: dict[str, list[Curve]], shares: tuple[float, ...] = (0.10, 0.25, 0.50)) -> str:
@@ -201,7 +218,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("grid", type=Path)
     parser.add_argument("--seeds", type=int, default=20)
-    parser.add_argument("--strategies", default=",".join(SAMPLERS))
+    parser.add_argument("--strategies", default=",".join(DEFAULT_STRATEGIES), help=f"of {', '.join(SAMPLERS)}")
     args = parser.parse_args()
     grid = Grid.load(args.grid)
     curves = {name: [replay(grid, name, seed) for seed in range(args.seeds)] for name in args.strategies.split(",")}

@@ -10,7 +10,15 @@ import pytest
 
 from autotune.paths import PACKAGED_SPACE
 from autotune.results import Outcome
-from autotune.search.strategy import next_planned, ruled_out, trial_cost, warm_up_set
+from autotune.search.strategy import (
+    compositions,
+    next_planned,
+    next_queued,
+    promising_neighbours,
+    ruled_out,
+    trial_cost,
+    warm_up_set,
+)
 from autotune.space import config_key, load_space
 from benchmarks.replay import Grid, ahead_at_every_budget, replay
 
@@ -78,6 +86,79 @@ def test_next_planned_skips_what_is_taken():
     taken = {config_key(plan[0].config), config_key(plan[1].config)}
     assert next_planned(plan, taken) == plan[2]
     assert next_planned(plan, {config_key(p.config) for p in plan}) is None
+
+
+# ------------------------------------------------------------------ compositions and predictions
+
+COMPILED = {**BASELINE, "cache_implementation": "static", "compile": "default"}
+
+
+def measured_from(grid: Grid, configs: list[dict]) -> dict[str, tuple[dict, dict]]:
+    entries = {config_key(c): grid.trials[config_key(c)] for c in configs}
+    return {key: (entry["config"], entry["metrics"]) for key, entry in entries.items() if entry["outcome"] == "ok"}
+
+
+def test_compositions_combine_the_warm_up_changes_that_served_each_trade_off(grid):
+    plan = warm_up_set(GRID_SPACE, BASELINE)
+    measured = measured_from(grid, [BASELINE] + [p.config for p in plan])
+    figures = {key: entry[1] for key, entry in measured.items()}
+    composed = {p.why.rsplit(" for ", 1)[1]: p.config for p in compositions(GRID_SPACE, BASELINE, plan, figures)}
+    # In the synthetic grid float32 and compiling are each faster than the baseline: together, faster still.
+    assert composed["throughput"] == {**COMPILED, "dtype": "float32"}
+    assert composed["memory"] == {**BASELINE, "quantization": "bnb-4bit"}  # float16 saves nothing over bfloat16
+    for config in composed.values():
+        assert GRID_SPACE.violation(config) is None  # bnb-4bit is never combined with compiling
+
+
+def test_compositions_need_the_baseline_and_some_warm_up_trials(grid):
+    plan = warm_up_set(GRID_SPACE, BASELINE)
+    assert compositions(GRID_SPACE, BASELINE, plan, {}) == []
+    only_baseline = {config_key(BASELINE): grid.trials[config_key(BASELINE)]["metrics"]}
+    assert compositions(GRID_SPACE, BASELINE, plan, only_baseline) == []
+
+
+def test_a_change_is_predicted_from_the_same_change_to_the_baseline():
+    # Compiling doubled the baseline's throughput in the warm-up; applied to the faster reference, the
+    # prediction (3000 tok/s) beats everything measured, so it is what runs next.
+    measured = {
+        config_key(BASELINE): (BASELINE, figures(1000, 2.0, 1e-4)),
+        config_key(COMPILED): (COMPILED, figures(2000, 3.0, 1e-4)),
+        config_key(REFERENCE): (REFERENCE, figures(1500, 4.0, 1e-6)),
+    }
+    first = promising_neighbours(GRID_SPACE, BASELINE, measured)[0]
+    assert first.config == {**COMPILED, "dtype": "float32"}
+    assert first.why.startswith("predicted to extend the front: ")
+
+
+def test_no_prediction_without_the_warm_up_trial_of_that_change():
+    measured = {
+        config_key(BASELINE): (BASELINE, figures(1000, 2.0, 1e-4)),
+        config_key(REFERENCE): (REFERENCE, figures(1500, 4.0, 1e-6)),
+    }
+    predicted = [p.config for p in promising_neighbours(GRID_SPACE, BASELINE, measured)]
+    assert predicted == [BASELINE] or predicted == []  # only dtype changes were seen: nothing new to run
+    assert all(config_key(c) not in measured for c in predicted)
+
+
+def test_nothing_is_predicted_once_the_whole_grid_is_measured(grid):
+    measured = measured_from(grid, [t["config"] for t in grid.trials.values()])
+    assert promising_neighbours(GRID_SPACE, BASELINE, measured) == []
+
+
+def test_the_queue_goes_warm_up_then_compositions_then_predictions_then_the_sampler(grid):
+    plan = warm_up_set(GRID_SPACE, BASELINE)
+    done: list[dict] = [REFERENCE, BASELINE]
+    roles = []
+    while (planned := next_queued(GRID_SPACE, BASELINE, plan, measured_from(grid, done),
+                                  {config_key(c) for c in done}, lambda config: None)) is not None:  # fmt: skip
+        done.append(planned.config)
+        roles.append(planned.why.split(":")[0])
+    warm_up = [p for p in plan if p.config != REFERENCE]  # the reference ran already: float32 is not re-run
+    assert roles[: len(warm_up)] == ["warm-up"] * len(warm_up)
+    rest = roles[len(warm_up) :]
+    assert rest[0] == "composed" and "predicted to extend the front" in rest
+    assert rest == sorted(rest, key=lambda role: role != "composed"), "compositions before predictions"
+    assert len(done) < len(grid.trials), "then the sampler: the queue does not walk the whole grid"
 
 
 # ----------------------------------------------------------------------------------------- replay

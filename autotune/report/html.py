@@ -472,6 +472,8 @@ def _trials_table(data: ReportData) -> str:
 WHY_IT_RAN = (
     "Why each trial ran: reference and baseline come first; warm-start re-measures an earlier study's "
     "front; warm-up trials change one knob of the baseline, for each value of each knob, cheapest first; "
+    "composed trials combine the warm-up changes that served one trade-off; predicted trials make a "
+    "one-knob change to a Pareto configuration that the warm-up predicts would extend the front; "
     "then the sampler (Optuna's multivariate TPE) proposes; retry re-runs a trial whose process died. "
     "Proposals that a rule forbids, that an earlier out-of-memory failure rules out, or that were "
     "measured already are skipped without running (listed below the table)."

@@ -20,7 +20,7 @@ from autotune.runner import Limits, run_task
 from autotune.search.options import SearchEvents
 from autotune.search.prepare import Prepared, trial_spec
 from autotune.search.session import Session, recover
-from autotune.search.strategy import next_planned, ruled_out, warm_up_set
+from autotune.search.strategy import next_queued, ruled_out, warm_up_set
 from autotune.space import Config, SearchSpace, Target, build_plan, config_key
 from autotune.study import TrialRecord
 
@@ -105,8 +105,9 @@ class TrialLoop:
         """The next configuration to measure: queued (anchors, warm-up set, retries) or sampled; None when
         the space has nothing left. Proposals that a rule forbids, that earlier failures rule out, or that
         another trial has claimed are skipped without being run."""
-        history = [(r.number, r.config, r.outcome) for r in studies.records(self.study) if r.outcome]
-        self._queue_warm_up(history)
+        records = studies.records(self.study)
+        history = [(r.number, r.config, r.outcome) for r in records if r.outcome]
+        self._queue_planned(records, history)
         for _ in range(MAX_CONSECUTIVE_SKIPS):
             trial = self._ask()
             config = self.space.suggest(trial)
@@ -128,13 +129,16 @@ class TrialLoop:
             return self._next_trial()
         return trial, config, [RANDOM_PICK]
 
-    def _queue_warm_up(self, history: list[tuple[int, Config, str]]) -> None:
-        """Queue the next configuration of the warm-up set, when nothing else waits in the queue."""
+    def _queue_planned(self, records: list[TrialRecord], history: list[tuple[int, Config, str]]) -> None:
+        """Queue what the strategy plans next (warm-up set, compositions, predicted changes), when nothing
+        else waits in the queue."""
         waiting = self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
         if waiting:
             return
         taken = set(studies.measured_keys(self.study))
-        planned = next_planned(self.warm_up, taken, skip=lambda c: self.space.violation(c) or ruled_out(c, history))
+        complete = {config_key(r.config): (r.config, r.metrics) for r in records if r.outcome == Outcome.OK}
+        skip = lambda c: self.space.violation(c) or ruled_out(c, history)  # noqa: E731
+        planned = next_queued(self.space, self.prepared.baseline_config, self.warm_up, complete, taken, skip)
         if planned is not None:
             self.study.enqueue_trial(planned.config, user_attrs={"roles": [planned.why]})
 

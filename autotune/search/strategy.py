@@ -3,8 +3,12 @@
 Chosen from benchmarks/replay.py, which replays strategies against an exhaustively measured grid:
 
 - a warm-up set after the reference and the baseline: the baseline with one knob changed, once for
-  every value of every knob, cheapest first. It maps each knob's effect on all three objectives in
-  as many trials as there are knob values, and gives the sampler a spread-out start;
+  every value of every knob, cheapest first. It maps each knob's effect on all three objectives;
+- compositions: for each trade-off between the objectives, the warm-up changes that served it,
+  combined on the baseline (fastest dtype + compiling + fastest attention, say);
+- predicted changes: one-knob changes of Pareto configurations, each predicted from the warm-up's
+  trial that made the same change to the baseline, run while a prediction would extend the front,
+  the largest expected gain first;
 - configurations that earlier failures rule out are skipped without being run: after an
   out-of-memory error, any configuration that differs from that one only by needing more memory
   (a wider dtype, lighter quantization, more tokens per batch) is skipped too;
@@ -13,9 +17,13 @@ Chosen from benchmarks/replay.py, which replays strategies against an exhaustive
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import math
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+import numpy as np
+
+from autotune.pareto import contributions, hypervolume, raw_losses, scaled, scaled_losses
 from autotune.results import Outcome
 from autotune.space import Config, SearchSpace, config_key
 
@@ -25,6 +33,9 @@ MEMORY_RANK: dict[str, dict[str | int, int]] = {
     "quantization": {"none": 2, "bnb-8bit": 1, "bnb-4bit": 0},
 }
 NUMERIC_MEMORY_KNOBS = ("max_batch_tokens",)
+
+
+Measured = tuple[Config, Mapping[str, float]]  # a complete trial's configuration and figures
 
 
 @dataclass(frozen=True)
@@ -79,6 +90,61 @@ def _fill(space: SearchSpace, config: Config) -> Config:
     return filled
 
 
+# Trade-offs between the objectives (throughput, memory, KL) for which the warm-up's best changes
+# are combined: each objective alone, each pair, and all three.
+TRADE_OFFS: tuple[tuple[str, tuple[float, float, float]], ...] = (
+    ("throughput", (1.0, 0.0, 0.0)),
+    ("memory", (0.0, 1.0, 0.0)),
+    ("quality", (0.0, 0.0, 1.0)),
+    ("throughput and memory", (1.0, 1.0, 0.0)),
+    ("throughput and quality", (1.0, 0.0, 1.0)),
+    ("memory and quality", (0.0, 1.0, 1.0)),
+    ("all three", (1.0, 1.0, 1.0)),
+)
+
+
+def compositions(
+    space: SearchSpace, baseline: Config, warm_up: list[Planned], measured: Mapping[str, Mapping[str, float]]
+) -> list[Planned]:
+    """For each trade-off, the baseline with the warm-up changes that served it, best first.
+
+    A warm-up trial changed one knob of the baseline (and what that knob needs); it served a
+    trade-off when its weighted losses beat the baseline's. Changes are applied greedily, best first,
+    skipping one that touches a knob already changed or that the space's rules forbid.
+    `measured` maps configuration keys to the figures of complete trials.
+    """
+    base = measured.get(config_key(baseline))
+    tried = [p.config for p in warm_up if config_key(p.config) in measured]
+    if base is None or not tried:
+        return []
+    losses = scaled_losses([base] + [measured[config_key(config)] for config in tried])
+    planned: dict[str, Planned] = {}
+    for label, weights in TRADE_OFFS:
+        scores = losses @ weights
+        helpful = sorted((score, i) for i, score in enumerate(scores[1:]) if score < scores[0])
+        config = _combine(space, baseline, [tried[i] for _, i in helpful])
+        if config != baseline and config_key(config) not in planned:
+            planned[config_key(config)] = Planned(config, f"composed: the warm-up's best changes for {label}")
+    return list(planned.values())
+
+
+def _combine(space: SearchSpace, baseline: Config, changed_configs: list[Config]) -> Config:
+    """The baseline with each configuration's changes applied in turn, when they fit with those before."""
+    config, touched = dict(baseline), set()
+    for changed in changed_configs:
+        change = {name for name in baseline.keys() | changed.keys() if baseline.get(name) != changed.get(name)}
+        if change & touched:
+            continue
+        candidate = _fill(space, {**{k: v for k, v in config.items() if k not in change}, **_pick(changed, change)})
+        if space.violation(candidate) is None:
+            config, touched = candidate, touched | change
+    return config
+
+
+def _pick(config: Config, names: set[str]) -> Config:
+    return {name: value for name, value in config.items() if name in names}
+
+
 def next_planned(
     plan: list[Planned], taken: set[str], skip: Callable[[Config], object] = lambda config: None
 ) -> Planned | None:
@@ -112,3 +178,105 @@ def _needs_at_least_as_much_memory(config: Config, other: Config) -> bool:
         elif config[name] != other[name]:
             return False
     return True
+
+
+def promising_neighbours(space: SearchSpace, baseline: Config, measured: Mapping[str, Measured]) -> list[Planned]:
+    """One-knob changes of Pareto configurations that the warm-up predicts would add to the front.
+
+    A change's effect is read off the warm-up, which made the same change to the baseline: throughput
+    and memory scale by the ratio it showed there, KL by its ratio too (a shift on the log scale).
+    Sorted by the hypervolume the prediction would add, largest first; changes predicted to add
+    nothing are left out.
+    """
+    keys = list(measured)
+    if not keys:
+        return []
+    raw = raw_losses([figures for _, figures in measured.values()])
+    ranked: dict[str, tuple[float, Planned]] = {}
+    for i in np.flatnonzero(contributions(scaled_losses([figures for _, figures in measured.values()])) > 0):
+        anchor, figures = measured[keys[i]]
+        for name, value, config in _one_knob_changes(space, anchor):
+            effect = _effect(space, baseline, measured, name, anchor.get(name), value)
+            key = config_key(config)
+            if effect is None or key in measured:
+                continue
+            gain = _hypervolume_gain(raw, _raw_from_logs(_logs(figures) + effect))
+            if gain > max(GAIN_FLOOR, ranked.get(key, (0.0, None))[0]):
+                why = f"predicted to extend the front: {name}={value} on trial-proven {_describe(anchor, baseline)}"
+                ranked[key] = (gain, Planned(config, why))
+    return [planned for _, planned in sorted(ranked.values(), key=lambda item: -item[0])]
+
+
+def _hypervolume_gain(raw: np.ndarray, candidate: np.ndarray) -> float:
+    """Hypervolume one more point adds, all losses scaled to the bounds of the set with it."""
+    both = np.vstack([raw, candidate])
+    low, high = both.min(axis=0), both.max(axis=0)
+    return hypervolume(scaled(both, low, high)) - hypervolume(scaled(raw, low, high))
+
+
+GAIN_FLOOR = 1e-9
+
+
+def _one_knob_changes(space: SearchSpace, config: Config) -> Iterable[tuple[str, str | int, Config]]:
+    for spec in space.knobs:
+        for value in spec.values:
+            if config.get(spec.name) != value and (changed := _with_value(space, config, spec.name, value)):
+                yield spec.name, value, changed
+
+
+def _effect(
+    space: SearchSpace, baseline: Config, measured: Mapping[str, Measured], name: str, old: object, new: object
+) -> np.ndarray | None:
+    """Log-figure difference between the baseline with `name` at `new` and at `old`, when both were measured."""
+    before, after = (_baseline_with(space, baseline, measured, name, value) for value in (old, new))
+    if before is None or after is None:
+        return None
+    return _logs(after) - _logs(before)
+
+
+def _baseline_with(
+    space: SearchSpace, baseline: Config, measured: Mapping[str, Measured], name: str, value: object
+) -> Mapping[str, float] | None:
+    if baseline.get(name) == value:
+        config: Config | None = baseline
+    else:
+        config = _with_value(space, baseline, name, value) if value is not None else None
+    entry = measured.get(config_key(config)) if config is not None else None
+    return entry[1] if entry is not None else None
+
+
+def _logs(figures: Mapping[str, float]) -> np.ndarray:
+    """log throughput, log memory, log10 KL: the scales on which a knob's effect is roughly additive."""
+    raw = raw_losses([figures])[0]
+    return np.array([math.log(-raw[0]), math.log(raw[1]), raw[2]])
+
+
+def _raw_from_logs(logs: np.ndarray) -> np.ndarray:
+    return np.array([[-math.exp(logs[0]), math.exp(logs[1]), logs[2]]])
+
+
+def _describe(config: Config, baseline: Config) -> str:
+    changed = [f"{name}={value}" for name, value in config.items() if baseline.get(name) != value]
+    return ", ".join(changed) or "baseline"
+
+
+def next_queued(
+    space: SearchSpace,
+    baseline: Config,
+    warm_up: list[Planned],
+    measured: Mapping[str, Measured],
+    taken: set[str],
+    skip: Callable[[Config], object],
+) -> Planned | None:
+    """What the strategy queues next: the warm-up set, its compositions, changes predicted to extend the front, then
+    nothing (the sampler takes over). `measured` maps keys of complete trials to (config, figures)."""
+    figures = {key: entry[1] for key, entry in measured.items()}
+    for plan in (
+        lambda: warm_up,
+        lambda: compositions(space, baseline, warm_up, figures),
+        lambda: promising_neighbours(space, baseline, measured),
+    ):
+        planned = next_planned(plan(), taken, skip)
+        if planned is not None:
+            return planned
+    return None
