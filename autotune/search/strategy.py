@@ -193,7 +193,7 @@ def promising_neighbours(space: SearchSpace, baseline: Config, measured: Mapping
         return []
     raw = raw_losses([figures for _, figures in measured.values()])
     ranked: dict[str, tuple[float, Planned]] = {}
-    for i in np.flatnonzero(contributions(scaled_losses([figures for _, figures in measured.values()])) > 0):
+    for i in np.flatnonzero(contributions(scaled(raw, raw.min(axis=0), raw.max(axis=0))) > 0):
         anchor, figures = measured[keys[i]]
         for name, value, config in _one_knob_changes(space, anchor):
             effect = _effect(space, baseline, measured, name, anchor.get(name), value)
@@ -202,7 +202,7 @@ def promising_neighbours(space: SearchSpace, baseline: Config, measured: Mapping
                 continue
             gain = _hypervolume_gain(raw, _raw_from_logs(_logs(figures) + effect))
             if gain > max(GAIN_FLOOR, ranked.get(key, (0.0, None))[0]):
-                why = f"predicted to extend the front: {name}={value} on trial-proven {_describe(anchor, baseline)}"
+                why = f"predicted to extend the front: {name}={value} on the front's {_describe(anchor, baseline)}"
                 ranked[key] = (gain, Planned(config, why))
     return [planned for _, planned in sorted(ranked.values(), key=lambda item: -item[0])]
 
