@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+import sqlalchemy.exc
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
 
@@ -56,17 +57,35 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
     if url.startswith("sqlite:///"):
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
-    try:
-        return optuna.storages.RDBStorage(
-            url,
-            engine_kwargs=engine_kwargs,
-            heartbeat_interval=HEARTBEAT_INTERVAL_S,
-            grace_period=GRACE_PERIOD_S,
-            heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=1),
-        )
-    except Exception as error:  # SQLAlchemy raises many kinds: a bad URL, a missing driver, a refused connection
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise UserError(f"cannot open storage {redact(url)}: {redact(reason)}; check --storage") from None
+    for attempt in range(SCHEMA_RACE_ATTEMPTS):
+        try:
+            return optuna.storages.RDBStorage(
+                url,
+                engine_kwargs=engine_kwargs,
+                heartbeat_interval=HEARTBEAT_INTERVAL_S,
+                grace_period=GRACE_PERIOD_S,
+                heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=1),
+            )
+        except sqlalchemy.exc.DatabaseError as error:
+            if not _lost_schema_race(error):
+                raise UserError(f"cannot open storage {redact(url)}: {_first_line(error)}; check --storage") from None
+            time.sleep(0.2 * (attempt + 1))  # another process created the schema meanwhile: it is there now
+        except Exception as error:  # SQLAlchemy raises many kinds: a bad URL, a missing driver, a refused connection
+            raise UserError(f"cannot open storage {redact(url)}: {_first_line(error)}; check --storage") from None
+    raise UserError(f"cannot open storage {redact(url)}: its schema could not be created; check --storage")
+
+
+SCHEMA_RACE_ATTEMPTS = 5
+# What SQLite and PostgreSQL say when two processes create the same new schema at once.
+SCHEMA_RACE_MARKERS = ("already exists", "UNIQUE constraint failed", "duplicate key")
+
+
+def _lost_schema_race(error: Exception) -> bool:
+    return any(marker in str(error) for marker in SCHEMA_RACE_MARKERS)
+
+
+def _first_line(error: Exception) -> str:
+    return redact(str(error).splitlines()[0] if str(error) else type(error).__name__)
 
 
 def sqlite_file_missing(url: str) -> bool:

@@ -17,7 +17,7 @@ import optuna
 import psutil
 import pytest
 
-from autotune.study import records
+from autotune.study import open_storage, records
 from autotune.worker.demo_model import ensure_demo_model
 
 pytestmark = pytest.mark.slow
@@ -39,7 +39,8 @@ def search(workdir: Path, env: dict[str, str], *args: str, timeout: float = 900)
 
 
 def load(workdir: Path, name: str = "demo-cpu") -> optuna.Study:
-    return optuna.load_study(study_name=name, storage=f"sqlite:///{workdir}/studies/{name}.db")
+    # open_storage: the search may be creating this database's schema right now
+    return optuna.load_study(study_name=name, storage=open_storage(f"sqlite:///{workdir}/studies/{name}.db"))
 
 
 def launched(study: optuna.Study):
@@ -198,3 +199,22 @@ def test_two_searches_on_one_sqlite_study_cooperate(tmp_path, env):
     assert all(r.outcome is not None for r in runs), "a write was lost"
     assert not [t for t in study.get_trials(deepcopy=False) if t.state.name == "RUNNING"]
     assert len({r.pid for r in runs}) == 6
+
+
+def test_processes_that_open_a_new_database_at_the_same_moment_all_get_it(tmp_path, env):
+    # Each process creates the schema of a database that does not exist yet; all but one find that
+    # another got there first, and must go on rather than fail.
+    url = f"sqlite:///{tmp_path}/studies/new.db"
+    start_at = time.time() + 3.0
+    opener = (
+        "import sys, time\n"
+        "from autotune.study import open_storage\n"
+        f"time.sleep(max(0.0, {start_at} - time.time()))\n"
+        f"open_storage({url!r})\n"
+    )
+    processes = [
+        subprocess.Popen([sys.executable, "-c", opener], env=env, stderr=subprocess.PIPE, text=True) for _ in range(6)
+    ]
+    errors = [process.communicate(timeout=120)[1] for process in processes]
+    assert [process.returncode for process in processes] == [0] * 6, "\n".join(errors)
+    assert optuna.get_all_study_names(open_storage(url)) == []
