@@ -11,8 +11,8 @@ from autotune.paths import default_space_path
 from autotune.profiles import resolve_hardware
 from autotune.results import TaskResult
 from autotune.runner import Limits, run_task
-from autotune.search import SearchOptions, baseline_config, prepare, trial_spec
-from autotune.space import KNOBS, Config, SearchSpace, Target, build_plan, load_space
+from autotune.search import SearchOptions, baseline_config, plan_target, prepare, trial_spec
+from autotune.space import KNOBS, Config, SearchSpace, build_plan, load_space
 from autotune.space.knobs import Value
 
 
@@ -47,7 +47,7 @@ def measure(options: SearchOptions, settings: dict[str, Value]) -> tuple[Config,
         prepared = prepare(options, hardware, space, workdir, deadline=None)
         baseline = baseline_config(space, prepared.model_info["checkpoint_dtype"], hardware.profile, "throughput")
         config = _configuration(space, {**baseline, **settings}, settings)
-        plan = build_plan(config, Target(hardware.profile.device_type)).to_json()
+        plan = build_plan(config, plan_target(hardware.profile, options.workload)).to_json()
         spec = trial_spec(options, prepared, config, plan)
         result = run_task(spec, workdir / "trial", Limits(options.trial_timeout_s))
     finally:

@@ -327,6 +327,8 @@ def record_result(
     if result.environment:
         trial.set_user_attr("environment", result.environment)
     if result.ok:
+        if "plan" in result.details:  # the worker ran an adapted plan (e.g. another quantized-cache backend)
+            trial.set_user_attr("plan", result.details["plan"])
         trial.set_user_attr("metrics", result.metrics)
         trial.set_user_attr("stats", result.stats)
         for key, value in violations(constraints, result.metrics).items():

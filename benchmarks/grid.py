@@ -19,8 +19,8 @@ from autotune.metrics import OBJECTIVES
 from autotune.profiles import resolve_hardware
 from autotune.results import WorkloadSpec, write_json_atomically
 from autotune.runner import Limits, run_task
-from autotune.search import SearchOptions, prepare, trial_spec
-from autotune.space import Target, build_plan, config_key, load_space
+from autotune.search import SearchOptions, plan_target, prepare, trial_spec
+from autotune.space import build_plan, config_key, load_space
 
 KEPT = (*(metric.name for metric in OBJECTIVES), "ttft_s", "tpot_s", "top1_agreement", "compile_s", "throughput_cv")
 
@@ -50,7 +50,7 @@ def main() -> None:
         key = config_key(config)
         if key in table["trials"]:
             continue
-        plan = build_plan(config, Target(hardware.profile.device_type)).to_json()
+        plan = build_plan(config, plan_target(hardware.profile, workload)).to_json()
         started = time.monotonic()
         result = run_task(trial_spec(options, prepared, config, plan), workdir / "trial", Limits(args.trial_timeout))
         duration = time.monotonic() - started

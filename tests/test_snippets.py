@@ -43,7 +43,41 @@ def test_four_bit_computes_in_the_chosen_dtype():
     assert config.path == "transformers.BitsAndBytesConfig"
     assert config.kwargs["bnb_4bit_compute_dtype"].path == "torch.float16"
     assert plan.batching == "continuous"
-    assert plan.continuous == {"auto_switch_to_flash": False, "max_batch_tokens": 512}
+    assert plan.continuous["max_batch_tokens"] == 512
+    assert plan.continuous["auto_switch_to_flash"] is False
+
+
+def test_continuous_batching_sizes_its_paged_cache_for_the_workload_in_the_plan():
+    """Unsized, the paged cache takes ~90% of free GPU memory: peak memory would say nothing of the configuration."""
+    plan = build_plan(CONTINUOUS_4BIT, Target("cuda", requests=8, tokens_per_request=192))
+    assert plan.continuous | {"page_size": 32, "num_blocks": 8 * 6 + 2, "max_requests_per_batch": 8} == plan.continuous
+    larger = build_plan(CONTINUOUS_4BIT, Target("cuda", requests=16, tokens_per_request=1000))
+    assert larger.continuous["num_blocks"] == 16 * 32 + 2
+    flags = " ".join(plan.serve_flags)
+    assert "--continuous-batching --cb-block-size 32 --cb-num-blocks 50" in flags
+
+
+def test_a_static_cache_without_compile_disables_generates_own_compilation():
+    """On a GPU generate() compiles a static cache by itself unless told not to: "compile off" must be off."""
+    for cache in ("static", "offloaded_static"):
+        off = {**COMPILED_STATIC, "cache_implementation": cache, "compile": "off"}
+        for target in ("cpu", "cuda"):
+            plan = build_plan(off, Target(target))
+            assert plan.generate["disable_compile"] is True
+            assert "compile_config" not in plan.generate
+            compiled = build_plan({**off, "compile": "reduce-overhead"}, Target(target))
+            assert "disable_compile" not in compiled.generate
+            assert compiled.generate["compile_config"].kwargs == {"mode": "reduce-overhead"}
+    unset = {key: value for key, value in COMPILED_STATIC.items() if key != "compile"}
+    assert build_plan(unset, Target("cuda")).generate["disable_compile"] is True
+    dynamic = {**unset, "cache_implementation": "dynamic"}
+    assert "disable_compile" not in build_plan(dynamic, Target("cuda")).generate
+
+
+def test_static_cache_without_compile_is_not_what_serve_runs():
+    plan = build_plan({**COMPILED_STATIC, "compile": "off"}, Target("cuda"))
+    assert "--compile" not in plan.serve_flags
+    assert any("static cache without compilation" in item for item in plan.not_servable)
 
 
 def test_python_snippet_is_valid_python_with_the_knobs():
@@ -64,7 +98,8 @@ def test_python_snippet_is_valid_python_with_the_knobs():
 def test_serve_command_maps_knobs_to_its_flags_and_names_the_rest():
     command = serve_command("org/model", build_plan(CONTINUOUS_4BIT, Target("cuda")), "cuda:0")
     assert command.startswith("transformers serve org/model --dtype float16 --attn-implementation eager")
-    assert "--quantization bnb-4bit --continuous-batching --cb-max-batch-tokens 512 --device cuda:0" in command
+    assert "--quantization bnb-4bit --continuous-batching --cb-block-size 32 --cb-num-blocks 50" in command
+    assert "--cb-max-batch-tokens 512 --device cuda:0" in command
     quantized_cache = {**COMPILED_STATIC, "cache_implementation": "quantized"}
     del quantized_cache["compile"]
     command = serve_command("m", build_plan(quantized_cache, Target("cuda")), "cuda")

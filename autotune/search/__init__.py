@@ -6,7 +6,7 @@ loop (ask, claim, run the worker, tell) -> run (in this process, as a worker, or
 
 from autotune.search.loop import expected_duration_s, overrun_reason
 from autotune.search.options import SearchError, SearchEvents, SearchOptions, SearchSummary
-from autotune.search.prepare import Prepared, baseline_config, prepare, trial_spec
+from autotune.search.prepare import Prepared, baseline_config, plan_target, prepare, trial_spec
 from autotune.search.run import join_study, run_search
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "expected_duration_s",
     "join_study",
     "overrun_reason",
+    "plan_target",
     "prepare",
     "run_search",
     "trial_spec",

@@ -18,10 +18,10 @@ from autotune.recovery import OWNER_ATTR, this_process
 from autotune.results import Outcome, TaskResult
 from autotune.runner import Limits, run_task
 from autotune.search.options import SearchEvents
-from autotune.search.prepare import Prepared, trial_spec
+from autotune.search.prepare import Prepared, plan_target, trial_spec
 from autotune.search.session import Session, recover
 from autotune.search.strategy import next_queued, ruled_out, warm_up_set
-from autotune.space import Config, SearchSpace, Target, build_plan, config_key
+from autotune.space import Config, SearchSpace, build_plan, config_key
 from autotune.study import TrialRecord
 
 MAX_CONSECUTIVE_SKIPS = 50
@@ -167,7 +167,7 @@ class TrialLoop:
 
     def _measure(self, trial: optuna.Trial, config: Config, roles: list[str]) -> TaskResult:
         self.events.trial_started(trial.number, config, roles)
-        plan = build_plan(config, Target(self.session.profile.device_type)).to_json()
+        plan = build_plan(config, plan_target(self.session.profile, self.options.workload)).to_json()
         studies.record_launch(trial, config, plan, roles)
         spec = trial_spec(self.options, self.prepared, config, plan)
         if (fault := _injected_fault(self.launched)) is not None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from autotune.errors import UserError
 from autotune.profiles import GpuProfile, Hardware
-from autotune.results import Candidate, ModelSpec, Outcome, TaskResult, TaskSpec
+from autotune.results import Candidate, ModelSpec, Outcome, TaskResult, TaskSpec, WorkloadSpec
 from autotune.runner import Limits, run_task
 from autotune.search.options import SearchError, SearchOptions
 from autotune.space import Config, SearchSpace, Target, build_plan
@@ -63,7 +63,7 @@ def prepare(
     """
     profile = hardware.profile
     configs = [reference] if reference else [_defaults(d, options.workload.kind) for d in _precise_dtypes(profile)]
-    candidates = [_candidate(space, config, profile) for config in configs]
+    candidates = [_candidate(space, config, plan_target(profile, options.workload)) for config in configs]
     model = ModelSpec(options.model, revision=options.revision, trust_remote_code=options.trust_remote_code)
     spec = TaskSpec(
         "prepare",
@@ -119,9 +119,14 @@ def _defaults(dtype: str, workload: str) -> Config:
     return {"dtype": dtype, **DEFAULTS, "workload": workload}
 
 
-def _candidate(space: SearchSpace, config: Config, profile: GpuProfile) -> Candidate:
+def plan_target(profile: GpuProfile, workload: WorkloadSpec) -> Target:
+    """What plans are built for: the profile's device type and the workload's largest shape."""
+    return Target(profile.device_type, workload.batch_size, workload.input_len + workload.output_len)
+
+
+def _candidate(space: SearchSpace, config: Config, target: Target) -> Candidate:
     normalized = space.including(config).normalize(config)
-    plan = build_plan(normalized, Target(profile.device_type))
+    plan = build_plan(normalized, target)
     return Candidate(normalized, plan.to_json())
 
 

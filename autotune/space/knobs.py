@@ -27,9 +27,11 @@ class Needs:
 
 @dataclass(frozen=True)
 class Target:
-    """What the plan is built for."""
+    """What the plan is built for: the device, and the workload's largest shape (it sizes the paged cache)."""
 
     device_type: DeviceType
+    requests: int = 8
+    tokens_per_request: int = 192  # prompt + generated tokens
 
 
 class Knob:
@@ -145,10 +147,25 @@ class BatchingKnob(Knob):
 
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         plan.batching = "continuous" if value == "continuous" else "generate"
-        if value == "continuous":
-            # Keep the attention backend the trial asked for instead of switching to flash.
-            plan.continuous["auto_switch_to_flash"] = False
-            plan.serve_flags.append("--continuous-batching")
+        if value != "continuous":
+            return
+        # Keep the attention backend the trial asked for instead of switching to flash.
+        plan.continuous["auto_switch_to_flash"] = False
+        # Unsized, the paged cache takes ~90% of free GPU memory (or sizes from RAM on CPU): size it for the workload.
+        pages_per_request = -(-target.tokens_per_request // PAGE_SIZE)
+        num_blocks = target.requests * pages_per_request + SPARE_PAGES
+        plan.continuous |= {"page_size": PAGE_SIZE, "num_blocks": num_blocks, "max_requests_per_batch": target.requests}
+        plan.serve_flags += [
+            "--continuous-batching",
+            "--cb-block-size",
+            str(PAGE_SIZE),
+            "--cb-num-blocks",
+            str(num_blocks),
+        ]
+
+
+PAGE_SIZE = 32  # tokens per page of the paged KV cache
+SPARE_PAGES = 2
 
 
 @register
@@ -166,10 +183,16 @@ class CacheKnob(Knob):
         if value == "dynamic":
             return
         plan.generate["cache_implementation"] = value
+        if value in COMPILEABLE_CACHES:
+            # generate() compiles a static cache by itself on a GPU; the compile knob turns this back on.
+            plan.generate["disable_compile"] = True
         if value == "quantized":
             plan.generate["cache_config"] = {"backend": "fp8"}
         if value != "static":
             plan.not_servable.append(f"cache_implementation={value}")
+
+
+COMPILEABLE_CACHES = ("static", "offloaded_static")
 
 
 _CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
@@ -188,7 +211,10 @@ class CompileKnob(Knob):
 
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         if value == "off":
+            if plan.generate.get("cache_implementation") == "static":
+                plan.not_servable.append("a static cache without compilation (serve --compile compiles it)")
             return
+        plan.generate.pop("disable_compile", None)
         # generate() compiles on CUDA only unless this private switch is set.
         attrs = {"_compile_all_devices": True} if target.device_type == "cpu" else {}
         plan.generate["compile_config"] = Call("transformers.CompileConfig", {"mode": value}, attrs)

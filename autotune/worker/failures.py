@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -44,6 +45,10 @@ class BrokenOutputError(RuntimeError):
     """The configuration ran, but its output is unusable (NaN/inf logits, empty or degenerate text)."""
 
 
+class UnsupportedError(RuntimeError):
+    """This installation cannot run the configuration; the message says what to install or change."""
+
+
 @dataclass(frozen=True)
 class Classified:
     outcome: Outcome
@@ -51,22 +56,41 @@ class Classified:
     knob: str | None = None  # the knob to blame, when the failure can never go away in this environment
 
 
-def classify(error: BaseException) -> Classified:
+def classify(error: BaseException, config: dict[str, Any] | None = None) -> Classified:
+    """The outcome of a failed task; an unsupported one blames the knob of `config` it names, if any."""
     message = f"{type(error).__name__}: {error}".strip()
     lowered = message.lower()
     if isinstance(error, BrokenOutputError):
         return Classified(Outcome.BROKEN, str(error))
     if isinstance(error, torch.OutOfMemoryError | MemoryError) or any(m in lowered for m in _OOM_MARKERS):
         return Classified(Outcome.OOM, message)
-    if isinstance(error, ImportError):
-        return Classified(Outcome.UNSUPPORTED, message, _blamed_knob(lowered))
-    if isinstance(error, NotImplementedError) or any(m in lowered for m in _UNSUPPORTED_MARKERS):
-        return Classified(Outcome.UNSUPPORTED, message)
+    unsupported = isinstance(error, ImportError | NotImplementedError | UnsupportedError)
+    if unsupported or any(m in lowered for m in _UNSUPPORTED_MARKERS):
+        return Classified(Outcome.UNSUPPORTED, message, _blamed_knob(lowered, config or {}))
     return Classified(Outcome.ERROR, message)
 
 
-def _blamed_knob(lowered: str) -> str | None:
+def _blamed_knob(lowered: str, config: dict[str, Any]) -> str | None:
+    """The knob whose value the message names, else the first whose words it uses, among the knobs set."""
+    for knob, value in config.items():
+        if isinstance(value, str) and len(value) > 4 and value.lower() in lowered and value not in _COMMON_VALUES:
+            return knob
     for knob, words in _KNOB_HINTS:
-        if any(word in lowered for word in words):
+        if knob in config and config[knob] not in _COMMON_VALUES and any(word in lowered for word in words):
             return knob
     return None
+
+
+# Defaults and dtypes: a message that names one of these does not blame the knob that has it.
+_COMMON_VALUES = {
+    "none",
+    "off",
+    "generate",
+    "dynamic",
+    "sdpa",
+    "float32",
+    "float16",
+    "bfloat16",
+    "throughput",
+    "latency",
+}

@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import re
 import resource
+import threading
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -26,17 +28,22 @@ class PeakMemory:
         self.device = torch.device(device)
         self.baseline = 0 if self.cuda else _status_bytes("RssAnon")
         self.resettable = self.cuda or _can_reset_rss_peak()
+        self.nvml: NvmlPeak | None = None
 
     def reset(self) -> None:
         if self.cuda:
             torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
+            self.nvml = NvmlPeak(self.device.index or 0)
+            self.nvml.start()
         elif self.resettable:
             Path("/proc/self/clear_refs").write_text("5")
 
     def peak_bytes(self) -> int:
         if self.cuda:
             torch.cuda.synchronize(self.device)
+            if self.nvml is not None:
+                self.nvml.stop()
             return torch.cuda.max_memory_allocated(self.device)
         file_backed = _status_bytes("RssFile") + _status_bytes("RssShmem")
         return max(0, _rss_peak_bytes() - file_backed - self.baseline)
@@ -44,9 +51,8 @@ class PeakMemory:
     def details(self) -> dict[str, float]:
         if self.cuda:
             details = {"peak_reserved_bytes": float(torch.cuda.max_memory_reserved(self.device))}
-            process = nvml_process_bytes(self.device.index or 0)
-            if process is not None:
-                details["nvml_process_bytes"] = float(process)
+            if self.nvml is not None and self.nvml.peak is not None:
+                details["nvml_process_peak_bytes"] = float(self.nvml.peak)
             return details
         return {"process_baseline_bytes": float(self.baseline), "process_peak_rss_bytes": float(_rss_peak_bytes())}
 
@@ -79,21 +85,47 @@ def _can_reset_rss_peak() -> bool:
     return True
 
 
-def nvml_process_bytes(index: int) -> int | None:
-    """GPU memory NVML attributes to this process (context and allocator cache included), or None."""
-    try:
-        import pynvml
+class NvmlPeak:
+    """The most GPU memory NVML attributes to this process (CUDA context and allocator cache included),
+    sampled every `interval_s` on a thread between start() and stop(); None where NVML cannot tell."""
 
-        pynvml.nvmlInit()
-    except Exception:  # no NVML: this figure is simply not reported
-        return None
-    try:
-        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-        for process in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
-            if process.pid == os.getpid() and process.usedGpuMemory is not None:
-                return int(process.usedGpuMemory)
-        return None
-    except pynvml.NVMLError:
-        return None
-    finally:
-        pynvml.nvmlShutdown()
+    def __init__(self, index: int, interval_s: float = 0.02) -> None:
+        self.index = index
+        self.interval_s = interval_s
+        self.peak: int | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name="autotune-nvml-peak", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+        except Exception:  # no NVML: this figure is simply not reported
+            return
+        try:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(self.index)
+            while True:
+                reading = _process_bytes(pynvml, handle)
+                if reading is not None:
+                    self.peak = max(self.peak or 0, reading)
+                if self._done.wait(self.interval_s):
+                    return
+        except pynvml.NVMLError:
+            return
+        finally:
+            pynvml.nvmlShutdown()
+
+
+def _process_bytes(pynvml: Any, handle: Any) -> int | None:
+    for process in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+        if process.pid == os.getpid() and process.usedGpuMemory is not None:
+            return int(process.usedGpuMemory)
+    return None

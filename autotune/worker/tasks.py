@@ -31,6 +31,7 @@ from autotune.measurement import (
 from autotune.results import Candidate, ModelSpec, Outcome, TaskResult, TaskSpec, WorkloadSpec, write_json_atomically
 from autotune.space.plan import Plan
 from autotune.timing import repeat_until
+from autotune.worker.compat import adapt_plan
 from autotune.worker.demo_model import ensure_demo_model
 from autotune.worker.environment import environment
 from autotune.worker.failures import BrokenOutputError, classify
@@ -70,7 +71,7 @@ def run_task(spec: TaskSpec, startup_s: float) -> TaskResult:
             _configure(spec)
         result = _prepare(spec, phases) if spec.task == "prepare" else _trial(spec, phases)
     except BaseException as error:
-        classified = classify(error)
+        classified = classify(error, spec.candidate.config if spec.candidate else None)
         log.exception("task failed in phase %s", phases.current)
         result = TaskResult(classified.outcome, classified.message[:4000], phase=phases.current)
         if classified.knob and spec.candidate and classified.knob in spec.candidate.config:
@@ -207,16 +208,18 @@ def _compute_reference(
 
 def _trial(spec: TaskSpec, phases: Phases) -> TaskResult:
     assert spec.candidate is not None and spec.reference_path is not None
-    plan = Plan.from_json(spec.candidate.plan)
+    planned = Plan.from_json(spec.candidate.plan)
     workload_spec = replace(spec.workload, kind=spec.candidate.config.get("workload", spec.workload.kind))
     with phases("load"):
+        plan = adapt_plan(planned)
         tokenizer = load_tokenizer(spec.model)
         if "quantization_config" in plan.load:
             import bitsandbytes  # noqa: F401 - its library counts as process baseline, not as model memory
         memory = PeakMemory(spec.device)
         model = load_model(spec.model, plan, spec.device)
     inputs = build_inputs(tokenizer, workload_spec)
-    workload = make_workload(model, plan, inputs, workload_spec, tokenizer.pad_token_id)
+    with phases("setup"):
+        workload = make_workload(model, plan, inputs, workload_spec, tokenizer.pad_token_id)
     with phases("warmup"):
         warmup = [workload.run() for _ in range(max(1, workload_spec.warmup_iterations))]
     with phases("measure"):
@@ -224,6 +227,7 @@ def _trial(spec: TaskSpec, phases: Phases) -> TaskResult:
         w = workload_spec
         iterations = repeat_until(workload.run, w.min_iterations, w.min_seconds, w.max_iterations)
         peak = memory.peak_bytes()
+        workload.close()
     with phases("quality"):
         quality = _quality(spec, model, iterations[-1].generated)
     speed, stats = speed_figures(iterations, warmup[0])
@@ -231,7 +235,8 @@ def _trial(spec: TaskSpec, phases: Phases) -> TaskResult:
     metrics["peak_memory_bytes"] = float(peak)
     metrics["peak_memory_gb"] = peak / 1e9
     metrics["warmup_s"] = phases.timings["warmup"]
-    return TaskResult(Outcome.OK, metrics=metrics, stats=stats, environment=environment(spec.device))
+    details = {"plan": plan.to_json()} if plan != planned else {}  # what ran, when this installation differs
+    return TaskResult(Outcome.OK, metrics=metrics, stats=stats, environment=environment(spec.device), details=details)
 
 
 def _quality(spec: TaskSpec, model: Any, generated: list[list[int]]) -> dict[str, float]:

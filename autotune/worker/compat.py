@@ -1,0 +1,79 @@
+"""Plans are written with the newest transformers API; this adapts them to the installed version, or says why not.
+
+An adaptation that changes what runs (another quantized-cache backend) is returned as a new plan, so the
+study stores what was measured; one that only renames an argument keeps the plan as it is.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from dataclasses import fields, replace
+from typing import Any
+
+from packaging.version import Version
+
+from autotune.space.plan import Plan
+from autotune.worker.failures import UnsupportedError
+
+FP8_KV_CACHE_SINCE = Version("5.22")
+# Renamed in later transformers: the plan uses the newest names, older versions get theirs.
+_RENAMED_CONTINUOUS_FIELDS = {"page_size": "block_size"}
+# Options an older version does not have because it never does what they turn off.
+_ABSENT_MEANS_DEFAULT = {"auto_switch_to_flash"}
+
+
+def transformers_version() -> Version:
+    return Version(importlib.metadata.version("transformers"))
+
+
+def kv_cache_backends() -> list[str]:
+    """The quantized KV-cache backends this transformers can run with the packages installed, preferred first."""
+    from transformers.utils.import_utils import is_hqq_available, is_optimum_quanto_available
+
+    backends = ["fp8"] if transformers_version() >= FP8_KV_CACHE_SINCE else []
+    if is_optimum_quanto_available():
+        backends.append("quanto")
+    if is_hqq_available():
+        backends.append("hqq")
+    return backends
+
+
+def adapt_plan(plan: Plan) -> Plan:
+    """The plan this installation runs: the same plan, or one with another quantized-cache backend."""
+    wanted = (plan.generate.get("cache_config") or {}).get("backend")
+    if plan.generate.get("cache_implementation") != "quantized" or wanted is None:
+        return plan
+    backends = kv_cache_backends()
+    if wanted in backends:
+        return plan
+    if not backends:
+        raise UnsupportedError(
+            f"a quantized KV cache needs a backend: transformers {transformers_version()} has no {wanted} backend "
+            f"(it has from {FP8_KV_CACHE_SINCE}) and neither optimum-quanto nor hqq is installed; "
+            "pip install optimum-quanto, or upgrade transformers"
+        )
+    generate = {**plan.generate, "cache_config": {**plan.generate["cache_config"], "backend": backends[0]}}
+    return replace(plan, generate=generate)
+
+
+def continuous_batching_config(kwargs: dict[str, Any]) -> Any:
+    """A ContinuousBatchingConfig of the installed transformers from the plan's keyword arguments.
+
+    transformers 5.17 calls the page size `block_size` and has no `auto_switch_to_flash` (it never switches).
+    Any other field this version lacks is unsupported, never dropped silently.
+    """
+    from transformers import ContinuousBatchingConfig
+
+    known = {field.name for field in fields(ContinuousBatchingConfig)}
+    adapted = {}
+    for name, value in kwargs.items():
+        renamed = _RENAMED_CONTINUOUS_FIELDS.get(name)
+        if name in known:
+            adapted[name] = value
+        elif renamed in known:
+            adapted[renamed] = value
+        elif name not in _ABSENT_MEANS_DEFAULT:
+            raise UnsupportedError(
+                f"continuous batching option {name} is unknown to transformers {transformers_version()}; upgrade it"
+            )
+    return ContinuousBatchingConfig(**adapted)
