@@ -46,7 +46,7 @@ def measure(options: SearchOptions, settings: dict[str, Value]) -> tuple[Config,
     try:
         prepared = prepare(options, hardware, space, workdir, deadline=None)
         baseline = baseline_config(space, prepared.model_info["checkpoint_dtype"], hardware.profile, "throughput")
-        config = _configuration(space, {**baseline, **settings}, settings)
+        config = _configuration(space.including(baseline), {**baseline, **settings}, settings)
         plan = build_plan(config, plan_target(hardware.profile, options.workload)).to_json()
         spec = trial_spec(options, prepared, config, plan)
         result = run_task(spec, workdir / "trial", Limits(options.trial_timeout_s))

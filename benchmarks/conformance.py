@@ -1,0 +1,103 @@
+"""Version conformance: every knob value the cpu profile can run, measured once through the real worker.
+
+    python benchmarks/conformance.py [--space search_spaces/default.yaml] [--timeout 5m]
+
+For the installed transformers, runs `autotune measure --model demo --device cpu --json` on the
+transformers defaults (the baseline) and on the baseline with one knob changed, for every value of
+the space that the cpu profile does not prune (the strategy's warm-up set), each in its own
+process. Prints one line per configuration: the values changed, the outcome, the throughput or the
+reason. Exits 1 when any configuration ends other than `ok` or `unsupported` (`error`, `crashed`,
+`timeout`, a refused command line, unreadable output): a transformers version the project claims
+must run every value or say why it cannot. CI runs it on the lowest supported transformers and on
+the pinned one (.ci/run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from importlib.metadata import version
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # autotune, run as a script
+
+from autotune.profiles import PROFILES
+from autotune.search import baseline_config
+from autotune.search.strategy import warm_up_set
+from autotune.space import Config, load_space
+from autotune.units import parse_duration
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO_CHECKPOINT_DTYPE = "bfloat16"
+ACCEPTED = ("ok", "unsupported")
+WORKLOAD = ["--batch-size", "2", "--input-len", "32", "--output-len", "16"]
+
+
+@dataclass(frozen=True)
+class Case:
+    label: str
+    config: Config
+
+
+@dataclass(frozen=True)
+class Outcome:
+    case: Case
+    outcome: str
+    detail: str
+    seconds: float
+
+    @property
+    def accepted(self) -> bool:
+        return self.outcome in ACCEPTED
+
+
+def cases(space_path: Path) -> list[Case]:
+    """The baseline, then the baseline with one knob changed for each value the cpu profile runs."""
+    profile = PROFILES["cpu"]
+    space = load_space(space_path).prune(profile.why_not_value)
+    baseline = baseline_config(space, DEMO_CHECKPOINT_DTYPE, profile, "throughput")
+    changed = [Case(planned.why.removeprefix("warm-up: "), planned.config) for planned in warm_up_set(space, baseline)]
+    return [Case("baseline (transformers defaults)", baseline), *changed]
+
+
+def measure(case: Case, space_path: Path, timeout_s: float) -> Outcome:
+    settings = [argument for name, value in case.config.items() for argument in ("--set", f"{name}={value}")]
+    command = [sys.executable, "-m", "autotune", "measure", "--model", "demo", "--device", "cpu", "--space",
+               str(space_path), *WORKLOAD, "--trial-timeout", f"{int(timeout_s)}s", "--json", *settings]  # fmt: skip
+    started = time.monotonic()
+    completed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout_s + 120)
+    seconds = time.monotonic() - started
+    try:
+        document = json.loads(completed.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        last_line = (completed.stderr.strip().splitlines() or ["no output"])[-1]
+        return Outcome(case, f"exit {completed.returncode}", last_line, seconds)
+    if document["outcome"] == "ok":
+        return Outcome(case, "ok", f"{document['metrics']['throughput_tok_s']:.0f} tok/s", seconds)
+    return Outcome(case, document["outcome"], document["message"], seconds)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--space", type=Path, default=REPO / "search_spaces" / "default.yaml")
+    parser.add_argument("--timeout", default="5m", help="per configuration (default 5m)")
+    args = parser.parse_args()
+    timeout_s = parse_duration(args.timeout, "--timeout")
+    print(f"conformance: transformers {version('transformers')}, torch {version('torch')}, cpu profile")
+    outcomes = []
+    for case in cases(args.space):
+        outcome = measure(case, args.space, timeout_s)
+        outcomes.append(outcome)
+        mark = "  " if outcome.accepted else "!!"
+        print(f"{mark} {case.label:<38} {outcome.outcome:<12} {outcome.detail}  ({outcome.seconds:.0f} s)", flush=True)
+    failed = [outcome for outcome in outcomes if not outcome.accepted]
+    print(f"conformance: {len(outcomes) - len(failed)} of {len(outcomes)} configurations ok or unsupported")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

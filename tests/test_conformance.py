@@ -1,0 +1,41 @@
+"""benchmarks/conformance.py covers every knob value the cpu profile runs; measure on a custom space."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from autotune.profiles import PROFILES
+from autotune.space import load_space
+from benchmarks.conformance import cases
+from tests.conftest import REPO, run_cli
+
+DEFAULT_SPACE = REPO / "search_spaces" / "default.yaml"
+
+
+def test_conformance_measures_every_value_the_cpu_profile_runs_once() -> None:
+    planned = cases(DEFAULT_SPACE)
+    runnable = load_space(DEFAULT_SPACE).prune(PROFILES["cpu"].why_not_value)
+    for spec in runnable.knobs:
+        for value in spec.values:
+            assert any(case.config.get(spec.name) == value for case in planned), f"{spec.name}={value}"
+    keys = [json.dumps(case.config, sort_keys=True) for case in planned]
+    assert len(keys) == len(set(keys))
+    assert planned[0].label.startswith("baseline")
+
+
+@pytest.mark.slow
+def test_measure_on_a_space_without_the_checkpoint_dtype_measures_the_defaults(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """The transformers defaults are measurable whatever the space offers (the demo checkpoint is bfloat16)."""
+    space = tmp_path / "space.yaml"
+    space.write_text("knobs:\n  dtype: [float32]\n  attn_implementation: [sdpa]\n")
+    args = ["measure", "--model", "demo", "--device", "cpu", "--space", str(space), "--batch-size", "1",
+            "--input-len", "16", "--output-len", "8", "--json"]  # fmt: skip
+    completed = run_cli(args, tmp_path, cli_env)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    document = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert document["config"]["dtype"] == "bfloat16" and document["outcome"] == "ok"
