@@ -101,6 +101,20 @@ def test_without_any_backend_the_kv_cache_is_unsupported_with_what_to_install(mo
         compat.adapt_plan(_quantized_plan())
 
 
+FLEX_STATIC = {"dtype": "bfloat16", "attn_implementation": "flex_attention", "cache_implementation": "static"}
+
+
+def test_flex_attention_with_a_static_cache_is_refused_where_generate_breaks_it_blaming_neither_value(monkeypatch):
+    plan = build_plan({**FLEX_STATIC, "compile": "off"}, Target("cpu"))
+    _installed(monkeypatch, "5.17.0")
+    assert compat.adapt_plan(plan) == plan
+    _installed(monkeypatch, "5.22.2")
+    with pytest.raises(UnsupportedError, match="use a dynamic cache with flex_attention") as refused:
+        compat.adapt_plan(plan)
+    classified = classify(refused.value, FLEX_STATIC)
+    assert classified.outcome == Outcome.UNSUPPORTED and classified.knob is None
+
+
 @dataclass
 class ContinuousBatchingConfig517:
     """The fields transformers 5.17 has where later versions renamed or added some."""

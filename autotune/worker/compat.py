@@ -16,6 +16,10 @@ from autotune.space.plan import Plan
 from autotune.worker.failures import UnsupportedError
 
 FP8_KV_CACHE_SINCE = Version("5.22")
+# generate() calls .contiguous() on flex_attention's BlockMask when the cache is static: seen failing on
+# 5.22.2 and 5.23.0, working on 5.17.0 (versions between them not tried).
+FLEX_STATIC_CACHE_WORKS_UNTIL = Version("5.17.0")
+STATIC_CACHES = ("static", "offloaded_static")
 # Renamed in later transformers: the plan uses the newest names, older versions get theirs.
 _RENAMED_CONTINUOUS_FIELDS = {"page_size": "block_size"}
 # Options an older version does not have because it never does what they turn off.
@@ -40,6 +44,7 @@ def kv_cache_backends() -> list[str]:
 
 def adapt_plan(plan: Plan) -> Plan:
     """The plan this installation runs: the same plan, or one with another quantized-cache backend."""
+    _refuse_known_broken_combinations(plan)
     wanted = (plan.generate.get("cache_config") or {}).get("backend")
     if plan.generate.get("cache_implementation") != "quantized" or wanted is None:
         return plan
@@ -77,3 +82,15 @@ def continuous_batching_config(kwargs: dict[str, Any]) -> Any:
                 f"continuous batching option {name} is unknown to transformers {transformers_version()}; upgrade it"
             )
     return ContinuousBatchingConfig(**adapted)
+
+
+def _refuse_known_broken_combinations(plan: Plan) -> None:
+    flex = plan.load.get("attn_implementation") == "flex_attention"
+    static = plan.generate.get("cache_implementation") in STATIC_CACHES
+    if flex and static and transformers_version() > FLEX_STATIC_CACHE_WORKS_UNTIL:
+        raise UnsupportedError(
+            f"flex_attention with a static cache fails in transformers {transformers_version()} (generate() calls "
+            f".contiguous() on flex's BlockMask; it works in {FLEX_STATIC_CACHE_WORKS_UNTIL}): use a dynamic cache "
+            "with flex_attention, or another attention with a static cache",
+            combination=True,
+        )

@@ -46,7 +46,14 @@ class BrokenOutputError(RuntimeError):
 
 
 class UnsupportedError(RuntimeError):
-    """This installation cannot run the configuration; the message says what to install or change."""
+    """This installation cannot run the configuration; the message says what to install or change.
+
+    `combination=True`: the values work apart and fail together, so no single knob value is to blame.
+    """
+
+    def __init__(self, message: str, *, combination: bool = False) -> None:
+        super().__init__(message)
+        self.combination = combination
 
 
 @dataclass(frozen=True)
@@ -65,6 +72,8 @@ def classify(error: BaseException, config: dict[str, Any] | None = None) -> Clas
     if isinstance(error, torch.OutOfMemoryError | MemoryError) or any(m in lowered for m in _OOM_MARKERS):
         return Classified(Outcome.OOM, message)
     unsupported = isinstance(error, ImportError | NotImplementedError | UnsupportedError)
+    if isinstance(error, UnsupportedError) and error.combination:
+        return Classified(Outcome.UNSUPPORTED, message)
     if unsupported or any(m in lowered for m in _UNSUPPORTED_MARKERS):
         return Classified(Outcome.UNSUPPORTED, message, _blamed_knob(lowered, config or {}))
     return Classified(Outcome.ERROR, message)
