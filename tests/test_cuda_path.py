@@ -193,3 +193,60 @@ def test_cuda_graph_compile_modes_and_offloaded_caches_need_cuda_and_compile_nee
     config = {"cache_implementation": "static", "compile": "reduce-overhead"}
     assert build_plan(config, Target("cuda")).generate["compile_config"].attrs == {}
     assert build_plan(config, Target("cpu")).generate["compile_config"].attrs == {"_compile_all_devices": True}
+
+
+# ------------------------------------------------------------------------ worker set-up on a CUDA device
+
+
+class FakeCuda:
+    """torch.cuda as `_configure` uses it, recording what it is asked to do."""
+
+    def __init__(self, available: bool, total_bytes: int = 80 * 2**30) -> None:
+        self.available, self.total_bytes, self.calls = available, total_bytes, []
+
+    def is_available(self) -> bool:
+        return self.available
+
+    def set_device(self, device) -> None:
+        self.calls.append(("set_device", str(device)))
+
+    def get_device_properties(self, device):
+        return type("Properties", (), {"total_memory": self.total_bytes})
+
+    def set_per_process_memory_fraction(self, fraction: float, device) -> None:
+        self.calls.append(("fraction", round(fraction, 4), str(device)))
+
+    def install(self, monkeypatch) -> None:
+        for name in ("is_available", "set_device", "get_device_properties", "set_per_process_memory_fraction"):
+            monkeypatch.setattr(torch.cuda, name, getattr(self, name))
+
+
+def _spec(device: str, cap: int | None):
+    from autotune.results import ModelSpec, TaskSpec
+
+    return TaskSpec("trial", ModelSpec("demo"), device, "/tmp", memory_cap_bytes=cap)
+
+
+@pytest.mark.parametrize(
+    ("cap", "expected"),
+    [
+        (16 * 2**30, [("set_device", "cuda:1"), ("fraction", 0.2, "cuda:1")]),  # a T4's 16 GB profile on an 80 GB GPU
+        (80 * 2**30, [("set_device", "cuda:1")]),  # the profile is the GPU: no cap
+        (None, [("set_device", "cuda:1")]),
+    ],
+)
+def test_the_worker_caps_gpu_memory_to_the_profile_only_when_the_profile_is_smaller(monkeypatch, cap, expected):
+    from autotune.worker import tasks
+
+    fake = FakeCuda(available=True)
+    fake.install(monkeypatch)
+    tasks._configure(_spec("cuda:1", cap))
+    assert fake.calls == expected
+
+
+def test_a_cuda_device_where_torch_sees_none_is_a_clear_error(monkeypatch):
+    from autotune.worker import tasks
+
+    FakeCuda(available=False).install(monkeypatch)
+    with pytest.raises(RuntimeError, match="torch sees no CUDA device"):
+        tasks._configure(_spec("cuda:0", None))
