@@ -39,6 +39,7 @@ from autotune.worker.loading import load_model, load_tokenizer
 from autotune.worker.memory import PeakMemory
 from autotune.worker.quality import compare_with_reference, compute_reference, eval_windows, load_reference
 from autotune.worker.quality import save_reference as save_reference_file
+from autotune.worker.serve_trial import serve_trial
 from autotune.worker.workload import GenerateWorkload, build_inputs, make_workload
 
 log = logging.getLogger(__name__)
@@ -210,6 +211,8 @@ def _trial(spec: TaskSpec, phases: Phases) -> TaskResult:
     assert spec.candidate is not None and spec.reference_path is not None
     planned = Plan.from_json(spec.candidate.plan)
     workload_spec = replace(spec.workload, kind=spec.candidate.config.get("workload", spec.workload.kind))
+    if workload_spec.kind == "serve":
+        return serve_trial(replace(spec, workload=workload_spec), phases)
     with phases("load"):
         plan = adapt_plan(planned)
         tokenizer = load_tokenizer(spec.model)
