@@ -12,7 +12,7 @@ SLO_FORM = '"ttft_p95<=300ms,itl_p95<=50ms" (ttft, itl or e2e; p50, p90, p95 or 
 SLO_FIGURES = ("ttft", "itl", "e2e")
 PERCENTILES = (50, 90, 95, 99)
 _SLO_PATTERN = re.compile(
-    r"^(?P<figure>[a-z]+)_p(?P<percentile>\d+)\s*<=\s*(?P<number>\d+\.?\d*|\.\d+)\s*(?P<unit>us|ms|s)$"
+    r"^(?P<figure>[a-z][a-z0-9]*)_p(?P<percentile>\d+)\s*<=\s*(?P<number>\d+\.?\d*|\.\d+)\s*(?P<unit>us|ms|s)$"
 )
 _SECONDS = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
 

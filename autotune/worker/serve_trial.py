@@ -79,6 +79,7 @@ def serve_trial(spec: TaskSpec, phases: Any) -> TaskResult:
     metrics |= _memory(peak) | energy_figures(joules, _generated_tokens(records))
     metrics |= {"client_cpu_share": client_cpu, "warmup_s": phases.timings["load"]}
     details = {"serve": _details(argv, load, levels, server_cores, client_cores)}
+    details["serve"]["server_pid"] = server.process.pid if server.process else None
     return TaskResult(Outcome.OK, metrics=metrics, stats=stats, environment=environment(spec.device), details=details)
 
 
