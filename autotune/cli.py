@@ -89,7 +89,13 @@ def _figures(record: TrialRecord) -> str:
         f"ok {m[THROUGHPUT.name]:.1f} tok/s, ttft {m['ttft_s'] * 1000:.1f} ms, "
         f"{format_bytes(m['peak_memory_bytes'])}, KL {m[KL_DIVERGENCE.name]:.2e}, "
         f"top-1 {m['top1_agreement'] * 100:.1f}%"
-    )
+    ) + _serve_figures(m)
+
+
+def _serve_figures(m: dict[str, float]) -> str:
+    if "goodput_req_s" not in m:
+        return ""
+    return f", {m['requests_per_s']:.2f} req/s, goodput {m['goodput_req_s']:.2f} req/s, {m['errors']:.0f} failed"
 
 
 def _duration(record: TrialRecord) -> str:

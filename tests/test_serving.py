@@ -134,3 +134,21 @@ def test_a_request_to_a_closed_port_is_an_error_not_an_exception():
     target = Target(f"http://{HOST}:{free_port()}/v1/completions", "none", output_len=4)
     records = asyncio.run(run_load(target, ["hello"], "concurrency", [2], per_level=3, warmup=0))
     assert len(records) == 3 and all(record.error and "Connect" in record.error for record in records)
+
+
+def test_goodput_and_energy_are_constraints():
+    from autotune.constraints import parse_constraint
+
+    assert str(parse_constraint("goodput>=2")) == "goodput_req_s>=2"
+    assert str(parse_constraint("energy<=500mJ")) == "energy_j_per_token<=0.5"
+    assert str(parse_constraint("ttft_p95_s<=0.3")) == "ttft_p95_s<=0.3"
+
+
+def test_energy_is_absent_without_a_counter():
+    from autotune.worker.energy import EnergyCounter, energy_figures
+
+    counter = EnergyCounter("cpu")
+    counter.start()
+    assert counter.joules() is None
+    assert energy_figures(None, 100) == {}
+    assert energy_figures(2.0, 100) == {"energy_j": 2.0, "energy_j_per_token": 0.02}

@@ -241,6 +241,8 @@ def card_facts(card: ParetoCard) -> list[str]:
     facts.append(f"ttft {m.get('ttft_s', math.nan) * 1000:.1f} ms, {m.get('tpot_s', math.nan) * 1000:.2f} ms/token")
     if card.record.serve:
         facts += load_facts(card.record.serve, m)
+    elif "energy_j_per_token" in m:
+        facts.append(f"{m['energy_j_per_token']:.3g} J per generated token (GPU energy counter)")
     return [fact for fact in facts if fact]
 
 

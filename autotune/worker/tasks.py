@@ -33,6 +33,7 @@ from autotune.space.plan import Plan
 from autotune.timing import repeat_until
 from autotune.worker.compat import adapt_plan
 from autotune.worker.demo_model import ensure_demo_model
+from autotune.worker.energy import EnergyCounter, energy_figures
 from autotune.worker.environment import environment
 from autotune.worker.failures import BrokenOutputError, classify
 from autotune.worker.loading import load_model, load_tokenizer
@@ -227,8 +228,11 @@ def _trial(spec: TaskSpec, phases: Phases) -> TaskResult:
         warmup = [workload.run() for _ in range(max(1, workload_spec.warmup_iterations))]
     with phases("measure"):
         memory.reset()
+        energy = EnergyCounter(spec.device)
+        energy.start()
         w = workload_spec
         iterations = repeat_until(workload.run, w.min_iterations, w.min_seconds, w.max_iterations)
+        joules = energy.joules()
         peak = memory.peak_bytes()
         workload.close()
     with phases("quality"):
@@ -238,6 +242,7 @@ def _trial(spec: TaskSpec, phases: Phases) -> TaskResult:
     metrics["peak_memory_bytes"] = float(peak)
     metrics["peak_memory_gb"] = peak / 1e9
     metrics["warmup_s"] = phases.timings["warmup"]
+    metrics |= energy_figures(joules, sum(len(row) for i in iterations for row in i.generated))
     details = {"plan": plan.to_json()} if plan != planned else {}  # what ran, when this installation differs
     return TaskResult(Outcome.OK, metrics=metrics, stats=stats, environment=environment(spec.device), details=details)
 
