@@ -82,13 +82,11 @@ def test_the_report_shows_the_serve_command_that_ran(serve_search):
     assert "latency against load" in html and "goodput" in html
 
 
-def test_configurations_serve_cannot_express_are_skipped_with_that_reason(serve_search):
-    _, _, study = serve_search
-    skipped = [record.skipped for record in records(study) if record.skipped]
-    assert all("transformers serve has no flag for" not in (record.message or "") for record in records(study))
-    # Whatever the strategy proposed that serve cannot run never ran, and says why.
-    for reason in skipped:
-        assert reason
+def test_a_configuration_serve_cannot_express_is_refused(tmp_path, cli_env):
+    args = ["measure", "--model", "demo", "--gpu", "cpu", "--workload", "serve", "--set", "cache_implementation=static"]
+    completed = run_cli([*args, "--set", "compile=off"], tmp_path, cli_env, timeout=600)
+    assert completed.returncode == 2, completed.stderr[-2000:]
+    assert "transformers serve has no flag for: a static cache without compilation" in completed.stderr
 
 
 def test_measure_serve_json_prints_percentiles_goodput_and_errors(tmp_path, cli_env):
