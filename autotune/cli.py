@@ -89,7 +89,13 @@ def _figures(record: TrialRecord) -> str:
         f"ok {m[THROUGHPUT.name]:.1f} tok/s, ttft {m['ttft_s'] * 1000:.1f} ms, "
         f"{format_bytes(m['peak_memory_bytes'])}, KL {m[KL_DIVERGENCE.name]:.2e}, "
         f"top-1 {m['top1_agreement'] * 100:.1f}%"
-    )
+    ) + _serve_figures(m)
+
+
+def _serve_figures(m: dict[str, float]) -> str:
+    if "goodput_req_s" not in m:
+        return ""
+    return f", {m['requests_per_s']:.2f} req/s, goodput {m['goodput_req_s']:.2f} req/s, {m['errors']:.0f} failed"
 
 
 def _duration(record: TrialRecord) -> str:
@@ -112,7 +118,21 @@ SpacePath = Annotated[
 Revision = Annotated[str | None, typer.Option("--revision", help="Model revision on the hub.")]
 TrustRemoteCode = Annotated[bool, typer.Option("--trust-remote-code", help="Allow the model's own code to run.")]
 WorkloadKind = Annotated[
-    str, typer.Option("--workload", help="throughput (a batch of prompts) or latency (one prompt at a time).")
+    str,
+    typer.Option(
+        "--workload",
+        help="throughput (a batch of prompts), latency (one prompt at a time), serve (transformers serve under load).",
+    ),
+]
+Load = Annotated[
+    str | None,
+    typer.Option(
+        "--load", help="serve: rate=2,4,8 (Poisson arrivals/s) or concurrency=1,8,32 [default: concurrency=1,4]."
+    ),
+]
+Slo = Annotated[str | None, typer.Option("--slo", help='serve: latency objectives, "ttft_p95<=300ms,itl_p95<=50ms".')]
+ServePort = Annotated[
+    int | None, typer.Option("--serve-port", min=1, max=65535, help="serve: port of the server [default: a free one].")
 ]
 BatchSize = Annotated[int, typer.Option("--batch-size", min=1, help="Prompts per generation (throughput).")]
 InputLen = Annotated[int, typer.Option("--input-len", min=1, help="Tokens per prompt.")]
@@ -124,13 +144,23 @@ Price = Annotated[float | None, typer.Option("--price", min=0, help="GPU price p
 TrialTimeout = Annotated[str, typer.Option("--trial-timeout", help="Kill a trial after this long.")]
 
 
-def _workload(kind: str, batch_size: int, input_len: int, output_len: int, prompts: Path | None) -> WorkloadSpec:
-    if kind not in ("throughput", "latency"):
-        raise UserError(f"--workload {kind!r} is not a workload: use throughput or latency")
+def _workload(
+    kind: str,
+    batch_size: int,
+    input_len: int,
+    output_len: int,
+    prompts: Path | None,
+    serving: tuple[str | None, str | None, int | None] = (None, None, None),
+) -> WorkloadSpec:
+    from autotune.serving.options import workload_serve_spec
+
+    if kind not in ("throughput", "latency", "serve"):
+        raise UserError(f"--workload {kind!r} is not a workload: use throughput, latency or serve")
     if prompts is not None:
         load_prompts(prompts)  # bad prompts are bad input, before anything runs
     path = str(prompts.resolve()) if prompts else None
-    return WorkloadSpec(kind, batch_size, input_len, output_len, prompts_path=path)  # type: ignore[arg-type]
+    serve = workload_serve_spec(kind, *serving)
+    return WorkloadSpec(kind, batch_size, input_len, output_len, prompts_path=path, serve=serve)  # type: ignore[arg-type]
 
 
 @app.command()
@@ -153,6 +183,9 @@ def search(
     input_len: InputLen = 128,
     output_len: OutputLen = 64,
     prompts: Prompts = None,
+    load: Load = None,
+    slo: Slo = None,
+    serve_port: ServePort = None,
     price: Price = None,
     trial_timeout: TrialTimeout = "20m",
     seed: Annotated[int | None, typer.Option("--seed", help="Seed of the sampler.")] = None,
@@ -186,7 +219,7 @@ def search(
         storage=storage,
         revision=revision,
         trust_remote_code=trust_remote_code,
-        workload=_workload(workload, batch_size, input_len, output_len, prompts),
+        workload=_workload(workload, batch_size, input_len, output_len, prompts, (load, slo, serve_port)),
         quality=QualitySpec(),
         trial_timeout_s=parse_duration(trial_timeout, "--trial-timeout"),
         seed=seed,
@@ -344,6 +377,9 @@ def measure(
     input_len: InputLen = 128,
     output_len: OutputLen = 64,
     prompts: Prompts = None,
+    load: Load = None,
+    slo: Slo = None,
+    serve_port: ServePort = None,
     price: Price = None,
     trial_timeout: TrialTimeout = "20m",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
@@ -363,7 +399,7 @@ def measure(
         space_path=space,
         revision=revision,
         trust_remote_code=trust_remote_code,
-        workload=_workload(workload, batch_size, input_len, output_len, prompts),
+        workload=_workload(workload, batch_size, input_len, output_len, prompts, (load, slo, serve_port)),
         trial_timeout_s=parse_duration(trial_timeout, "--trial-timeout"),
         price_per_hour=price,
     )
@@ -371,13 +407,14 @@ def measure(
     document = {
         "model": model,
         "config": config,
-        "workload": options.workload.__dict__,
+        "workload": options.workload.to_json(),
         "outcome": result.outcome.value,
         "message": result.message,
         "metrics": result.metrics,
         "stats": result.stats,
         "timings": result.timings,
         "environment": result.environment,
+        "serve": result.details.get("serve"),  # serve workload: the command that ran, figures per load level
     }
     if as_json:
         print(json.dumps(document))

@@ -39,6 +39,9 @@ ALIASES: dict[str, tuple[str, str]] = {
     "bandwidth": ("achieved_bandwidth_gb_s", "gb/s"),
     "roofline": ("roofline_fraction", ""),
     "cost": ("cost_per_million_tokens_usd", "usd"),
+    "goodput": ("goodput_req_s", "req/s"),
+    "req_s": ("requests_per_s", "req/s"),
+    "energy": ("energy_j_per_token", "j"),
 }
 
 # Unit written after the number -> (the metric unit it converts to, factor).
@@ -57,10 +60,23 @@ _UNITS: dict[str, tuple[str, float]] = {
     "tok/s": ("tok/s", 1.0),
     "gb/s": ("gb/s", 1.0),
     "usd": ("usd", 1.0),
+    "req/s": ("req/s", 1.0),
+    "j": ("j", 1.0),
+    "mj": ("j", 1e-3),
     "$": ("usd", 1.0),
     "%": ("", 0.01),
 }
-_METRIC_UNIT = {"GB": "gb", "s": "s", "tok/s": "tok/s", "GB/s": "gb/s", "USD": "usd", "": "", "nats/token": ""}
+_METRIC_UNIT = {
+    "GB": "gb",
+    "s": "s",
+    "tok/s": "tok/s",
+    "GB/s": "gb/s",
+    "USD": "usd",
+    "": "",
+    "nats/token": "",
+    "req/s": "req/s",
+    "J": "j",
+}
 
 _OPERATORS: dict[str, Callable[[float, float], bool]] = {
     "<=": operator.le,

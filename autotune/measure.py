@@ -47,8 +47,10 @@ def measure(options: SearchOptions, settings: dict[str, Value]) -> tuple[Config,
         prepared = prepare(options, hardware, space, workdir, deadline=None)
         baseline = baseline_config(space, prepared.model_info["checkpoint_dtype"], hardware.profile, "throughput")
         config = _configuration(space.including(baseline), {**baseline, **settings}, settings)
-        plan = build_plan(config, plan_target(hardware.profile, options.workload)).to_json()
-        spec = trial_spec(options, prepared, config, plan)
+        built = build_plan(config, plan_target(hardware.profile, options.workload))
+        if options.workload.kind == "serve" and built.not_servable:
+            raise UserError(f"transformers serve has no flag for: {', '.join(built.not_servable)}; set other knobs")
+        spec = trial_spec(options, prepared, config, built.to_json())
         result = run_task(spec, workdir / "trial", Limits(options.trial_timeout_s))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -38,6 +38,20 @@ REPORTED: tuple[Metric, ...] = (
     Metric("roofline_fraction", "share of the profile's peak memory bandwidth", "", "maximize"),
     Metric("cost_per_million_tokens_usd", "cost per million generated tokens", "USD", "minimize"),
     Metric("warmup_s", "warm-up (compile included)", "s", "minimize"),
+    # the serve workload (transformers serve under load)
+    Metric("goodput_req_s", "goodput: requests/s within the SLOs", "req/s", "maximize"),
+    Metric("requests_per_s", "completed requests per second", "req/s", "maximize"),
+    Metric("errors", "failed requests", "", "minimize"),
+    *(
+        Metric(f"{figure}_p{q}_s", f"{label} (p{q})", "s", "minimize")
+        for figure, label in (
+            ("ttft", "time to first token"),
+            ("itl", "inter-token latency"),
+            ("e2e", "request latency"),
+        )
+        for q in (50, 95, 99)
+    ),
+    Metric("energy_j_per_token", "GPU energy per generated token", "J", "minimize"),
 )
 
 METRICS: dict[str, Metric] = {metric.name: metric for metric in REPORTED}

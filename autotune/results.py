@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 TaskKind = Literal["prepare", "trial"]
-WorkloadKind = Literal["throughput", "latency"]
+WorkloadKind = Literal["throughput", "latency", "serve"]
+LoadMode = Literal["rate", "concurrency"]
 
 
 class Outcome(StrEnum):
@@ -26,6 +27,24 @@ class Outcome(StrEnum):
     ERROR = "error"
     BUDGET = "budget"  # stopped because the study's budget ran out
     BROKEN = "broken"  # ran, but its output is unusable (NaN/inf logits, one token repeated, empty)
+
+
+@dataclass
+class ServeSpec:
+    """The load a `serve` trial puts on `transformers serve`, and the latency objectives it is judged by.
+
+    rate: requests arrive as a Poisson process at each rate (requests/s); concurrency: that many clients,
+    each sending its next request when the last one ends. `slo` maps a figure (`ttft_p95_s`, `itl_p95_s`,
+    `e2e_p99_s`, ...) to its bound in seconds.
+    """
+
+    mode: LoadMode = "concurrency"
+    levels: list[float] = field(default_factory=lambda: [1.0, 4.0])
+    slo: dict[str, float] = field(default_factory=dict)
+    requests_per_level: int = 16
+    warmup_requests: int = 2
+    port: int | None = None  # None: a free port chosen by the system
+    request_timeout_s: float = 120.0
 
 
 @dataclass
@@ -46,10 +65,24 @@ class WorkloadSpec:
     min_seconds: float = 3.0
     max_iterations: int = 200
     warmup_iterations: int = 2
+    serve: ServeSpec | None = None  # the load of the serve workload
+
+    def __post_init__(self) -> None:
+        if isinstance(self.serve, dict):
+            self.serve = ServeSpec(**self.serve)
+        if self.kind == "serve" and self.serve is None:
+            self.serve = ServeSpec()
 
     @property
     def requests(self) -> int:
         return 1 if self.kind == "latency" else self.batch_size
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain data; without the serve load for the other workloads, as studies stored it before it existed."""
+        data = asdict(self)
+        if data["serve"] is None:
+            del data["serve"]
+        return data
 
 
 @dataclass

@@ -233,6 +233,7 @@ class TrialRecord:
     run_id: str | None = None  # the `search --devices` run whose worker measured it
     constraints: dict[str, float] = field(default_factory=dict)  # Optuna's values: feasible when all <= 0
     finished_at: datetime | None = None
+    serve: dict[str, Any] | None = None  # serve workload: the command that ran, figures per load level
 
     @property
     def feasible(self) -> bool:
@@ -281,6 +282,7 @@ class TrialRecord:
             run_id=attrs.get("run_id"),
             constraints=dict(trial.constraints),
             finished_at=trial.datetime_complete,
+            serve=attrs.get("serve"),
         )
 
 
@@ -329,6 +331,8 @@ def record_result(
     if result.ok:
         if "plan" in result.details:  # the worker ran an adapted plan (e.g. another quantized-cache backend)
             trial.set_user_attr("plan", result.details["plan"])
+        if "serve" in result.details:  # the serve command that ran and the figures of each load level
+            trial.set_user_attr("serve", result.details["serve"])
         trial.set_user_attr("metrics", result.metrics)
         trial.set_user_attr("stats", result.stats)
         for key, value in violations(constraints, result.metrics).items():

@@ -201,7 +201,8 @@ def card(record: TrialRecord, settings: StudySettings, baseline: TrialRecord | N
         achieved_bandwidth_gb_s=m.get("achieved_bandwidth_gb_s"),
         cost_per_million_tokens_usd=m.get("cost_per_million_tokens_usd"),
         python=python_snippet(model_id, plan, device, settings.workload["output_len"]),
-        serve=serve_command(model_id, plan, device),
+        # serve trials: the command that ran (its host and port included), else the one the plan gives
+        serve=record.serve["command"] if record.serve else serve_command(model_id, plan, device),
         json=json_snippet(model_id, record.config, plan),
     )
 

@@ -16,6 +16,7 @@ from plotly.offline import get_plotlyjs
 from autotune.metrics import KL_DIVERGENCE, PEAK_MEMORY, THROUGHPUT
 from autotune.pareto import KL_FLOOR, log_kl
 from autotune.report.data import FailureGroup, ParetoCard, ReportData
+from autotune.report.serving import load_facts, load_table
 from autotune.study import TrialRecord
 from autotune.units import format_bytes, format_duration
 
@@ -238,6 +239,10 @@ def card_facts(card: ParetoCard) -> list[str]:
     if card.cost_per_million_tokens_usd is not None:
         facts.append(f"${card.cost_per_million_tokens_usd:.4g} per 1M generated tokens")
     facts.append(f"ttft {m.get('ttft_s', math.nan) * 1000:.1f} ms, {m.get('tpot_s', math.nan) * 1000:.2f} ms/token")
+    if card.record.serve:
+        facts += load_facts(card.record.serve, m)
+    elif "energy_j_per_token" in m:
+        facts.append(f"{m['energy_j_per_token']:.3g} J per generated token (GPU energy counter)")
     return [fact for fact in facts if fact]
 
 
@@ -261,7 +266,8 @@ def _card(card: ParetoCard, index: int) -> str:
     knobs = ", ".join(f"{escape(str(k))}={escape(str(v))}" for k, v in record.config.items())
     return (
         f"<article class='card'><h3>Trial #{record.number}{roles}</h3><p class='knobs'>{knobs}</p>"
-        f"<ul>{''.join(f'<li>{escape(fact)}</li>' for fact in facts)}</ul>{snippets}</article>"
+        f"<ul>{''.join(f'<li>{escape(fact)}</li>' for fact in facts)}</ul>"
+        f"{load_table(record.serve) if record.serve else ''}{snippets}</article>"
     )
 
 

@@ -111,12 +111,14 @@ class TrialLoop:
         for _ in range(MAX_CONSECUTIVE_SKIPS):
             trial = self._ask()
             config = self.space.suggest(trial)
-            reason = self.space.violation(config) or ruled_out(config, history) or self._claim(config, trial.number)
+            reason = self._never_run(config, history) or self._claim(config, trial.number)
             if reason is None:
                 return trial, config, self._roles(trial)
             studies.record_skip(self.study, trial, config, reason)
         seen = studies.measured_keys(self.study)
-        untried = [c for c in self.space.configurations() if config_key(c) not in seen and not ruled_out(c, history)]
+        untried = [
+            c for c in self.space.configurations() if config_key(c) not in seen and not self._never_run(c, history)
+        ]
         if not untried:
             return None
         # The sampler keeps proposing known or forbidden configurations: take an untried one at random.
@@ -137,10 +139,21 @@ class TrialLoop:
             return
         taken = set(studies.measured_keys(self.study))
         complete = {config_key(r.config): (r.config, r.metrics) for r in records if r.outcome == Outcome.OK}
-        skip = lambda c: self.space.violation(c) or ruled_out(c, history)  # noqa: E731
+        skip = lambda c: self._never_run(c, history)  # noqa: E731
         planned = next_queued(self.space, self.prepared.baseline_config, self.warm_up, complete, taken, skip)
         if planned is not None:
             self.study.enqueue_trial(planned.config, user_attrs={"roles": [planned.why]})
+
+    def _never_run(self, config: Config, history: list[tuple[int, Config, str]]) -> str | None:
+        """Why this configuration is skipped without running: a rule, an earlier failure, or (serve
+        workload) a knob `transformers serve` has no flag for."""
+        return self.space.violation(config) or ruled_out(config, history) or self._unservable(config)
+
+    def _unservable(self, config: Config) -> str | None:
+        if self.options.workload.kind != "serve":
+            return None
+        plan = build_plan(config, plan_target(self.session.profile, self.options.workload))
+        return f"transformers serve has no flag for: {', '.join(plan.not_servable)}" if plan.not_servable else None
 
     def _ask(self) -> optuna.Trial:
         """A new trial, marked as ours with a first heartbeat at once, so a crash can never leave it RUNNING."""

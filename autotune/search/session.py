@@ -107,7 +107,7 @@ def open_session(options: SearchOptions, events: SearchEvents) -> Session:
         profile=hardware.profile.to_json(),
         space_fingerprint=declared.fingerprint(),
         space=space.to_json(),
-        workload=options.workload.__dict__,
+        workload=options.workload.to_json(),
         quality=options.quality.__dict__,
         constraints=[str(constraint) for constraint in options.constraints],
     )

@@ -242,8 +242,11 @@ class MaxBatchTokensKnob(Knob):
 @register
 class WorkloadKnob(Knob):
     name = "workload"
-    help = "how a trial is measured: throughput (a batch of prompts) or latency (one prompt at a time)"
-    choices = ("throughput", "latency")
+    help = (
+        "how a trial is measured: throughput (a batch of prompts), latency (one prompt at a time), "
+        "or serve (transformers serve under load)"
+    )
+    choices = ("throughput", "latency", "serve")
 
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         """The workload changes how a configuration is measured, not how it is deployed."""

@@ -33,12 +33,14 @@ from autotune.space.plan import Plan
 from autotune.timing import repeat_until
 from autotune.worker.compat import adapt_plan
 from autotune.worker.demo_model import ensure_demo_model
+from autotune.worker.energy import EnergyCounter, energy_figures
 from autotune.worker.environment import environment
 from autotune.worker.failures import BrokenOutputError, classify
 from autotune.worker.loading import load_model, load_tokenizer
 from autotune.worker.memory import PeakMemory
 from autotune.worker.quality import compare_with_reference, compute_reference, eval_windows, load_reference
 from autotune.worker.quality import save_reference as save_reference_file
+from autotune.worker.serve_trial import serve_trial
 from autotune.worker.workload import GenerateWorkload, build_inputs, make_workload
 
 log = logging.getLogger(__name__)
@@ -210,6 +212,8 @@ def _trial(spec: TaskSpec, phases: Phases) -> TaskResult:
     assert spec.candidate is not None and spec.reference_path is not None
     planned = Plan.from_json(spec.candidate.plan)
     workload_spec = replace(spec.workload, kind=spec.candidate.config.get("workload", spec.workload.kind))
+    if workload_spec.kind == "serve":
+        return serve_trial(replace(spec, workload=workload_spec), phases)
     with phases("load"):
         plan = adapt_plan(planned)
         tokenizer = load_tokenizer(spec.model)
@@ -224,8 +228,11 @@ def _trial(spec: TaskSpec, phases: Phases) -> TaskResult:
         warmup = [workload.run() for _ in range(max(1, workload_spec.warmup_iterations))]
     with phases("measure"):
         memory.reset()
+        energy = EnergyCounter(spec.device)
+        energy.start()
         w = workload_spec
         iterations = repeat_until(workload.run, w.min_iterations, w.min_seconds, w.max_iterations)
+        joules = energy.joules()
         peak = memory.peak_bytes()
         workload.close()
     with phases("quality"):
@@ -235,6 +242,7 @@ def _trial(spec: TaskSpec, phases: Phases) -> TaskResult:
     metrics["peak_memory_bytes"] = float(peak)
     metrics["peak_memory_gb"] = peak / 1e9
     metrics["warmup_s"] = phases.timings["warmup"]
+    metrics |= energy_figures(joules, sum(len(row) for i in iterations for row in i.generated))
     details = {"plan": plan.to_json()} if plan != planned else {}  # what ran, when this installation differs
     return TaskResult(Outcome.OK, metrics=metrics, stats=stats, environment=environment(spec.device), details=details)
 

@@ -1,0 +1,110 @@
+"""Figures of a serve trial from its requests: latency percentiles, rates, errors and goodput.
+
+Warm-up requests never count; failed requests are counted apart and never enter a latency figure.
+A request meets the SLOs when its own time to first token and end-to-end latency are within their
+bounds and the named percentile of its own inter-token gaps is within the ITL bound. Goodput is the
+rate of requests that met them; without SLOs every completed request counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from autotune.serving.load import RequestRecord
+from autotune.stats import Summary, percentile
+
+PERCENTILES = (50, 95, 99)
+
+
+def _percentiles(name: str, values: list[float]) -> dict[str, float]:
+    if not values:
+        return {}
+    ordered = sorted(values)
+    return {f"{name}_p{q}_s": percentile(ordered, q) for q in PERCENTILES}
+
+
+def latency_percentiles(records: Sequence[RequestRecord]) -> dict[str, float]:
+    """TTFT, inter-token latency (every gap of every request) and end-to-end latency, p50/p95/p99."""
+    done = [record for record in records if record.ok]
+    return {
+        **_percentiles("ttft", [record.ttft_s for record in done]),
+        **_percentiles("itl", [gap for record in done for gap in record.gaps_s]),
+        **_percentiles("e2e", [record.e2e_s for record in done]),
+    }
+
+
+def meets_slo(record: RequestRecord, slo: dict[str, float]) -> bool:
+    """Whether one completed request is within every bound (`ttft_p95_s`: its TTFT; `itl_p95_s`: its gaps' p95)."""
+    if not record.ok:
+        return False
+    for name, bound in slo.items():
+        figure, q = name.split("_")[0], float(name.split("_")[1][1:])
+        if figure == "ttft":
+            value = record.ttft_s
+        elif figure == "e2e":
+            value = record.e2e_s
+        else:
+            gaps = sorted(record.gaps_s)
+            value = percentile(gaps, q) if gaps else 0.0
+        if value > bound:
+            return False
+    return True
+
+
+def level_figures(level: float, records: Sequence[RequestRecord], slo: dict[str, float]) -> dict[str, Any]:
+    """One load level: what was offered, what came back, and whether its percentiles met the SLOs."""
+    done = [record for record in records if record.ok]
+    ends = [record.end for record in records if record.end is not None] or [records[-1].start]
+    duration = max(ends) - min(record.start for record in records)
+    percentiles = latency_percentiles(records)
+    met = sum(meets_slo(record, slo) for record in done)
+    return {
+        "load": level,
+        "requests": len(records),
+        "errors": len(records) - len(done),
+        "duration_s": duration,
+        "requests_per_s": len(done) / duration if duration > 0 else 0.0,
+        "output_tok_s": sum(record.tokens for record in done) / duration if duration > 0 else 0.0,
+        "goodput_req_s": met / duration if duration > 0 else 0.0,
+        "slo_met": bool(done) and all(percentiles.get(name, float("inf")) <= bound for name, bound in slo.items()),
+        **percentiles,
+    }
+
+
+def serve_figures(
+    records: Sequence[RequestRecord], slo: dict[str, float]
+) -> tuple[dict[str, float], dict[str, dict], list[dict[str, Any]]]:
+    """Flat metrics of the trial, the spread of each latency, and the figures of each load level.
+
+    Latency percentiles pool the measured requests of every level; rates are the best level's.
+    """
+    measured = [record for record in records if record.level is not None]
+    levels = sorted({record.level for record in measured if record.level is not None})
+    per_level = [level_figures(level, [r for r in measured if r.level == level], slo) for level in levels]
+    done = [record for record in measured if record.ok]
+    if not done:
+        first_error = next((record.error for record in measured if record.error), "no request was sent")
+        raise RuntimeError(f"every request to transformers serve failed; the first: {first_error}")
+    best_tok_s = max(level["output_tok_s"] for level in per_level)
+    metrics = {
+        **latency_percentiles(measured),
+        "requests": float(len(measured)),
+        "errors": float(len(measured) - len(done)),
+        "requests_per_s": max(level["requests_per_s"] for level in per_level),
+        "goodput_req_s": max(level["goodput_req_s"] for level in per_level),
+        "throughput_tok_s": best_tok_s,
+        "e2e_throughput_tok_s": best_tok_s,
+    }
+    metrics |= {
+        "ttft_s": metrics["ttft_p50_s"],
+        "ttft_p95_s": metrics["ttft_p95_s"],
+        "tpot_s": metrics.get("itl_p50_s", 0.0),
+        "tpot_p95_s": metrics.get("itl_p95_s", 0.0),
+    }
+    stats = {
+        "ttft_s": Summary.of([record.ttft_s for record in done]).to_json(),
+        "itl_s": Summary.of([gap for record in done for gap in record.gaps_s] or [0.0]).to_json(),
+        "e2e_s": Summary.of([record.e2e_s for record in done]).to_json(),
+    }
+    return metrics, stats, per_level

@@ -1,0 +1,163 @@
+"""An open-loop load generator for an OpenAI-style `/v1/completions` endpoint, streaming, with httpx.
+
+Each request's timeline is kept (start, every streamed chunk, end), or its error. Rate mode sends
+requests at Poisson arrival times whatever the server does (open loop); concurrency mode keeps that
+many requests in flight. Warm-up requests run first, one at a time, and are marked as such.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+MAX_CONNECTIONS = 1024
+ERROR_TEXT_CHARS = 300
+
+
+@dataclass
+class RequestRecord:
+    """One request as the client saw it; times are time.perf_counter() seconds."""
+
+    level: float | None  # None: a warm-up request
+    start: float
+    chunk_times: list[float] = field(default_factory=list)  # arrival of each streamed chunk with text
+    end: float | None = None
+    tokens: int = 0  # generated tokens, from the server's usage report (else the chunks with text)
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.end is not None and bool(self.chunk_times)
+
+    @property
+    def ttft_s(self) -> float:
+        return self.chunk_times[0] - self.start
+
+    @property
+    def e2e_s(self) -> float:
+        assert self.end is not None
+        return self.end - self.start
+
+    @property
+    def gaps_s(self) -> list[float]:
+        return [later - earlier for earlier, later in zip(self.chunk_times, self.chunk_times[1:], strict=False)]
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where and what to send: the completions URL, the served model name, the forced output length."""
+
+    url: str
+    model: str
+    output_len: int
+    timeout_s: float = 120.0
+
+    def body(self, prompt: str) -> dict[str, Any]:
+        forced = {"min_new_tokens": self.output_len, "max_new_tokens": self.output_len, "do_sample": False}
+        # transformers serve rejects `ignore_eos`; its own generation_config (a JSON string) forces the length.
+        return {
+            "model": self.model,
+            "prompt": prompt,
+            "max_tokens": self.output_len,
+            "stream": True,
+            "generation_config": json.dumps(forced),
+        }
+
+
+async def send(client: httpx.AsyncClient, target: Target, prompt: str, level: float | None) -> RequestRecord:
+    """One streaming completion request; every failure is kept in the record, never raised."""
+    record = RequestRecord(level=level, start=time.perf_counter())
+    try:
+        async with client.stream("POST", target.url, json=target.body(prompt)) as response:
+            if response.status_code != 200:
+                text = (await response.aread()).decode(errors="replace")
+                record.error = f"HTTP {response.status_code}: {text[:ERROR_TEXT_CHARS]}"
+                return record
+            await _read_stream(response, record)
+    except (httpx.HTTPError, OSError) as error:
+        record.error = f"{type(error).__name__}: {error}"[:ERROR_TEXT_CHARS] or type(error).__name__
+    record.end = time.perf_counter()
+    if record.error is None and record.tokens != target.output_len:
+        record.error = f"the server generated {record.tokens} of {target.output_len} tokens"
+    return record
+
+
+async def _read_stream(response: httpx.Response, record: RequestRecord) -> None:
+    """Server-sent events: `data: {json}` lines, each a chunk of text; the last one carries the usage."""
+    chunks = 0
+    usage_tokens = None
+    async for line in response.aiter_lines():
+        if not line.startswith("data:"):
+            continue
+        payload = line[5:].strip()
+        if payload == "[DONE]":
+            break
+        event = json.loads(payload)
+        if any(choice.get("text") for choice in event.get("choices", ())):
+            record.chunk_times.append(time.perf_counter())
+            chunks += 1
+        if event.get("usage"):
+            usage_tokens = event["usage"].get("completion_tokens")
+    record.tokens = usage_tokens if usage_tokens is not None else chunks
+
+
+async def run_load(
+    target: Target,
+    prompts: Sequence[str],
+    mode: str,
+    levels: Sequence[float],
+    per_level: int,
+    warmup: int,
+    seed: int = 0,
+) -> list[RequestRecord]:
+    """Warm-up requests one at a time, then `per_level` requests at each load level, lowest first."""
+    limits = httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_CONNECTIONS)
+    records: list[RequestRecord] = []
+    async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(target.timeout_s)) as client:
+        for index in range(warmup):
+            records.append(await send(client, target, prompts[index % len(prompts)], None))
+        for level in levels:
+            if mode == "rate":
+                records += await _poisson(client, target, prompts, level, per_level, random.Random(seed))
+            else:
+                records += await _concurrent(client, target, prompts, int(level), per_level)
+    return records
+
+
+async def _poisson(
+    client: httpx.AsyncClient, target: Target, prompts: Sequence[str], rate: float, count: int, rng: random.Random
+) -> list[RequestRecord]:
+    """Open loop: request i starts at the i-th arrival of a Poisson process of `rate` per second."""
+    begin = time.perf_counter()
+    arrival = 0.0
+    tasks = []
+    for index in range(count):
+        delay = begin + arrival - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(send(client, target, prompts[index % len(prompts)], rate)))
+        arrival += rng.expovariate(rate)
+    return list(await asyncio.gather(*tasks))
+
+
+async def _concurrent(
+    client: httpx.AsyncClient, target: Target, prompts: Sequence[str], clients: int, count: int
+) -> list[RequestRecord]:
+    """`clients` loops, each sending its next request as soon as its last one ends, `count` requests in all."""
+    queue = list(range(count))
+    records: list[RequestRecord] = []
+
+    async def client_loop() -> None:
+        while queue:
+            index = queue.pop(0)
+            records.append(await send(client, target, prompts[index % len(prompts)], float(clients)))
+
+    await asyncio.gather(*(client_loop() for _ in range(clients)))
+    return records

@@ -1,0 +1,156 @@
+"""The `serve` workload: measure a configuration as it is deployed, `transformers serve` under load.
+
+The trial worker starts the server on its own cores, waits for /health, drives it with the load of
+the workload from the other core, stops it (always), then measures quality with the same plan.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from autotune.results import Outcome, ServeSpec, TaskResult, TaskSpec
+from autotune.serving.figures import serve_figures
+from autotune.serving.load import RequestRecord, Target, run_load
+from autotune.serving.server import (
+    ServerError,
+    ServerProcess,
+    free_port,
+    missing_serving_packages,
+    serve_argv,
+    split_cores,
+    tree_anonymous_bytes,
+)
+from autotune.space.plan import Plan
+from autotune.worker.energy import EnergyCounter, energy_figures
+from autotune.worker.environment import environment
+from autotune.worker.failures import UnsupportedError
+from autotune.worker.loading import load_model, load_tokenizer
+from autotune.worker.quality import compare_with_reference, load_reference
+from autotune.worker.workload import build_inputs
+
+HEALTH_TIMEOUT_S = 600.0
+MEMORY_SAMPLE_S = 0.1
+KILL_SERVER_AFTER_S = 1.0  # the kill_server fault: a server that dies during the trial
+
+
+def serve_trial(spec: TaskSpec, phases: Any) -> TaskResult:
+    assert spec.candidate is not None and spec.reference_path is not None and spec.workload.serve is not None
+    plan = Plan.from_json(spec.candidate.plan)
+    _check_servable(plan)
+    load = spec.workload.serve
+    tokenizer = load_tokenizer(spec.model)
+    prompts = [tokenizer.decode(ids) for ids in build_inputs(tokenizer, spec.workload)]
+    server_cores, client_cores = split_cores()
+    argv = serve_argv(spec.model.path, plan.serve_flags, spec.device, load.port or free_port())
+    server = ServerProcess(argv, server_cores)
+    energy = EnergyCounter(spec.device)
+    kill_server = (spec.fault or {}).get("kind") == "kill_server"
+    own_cores = os.sched_getaffinity(0)
+    try:
+        with phases("load"):
+            server.start()
+            server.wait_healthy(HEALTH_TIMEOUT_S)
+        os.sched_setaffinity(0, client_cores)
+        with phases("measure"):
+            cpu_before, started = psutil.Process().cpu_times(), time.perf_counter()
+            energy.start()
+            records, peak = asyncio.run(_drive(server, spec, prompts, kill_server))
+            joules = energy.joules()
+            client_cpu = _cpu_share(cpu_before, time.perf_counter() - started)
+            server.check_alive("during the trial")
+    finally:
+        server.stop()
+        os.sched_setaffinity(0, own_cores)
+        print(f"transformers serve log (end):\n{server.log_tail()}", file=sys.stderr)
+        server.remove_log()
+    metrics, stats, levels = serve_figures(records, load.slo)
+    with phases("quality"):
+        model = load_model(spec.model, plan, spec.device)
+        metrics |= compare_with_reference(model, load_reference(Path(spec.reference_path)))
+    metrics |= _memory(peak) | energy_figures(joules, _generated_tokens(records))
+    metrics |= {"client_cpu_share": client_cpu, "warmup_s": phases.timings["load"]}
+    details = {"serve": _details(argv, load, levels, server_cores, client_cores)}
+    details["serve"]["server_pid"] = server.process.pid if server.process else None
+    return TaskResult(Outcome.OK, metrics=metrics, stats=stats, environment=environment(spec.device), details=details)
+
+
+def _check_servable(plan: Plan) -> None:
+    if plan.not_servable:
+        raise UnsupportedError(f"transformers serve has no flag for: {', '.join(plan.not_servable)}")
+    missing = missing_serving_packages()
+    if missing:
+        raise UnsupportedError(f"transformers serve needs {', '.join(missing)}: pip install 'autotune[serve]'")
+
+
+async def _drive(
+    server: ServerProcess, spec: TaskSpec, prompts: list[str], kill_server: bool
+) -> tuple[list[RequestRecord], int]:
+    """Run the load while sampling the server's memory; return the requests and the peak bytes."""
+    load: ServeSpec = spec.workload.serve  # type: ignore[assignment]
+    # The server knows the model by the name it was started with: the path as given.
+    url = f"{server.base_url}/v1/completions"
+    target = Target(url, spec.model.path, spec.workload.output_len, load.request_timeout_s)
+    peak = [0]
+    sampler = asyncio.create_task(_sample_memory(server, peak))
+    killer = asyncio.create_task(_kill_later(server)) if kill_server else None
+    try:
+        records = await run_load(target, prompts, load.mode, load.levels, load.requests_per_level, load.warmup_requests)
+    finally:
+        for task in (sampler, killer):
+            if task is not None:
+                task.cancel()
+    return records, peak[0]
+
+
+async def _sample_memory(server: ServerProcess, peak: list[int]) -> None:
+    assert server.process is not None
+    while True:
+        with contextlib.suppress(Exception):
+            peak[0] = max(peak[0], tree_anonymous_bytes(server.process.pid))
+        await asyncio.sleep(MEMORY_SAMPLE_S)
+
+
+async def _kill_later(server: ServerProcess) -> None:
+    await asyncio.sleep(KILL_SERVER_AFTER_S)
+    server.kill()
+
+
+def _cpu_share(before: Any, wall_s: float) -> float:
+    """CPU seconds the load client used per second of the load: near 1.0 would mean it was the bottleneck."""
+    after = psutil.Process().cpu_times()
+    used = (after.user - before.user) + (after.system - before.system)
+    return used / wall_s if wall_s > 0 else 0.0
+
+
+def _memory(peak: int) -> dict[str, float]:
+    return {"peak_memory_bytes": float(peak), "peak_memory_gb": peak / 1e9}
+
+
+def _generated_tokens(records: list[RequestRecord]) -> float:
+    return float(sum(record.tokens for record in records if record.ok))
+
+
+def _details(
+    argv: list[str], load: ServeSpec, levels: list[dict], server_cores: list[int], client_cores: list[int]
+) -> dict[str, Any]:
+    return {
+        "command": shlex.join(argv),
+        "argv": argv,
+        "mode": load.mode,
+        "slo": load.slo,
+        "levels": levels,
+        "server_cores": server_cores,
+        "client_cores": client_cores,
+    }
+
+
+__all__ = ["ServerError", "serve_trial"]

@@ -1,0 +1,90 @@
+"""Is the load generator ever the bottleneck? Drive a trivial server that answers at once, and print
+the request rate the generator sustains, beside the rate the demo model's `transformers serve` handles.
+
+python -m benchmarks.load_generator [--rates 25,50,100,200,400] [--requests 400] [--output-len 32]
+
+The trivial server (benchmarks/trivial_server.py) runs on the first core, the load generator (the same
+code a serve trial runs: autotune.serving.load) on the last one, as in a trial. For each offered Poisson
+rate it prints the completed requests/s, TTFT p50/p95 and the generator's CPU use. The generator keeps
+up while the completed rate follows the offered one. Compare the highest such rate with the demo
+server's `requests_per_s` from `autotune measure --model demo --workload serve --json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import time
+
+import psutil
+
+from autotune.serving.figures import level_figures
+from autotune.serving.load import Target, run_load
+from autotune.serving.server import HOST, free_port, split_cores
+
+
+def start_trivial_server(port: int, cores: list[int], fail_every: int = 0) -> subprocess.Popen:
+    command = [sys.executable, "-m", "benchmarks.trivial_server", "--port", str(port), "--fail-every", str(fail_every)]
+    mine = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cores)
+    try:
+        server = subprocess.Popen(command, start_new_session=True)
+    finally:
+        os.sched_setaffinity(0, mine)
+    wait_healthy(f"http://{HOST}:{port}/health")
+    return server
+
+
+def wait_healthy(url: str, timeout_s: float = 30.0) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{url} did not answer within {timeout_s:.0f}s")
+
+
+def measure_rate(target: Target, rate: float, requests: int) -> tuple[dict, float]:
+    """Figures of one Poisson level and the generator's CPU seconds per second of wall time."""
+    before, started = psutil.Process().cpu_times(), time.perf_counter()
+    records = asyncio.run(run_load(target, ["hello"], "rate", [rate], requests, warmup=5))
+    wall = time.perf_counter() - started
+    after = psutil.Process().cpu_times()
+    cpu = (after.user - before.user + after.system - before.system) / wall
+    return level_figures(rate, [r for r in records if r.level is not None], {}), cpu
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rates", default="25,50,100,200,400")
+    parser.add_argument("--requests", type=int, default=400, help="requests per rate")
+    parser.add_argument("--output-len", type=int, default=32)
+    args = parser.parse_args()
+    server_cores, client_cores = split_cores()
+    port = free_port()
+    server = start_trivial_server(port, server_cores)
+    os.sched_setaffinity(0, client_cores)
+    print(f"trivial server on cores {server_cores}, load generator on cores {client_cores}; "
+          f"{args.requests} requests per rate, {args.output_len} streamed tokens each")  # fmt: skip
+    print(f"{'offered req/s':>14} {'completed req/s':>16} {'errors':>7} {'TTFT p50 ms':>12} {'TTFT p95 ms':>12} "
+          f"{'generator CPU':>14}")  # fmt: skip
+    try:
+        target = Target(f"http://{HOST}:{port}/v1/completions", "trivial", args.output_len)
+        for rate in (float(value) for value in args.rates.split(",")):
+            figures, cpu = measure_rate(target, rate, args.requests)
+            ttft_ms = f"{figures['ttft_p50_s'] * 1000:>12.2f} {figures['ttft_p95_s'] * 1000:>12.2f}"
+            print(f"{rate:>14g} {figures['requests_per_s']:>16.1f} {figures['errors']:>7} {ttft_ms} {cpu:>13.0%}")
+    finally:
+        server.kill()
+        server.wait()
+
+
+if __name__ == "__main__":
+    main()
