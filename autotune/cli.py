@@ -122,6 +122,14 @@ Prompts = Annotated[
 ]
 Price = Annotated[float | None, typer.Option("--price", min=0, help="GPU price per hour [default: the profile's].")]
 TrialTimeout = Annotated[str, typer.Option("--trial-timeout", help="Kill a trial after this long.")]
+Artifacts = Annotated[
+    str | None,
+    typer.Option(
+        "--artifacts",
+        help="Where trial logs and reports are stored as Optuna artifacts: a folder, s3://BUCKET or gs://BUCKET "
+        "(default: a folder beside the SQLite file).",
+    ),
+]
 
 
 def _workload(kind: str, batch_size: int, input_len: int, output_len: int, prompts: Path | None) -> WorkloadSpec:
@@ -163,11 +171,13 @@ def search(
     warm_start: Annotated[
         str | None, typer.Option("--warm-start", help="Measure this study's Pareto configurations first.")
     ] = None,
+    artifacts: Artifacts = None,
 ) -> None:
     """Search configurations of MODEL and write the Pareto front to an HTML report.
 
     Example: autotune search --model demo --trials 8 --constraint "kl<=0.01"
     """
+    from autotune.artifacts import attach_report
     from autotune.constraints import parse_constraints
     from autotune.report import build_report, default_report_path
     from autotune.search import SearchOptions, run_search
@@ -194,6 +204,7 @@ def search(
         constraints=constraints,
         devices=[device.strip() for device in devices.split(",")] if devices else None,
         warm_start=warm_start,
+        artifacts=artifacts,
     )
     summary = run_search(options, TrialPrinter(out))
     out.print(
@@ -207,6 +218,9 @@ def search(
     _print_front(summary.study_name, summary.storage)
     path = build_report(summary.study_name, summary.storage, report or default_report_path(summary.study_name))
     out.print(f"report: {path}")
+    stored_in = attach_report(summary.study_name, summary.storage, artifacts, path)
+    if stored_in:
+        out.print(f"trial logs and the report are stored as Optuna artifacts in {stored_in}")
 
 
 @app.command()
@@ -219,6 +233,7 @@ def worker(
     trust_remote_code: TrustRemoteCode = False,
     trial_timeout: TrialTimeout = "20m",
     run_id: Annotated[str | None, typer.Option("--run-id", hidden=True)] = None,
+    artifacts: Artifacts = None,
 ) -> None:
     """Join an existing study as one more worker, on this machine's GPU (or CPU).
 
@@ -243,6 +258,7 @@ def worker(
         trust_remote_code=trust_remote_code,
         trial_timeout_s=parse_duration(trial_timeout, "--trial-timeout"),
         run_id=run_id,
+        artifacts=artifacts,
     )
     summary = join_study(options, TrialPrinter(out))
     out.print(

@@ -36,6 +36,7 @@ class SearchOptions:
     devices: list[str] | None = None  # one worker per device, sharing the study
     warm_start: str | None = None  # a study of the same storage whose front is measured first
     run_id: str | None = None  # tags the trials of one run, across the workers of `--devices`
+    artifacts: str | None = None  # where trial logs and reports go (autotune.artifacts); default beside SQLite
 
 
 class SearchEvents(Protocol):

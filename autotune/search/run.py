@@ -174,5 +174,7 @@ def _start_worker(
         command += ["--budget", f"{max(1.0, deadline - time.monotonic()):.0f}s"]
     if options.trust_remote_code:
         command.append("--trust-remote-code")
+    if options.artifacts:
+        command += ["--artifacts", options.artifacts]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     return _Worker(process, label, events)
