@@ -38,7 +38,8 @@ if not out.is_terminal:  # piped or logged: do not squeeze tables into 80 column
 
 Study = Annotated[str, typer.Option("--study", help="Study name.")]
 Storage = Annotated[
-    str | None, typer.Option("--storage", help="Optuna storage URL [default: sqlite:///studies/<study>.db].")
+    str | None,
+    typer.Option("--storage", help="Optuna storage URL.", show_default="sqlite:///studies/<study>.db"),
 ]
 Constraints = Annotated[
     list[str] | None,
@@ -105,9 +106,9 @@ def _root(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log wha
 
 Model = Annotated[str, typer.Option("--model", help="Hub id, local folder, or 'demo' (built-in, offline).")]
 Gpu = Annotated[str, typer.Option("--gpu", help="Hardware profile (see `autotune gpus`), or auto.")]
-Device = Annotated[str | None, typer.Option("--device", help="cuda, cuda:N or cpu [default: from --gpu].")]
+Device = Annotated[str | None, typer.Option("--device", help="cuda, cuda:N or cpu.", show_default="from --gpu")]
 SpacePath = Annotated[
-    Path | None, typer.Option("--space", help="Search-space YAML [default: search_spaces/default.yaml].")
+    Path | None, typer.Option("--space", help="Search-space YAML.", show_default="search_spaces/default.yaml")
 ]
 Revision = Annotated[str | None, typer.Option("--revision", help="Model revision on the hub.")]
 TrustRemoteCode = Annotated[bool, typer.Option("--trust-remote-code", help="Allow the model's own code to run.")]
@@ -120,14 +121,16 @@ OutputLen = Annotated[int, typer.Option("--output-len", min=2, help="Tokens gene
 Prompts = Annotated[
     Path | None, typer.Option("--prompts", help="Your prompts: .jsonl ({'prompt': ...}) or text, one per line.")
 ]
-Price = Annotated[float | None, typer.Option("--price", min=0, help="GPU price per hour [default: the profile's].")]
+Price = Annotated[
+    float | None, typer.Option("--price", min=0, help="GPU price per hour.", show_default="the profile's")
+]
 TrialTimeout = Annotated[str, typer.Option("--trial-timeout", help="Kill a trial after this long.")]
 Artifacts = Annotated[
     str | None,
     typer.Option(
         "--artifacts",
-        help="Where trial logs and reports are stored as Optuna artifacts: a folder, s3://BUCKET or gs://BUCKET "
-        "(default: a folder beside the SQLite file).",
+        help="Where trial logs and reports are stored as Optuna artifacts: a folder, s3://BUCKET or gs://BUCKET.",
+        show_default="<study>.artifacts beside the SQLite file",
     ),
 ]
 
@@ -148,11 +151,11 @@ def search(
     budget: Annotated[str | None, typer.Option("--budget", help="Wall-clock budget: 90s, 30m, 2h.")] = None,
     trials: Annotated[int | None, typer.Option("--trials", min=1, help="Run at most N trials.")] = None,
     space: SpacePath = None,
-    study: Annotated[str | None, typer.Option("--study", help="Study name [default: <model>-<profile>].")] = None,
+    study: Annotated[str | None, typer.Option("--study", help="Study name.", show_default="<model>-<profile>")] = None,
     storage: Storage = None,
     device: Device = None,
     report: Annotated[
-        Path | None, typer.Option("--report", help="HTML report [default: reports/<study>.html].")
+        Path | None, typer.Option("--report", help="HTML report.", show_default="reports/<study>.html")
     ] = None,
     revision: Revision = None,
     trust_remote_code: TrustRemoteCode = False,
@@ -237,9 +240,9 @@ def worker(
 ) -> None:
     """Join an existing study as one more worker, on this machine's GPU (or CPU).
 
-    The study's model, space, workload and reference come from storage; the reference outputs are
-    computed once per machine. Example:
-    autotune worker --study qwen-h100 --storage postgresql://tuner@db/studies --device cuda:1
+    The study's model, space, workload and reference come from storage; reference outputs are computed once per machine.
+
+    Example: autotune worker --study qwen-h100 --storage postgresql://tuner@db/studies --device cuda:1
     """
     from autotune.runner import PARENT_PID_VARIABLE
     from autotune.search import SearchOptions, join_study
@@ -269,19 +272,20 @@ def worker(
 
 @app.command()
 def compare(
-    study_a: Annotated[str, typer.Argument(help="The earlier study (e.g. last night's).")],
-    study_b: Annotated[str, typer.Argument(help="The later study.")],
+    study_a: Annotated[str, typer.Argument(metavar="STUDY_A", help="The earlier study (e.g. last night's).")],
+    study_b: Annotated[str, typer.Argument(metavar="STUDY_B", help="The later study.")],
     storage: Storage = None,
     storage_b: Annotated[
-        str | None, typer.Option("--storage-b", help="Storage of STUDY_B [default: --storage].")
+        str | None, typer.Option("--storage-b", help="Storage of STUDY_B.", show_default="--storage")
     ] = None,
     threshold: Annotated[str, typer.Option("--threshold", help="Regression that fails: 5%, 0.05.")] = "5%",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Compare two studies: how each front configuration's figures moved; exit 3 on a regression.
 
-    A regression: at some point of STUDY_A's front, the best throughput STUDY_B reaches with
-    equal-or-better memory and KL (within the threshold) is lower by more than the threshold.
+    A regression: at a point of STUDY_A's front, STUDY_B's best throughput at that memory and KL is lower.
+
+    Each figure has its own tolerance (see --threshold and --memory-tolerance), above its run-to-run noise.
     """
     from autotune import study as studies
     from autotune.compare import compare as compare_studies
@@ -443,7 +447,9 @@ def _print_front(study_name: str, storage_url: str) -> None:
 def report(
     study: Study,
     storage: Storage = None,
-    out_path: Annotated[Path | None, typer.Option("--out", help="HTML file [default: reports/<study>.html].")] = None,
+    out_path: Annotated[
+        Path | None, typer.Option("--out", help="HTML file.", show_default="reports/<study>.html")
+    ] = None,
 ) -> None:
     """Render the HTML report of a stored study again."""
     from autotune.report import build_report, default_report_path
@@ -482,8 +488,9 @@ def best(
 ) -> None:
     """Pick one configuration of a study under constraints and print it.
 
-    The study's own --constraint flags from `autotune search` apply too. Exit status 3 when no
-    complete trial satisfies them, so a nightly job can act on it.
+    The study's own --constraint flags from `autotune search` apply too.
+
+    Exit status 3 when no complete trial satisfies them, so a nightly job can act on it.
 
     Example: autotune best --study demo-cpu --max-memory 20GB --max-kl 0.01 --format json
     """
