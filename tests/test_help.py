@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 
 import pytest
@@ -42,7 +43,7 @@ def test_help_has_no_swallowed_defaults_or_empty_brackets(command):
 @pytest.mark.parametrize("command", COMMANDS)
 def test_help_paragraphs_do_not_break_mid_sentence(command):
     lines = description(render_help(command))
-    for line, following in zip(lines, lines[1:], strict=False):
+    for line, following in itertools.pairwise(lines):
         assert not (line and following and not line.endswith((".", ":"))), f"broken after {line!r}"
 
 
@@ -55,5 +56,5 @@ def test_usage_names_arguments_in_capitals(command):
 
 def test_defaults_that_are_not_values_are_shown_as_typer_shows_defaults():
     text = render_help("search")
-    for shown in ("[default: (sqlite:///studies/<study>.db)]", "[default: (<model>-<profile>)]", "[default: (from --gpu)]"):
-        assert shown in text
+    shown = ("[default: (sqlite:///studies/<study>.db)]", "[default: (<model>-<profile>)]", "[default: (from --gpu)]")
+    assert all(default in text for default in shown)
