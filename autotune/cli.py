@@ -12,19 +12,19 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
-from rich.status import Status
 from rich.table import Table
 
 from autotune.data import load_prompts
 from autotune.errors import NothingSatisfiesError, UserError
 from autotune.metrics import KL_DIVERGENCE, THROUGHPUT
+from autotune.progress import ProgressDisplay
 from autotune.results import QualitySpec, WorkloadSpec
 from autotune.space import Config
-from autotune.study import TrialRecord
 from autotune.units import format_bytes, format_duration, parse_duration
 
 if TYPE_CHECKING:
     from autotune.compare import Comparison
+    from autotune.study import TrialRecord
 
 app = typer.Typer(
     add_completion=False,
@@ -58,24 +58,23 @@ def _knobs(config: Config) -> str:
 
 
 class TrialPrinter:
-    """One line per finished trial; a spinner while one runs (on a terminal)."""
+    """One line per finished trial; what runs now, with elapsed time (autotune.progress)."""
 
     def __init__(self, console: Console) -> None:
         self.console = console
-        self.status: Status | None = None
+        self.display = ProgressDisplay(console)
 
     def note(self, message: str) -> None:
         self.console.print(f"note: {message}")
 
+    def progress(self, what: str) -> None:
+        self.display.show(what)
+
     def trial_started(self, number: int, config: Config, roles: list[str]) -> None:
-        if self.console.is_terminal:
-            self.status = self.console.status(f"trial #{number} running: {_knobs(config)}")
-            self.status.start()
+        self.display.show(f"trial #{number}: {_knobs(config)}")
 
     def trial_finished(self, record: TrialRecord) -> None:
-        if self.status is not None:
-            self.status.stop()
-            self.status = None
+        self.display.clear()
         roles = ",".join(record.roles)
         label = f"#{record.number}" + (f" [{roles}]" if roles else "")
         self.console.print(f"{label} {_knobs(record.config)} -> {_figures(record)} ({_duration(record)})")
@@ -180,6 +179,8 @@ def search(
 
     Example: autotune search --model demo --trials 8 --constraint "kl<=0.01"
     """
+    printer = TrialPrinter(out)  # progress from the first second: the imports below take a while
+    printer.progress("loading autotune's libraries (optuna, sqlalchemy)")
     from autotune.artifacts import attach_report
     from autotune.constraints import parse_constraints
     from autotune.report import build_report, default_report_path
@@ -209,7 +210,7 @@ def search(
         warm_start=warm_start,
         artifacts=artifacts,
     )
-    summary = run_search(options, TrialPrinter(out))
+    summary = run_search(options, printer)
     out.print(
         f"study {summary.study_name}: {summary.launched} trials in {format_duration(summary.elapsed_s)} "
         f"({summary.stop_reason})"

@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 SETTINGS_ATTR = "autotune"
 RUNS_ATTR = "search_runs"
 EXCLUSIONS_ATTR = "exclusions"
+ARTIFACT_PREFIX = "artifacts:"  # Optuna's system attribute of each uploaded artifact
 FAIL_REASON_ATTR = "fail_reason"  # one line, on every failed trial, where Optuna's tools show it
 HEARTBEAT_INTERVAL_S = 30
 GRACE_PERIOD_S = 120
@@ -81,11 +82,14 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
 
 
 class RetryInterrupted(RetryHeartbeatStaleTrialCallback):
-    """Optuna's retry, without the interrupted trial's failure reason (the retry copies its user attributes)."""
+    """Optuna's retry, without the interrupted trial's failure reason and log (it copies every attribute)."""
 
     def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
         trial = copy.copy(trial)
         trial.user_attrs = {key: value for key, value in trial.user_attrs.items() if key != FAIL_REASON_ATTR}
+        trial.system_attrs = {
+            key: value for key, value in trial.system_attrs.items() if not key.startswith("artifacts:")
+        }
         super().__call__(study, trial)
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import optuna
 from optuna.trial import TrialState
 
-from autotune import artifacts
+from autotune import artifacts, phases
 from autotune import study as studies
 from autotune.recovery import OWNER_ATTR, this_process
 from autotune.results import Outcome, TaskResult
@@ -179,7 +179,9 @@ class TrialLoop:
         started = time.monotonic()
         limits = Limits(self.options.trial_timeout_s, self.deadline)
         on_start = lambda pid: trial.set_user_attr("worker_pid", pid)  # noqa: E731 - which process measures it
-        result = run_task(spec, workdir, limits, on_tick=heartbeat, on_start=on_start)
+        compiles = config.get("compile", "off") != "off"
+        on_phase = lambda name: self.events.progress(f"trial #{trial.number}: {phases.label(name, compiles)}")  # noqa: E731
+        result = run_task(spec, workdir, limits, on_tick=heartbeat, on_start=on_start, on_phase=on_phase)
         duration = time.monotonic() - started
         artifacts.attach(self.session.artifact_store, trial, workdir / "worker.log", artifacts.LOG_MIMETYPE)
         studies.record_result(self.study, trial, result, duration, self.session.constraints)
