@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from autotune.data import load_prompts
-from autotune.errors import NothingSatisfiesError, UserError
+from autotune.errors import NothingSatisfiesError, SearchError, UserError
 from autotune.metrics import KL_DIVERGENCE, THROUGHPUT
 from autotune.progress import ProgressDisplay
 from autotune.results import QualitySpec, WorkloadSpec
@@ -598,8 +598,6 @@ def gpus() -> None:
 
 def main() -> None:
     """Entry point: run the app; known errors become one line without a traceback."""
-    from autotune.search import SearchError
-
     try:
         code = app(standalone_mode=False)
     except (UserError, typer.TyperException) as error:  # TyperException: click's usage errors

@@ -21,6 +21,7 @@ class ProgressDisplay:
     def show(self, what: str) -> None:
         if not self.console.is_terminal:
             self.console.print(f"[{time.monotonic() - self.started:6.1f}s] {what}")
+            self.console.file.flush()  # a pipe buffers: a log must show the line now
             return
         if self.live is None:
             self.live = Progress(

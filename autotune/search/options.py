@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Protocol
 
 from autotune.constraints import Constraint
+from autotune.errors import SearchError as SearchError  # re-exported; lives there so the CLI catches it cheaply
 from autotune.paths import default_cache_dir
 from autotune.results import QualitySpec, WorkloadSpec
 from autotune.space import Config
@@ -54,7 +55,3 @@ class SearchSummary:
     stop_reason: str
     elapsed_s: float
     spent_s: dict[str, float]
-
-
-class SearchError(Exception):
-    """The search cannot go on (e.g. the reference configuration fails); exit status 1."""
