@@ -279,24 +279,44 @@ def compare(
     storage_b: Annotated[
         str | None, typer.Option("--storage-b", help="Storage of STUDY_B.", show_default="--storage")
     ] = None,
-    threshold: Annotated[str, typer.Option("--threshold", help="Regression that fails: 5%, 0.05.")] = "5%",
+    threshold: Annotated[
+        str | None,
+        typer.Option(
+            "--threshold", help="Throughput loss that is a regression: 5%, 0.05.", show_default="GPU 5%, CPU 25%"
+        ),
+    ] = None,
+    memory_tolerance: Annotated[
+        str | None,
+        typer.Option(
+            "--memory-tolerance", help="Extra peak memory that still meets a level.", show_default="GPU 5%, CPU 15%"
+        ),
+    ] = None,
+    kl_tolerance: Annotated[
+        str | None, typer.Option("--kl-tolerance", help="Extra KL that still meets a level.", show_default="10%")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Compare two studies: how each front configuration's figures moved; exit 3 on a regression.
 
     A regression: at a point of STUDY_A's front, STUDY_B's best throughput at that memory and KL is lower.
 
-    Each figure has its own tolerance (see --threshold and --memory-tolerance), above its run-to-run noise.
+    Each figure has its own tolerance, by the device of STUDY_A, above that figure's run-to-run noise there.
     """
     from autotune import study as studies
+    from autotune.compare import DEFAULT_TOLERANCES, Tolerances
     from autotune.compare import compare as compare_studies
 
-    fraction = _fraction(threshold)
     url_a = storage or studies.default_storage(study_a)
     url_b = storage_b or storage or studies.default_storage(study_b)
     a, b = studies.load_stored_study(url_a, study_a), studies.load_stored_study(url_b, study_b)
+    defaults = DEFAULT_TOLERANCES[studies.stored_settings(a).profile.get("kind", "cuda")]
+    tolerances = Tolerances(
+        throughput=_fraction(threshold, "--threshold") if threshold else defaults.throughput,
+        memory=_fraction(memory_tolerance, "--memory-tolerance") if memory_tolerance else defaults.memory,
+        kl=_fraction(kl_tolerance, "--kl-tolerance") if kl_tolerance else defaults.kl,
+    )
     comparison = compare_studies(
-        studies.records(a), studies.pareto_numbers(a), studies.records(b), studies.pareto_numbers(b), fraction
+        studies.records(a), studies.pareto_numbers(a), studies.records(b), studies.pareto_numbers(b), tolerances
     )
     if as_json:
         print(json.dumps(_comparison_document(study_a, study_b, comparison)))
@@ -306,24 +326,36 @@ def compare(
         raise typer.Exit(3)
 
 
-def _fraction(text: str) -> float:
+def _fraction(text: str, flag: str) -> float:
     try:
         value = float(text.rstrip("%")) / (100 if text.endswith("%") else 1)
     except ValueError:
-        raise UserError(f"--threshold {text!r} is not a share: write it like 5% or 0.05") from None
+        raise UserError(f"{flag} {text!r} is not a share: write it like 5% or 0.05") from None
     if not 0 <= value < 1:
-        raise UserError(f"--threshold {text!r} must be between 0% and 100%")
+        raise UserError(f"{flag} {text!r} must be between 0% and 100%")
     return value
 
 
 def _comparison_document(study_a: str, study_b: str, comparison: Comparison) -> dict:
+    from dataclasses import asdict
+
+    tolerances = comparison.tolerances
     return {
         "before": study_a,
         "after": study_b,
         "threshold": comparison.threshold,
+        "tolerances": asdict(tolerances),
         "regressed": bool(comparison.regressed),
-        "configurations": [movement.__dict__ for movement in comparison.movements],
-        "levels": [{**level.__dict__, "regression": level.regression()} for level in comparison.levels],
+        "configurations": [asdict(movement) for movement in comparison.movements],
+        "levels": [
+            {
+                **asdict(level),
+                "change": level.change(),
+                "regression": level.regression(),
+                "regressed_figure": level.regressed_figure(tolerances),
+            }
+            for level in comparison.levels
+        ],
     }
 
 
@@ -336,13 +368,44 @@ def _print_comparison(study_a: str, study_b: str, comparison: Comparison) -> Non
         cells = [_change(changes, name) for name in ("throughput_tok_s", "ttft_s", "peak_memory_gb", "kl_divergence")]
         table.add_row(_knobs(movement.config), "+".join(movement.on_front), *cells)
     out.print(table)
+    t = comparison.tolerances
+    out.print(
+        f"tolerances: throughput -{t.throughput:.0%}, memory +{t.memory:.0%}, KL +{t.kl:.0%} "
+        "(a level of the earlier front is met by a configuration within the memory and KL tolerances)"
+    )
     for level in comparison.levels:
-        after = f"{level.best_after:.1f}" if level.best_after is not None else "nothing fits"
-        flag = "REGRESSED" if level in comparison.regressed else "ok"
-        out.print(
-            f"{flag}: at {level.memory_gb:.3g} GB and KL {level.kl:.2e} ({_knobs(level.config)}), best throughput "
-            f"{level.throughput_before:.1f} -> {after} tok/s ({-level.regression():+.1%} or better)"
+        out.print(_level_line(study_b, level, t))
+
+
+def _level_line(study_b: str, level, tolerances) -> str:
+    """One level of the earlier front: what the later study gives there, in words whose signs match."""
+    where = f"at {format_bytes(level.memory_gb * 1e9)} and KL {level.kl:.2e} ({_knobs(level.config)})"
+    figure = level.regressed_figure(tolerances)
+    flag = f"REGRESSED {figure}" if figure else "ok"
+    if level.best_after is not None:
+        by = "" if level.config_after == level.config else f" with {_knobs(level.config_after or {})}"
+        return (
+            f"{flag}: {where}: best throughput {level.throughput_before:.1f} -> {level.best_after:.1f} tok/s{by} "
+            f"({level.change():+.1%}; a loss over {tolerances.throughput:.0%} regresses)"
         )
+    miss = level.nearest_miss
+    if miss is None:
+        return f"{flag}: {where}: {study_b} has no complete trial"
+    levels = {"memory": (miss.memory_gb, level.memory_gb, tolerances.memory), "KL": (miss.kl, level.kl, tolerances.kl)}
+    bounds = "; ".join(
+        f"its {name} is {share:+.1%} ({_shown(name, levels[name][0])} vs {_shown(name, levels[name][1])}, "
+        f"tolerance +{levels[name][2]:.0%})"
+        for name, share in miss.over.items()
+    )
+    speed = (miss.throughput - level.throughput_before) / level.throughput_before
+    return (
+        f"{flag}: {where}: no configuration of {study_b} is within its {' and '.join(miss.over)} tolerance; "
+        f"the nearest, {_knobs(miss.config)}, reaches {miss.throughput:.1f} tok/s ({speed:+.1%}) but {bounds}"
+    )
+
+
+def _shown(name: str, value: float) -> str:
+    return format_bytes(value * 1e9) if name == "memory" else f"{value:.2e}"
 
 
 def _change(changes: dict[str, float], name: str) -> str:
