@@ -146,7 +146,10 @@ def _interrupted_search(workdir: Path, env: dict[str, str]) -> int:
     while (trial := _running_trial(workdir / "studies" / "demo-cpu.db")) is None or trial.number < 3:
         assert time.monotonic() < deadline and process.poll() is None, "the search never reached its fourth trial"
         time.sleep(0.5)
-    time.sleep(2.0)  # into its hang
+    log = workdir / "studies" / "demo-cpu" / f"trial-{trial.number:04d}" / "worker.log"
+    while b"autotune phase: measure" not in log.read_bytes():  # where the injected hang is
+        assert time.monotonic() < deadline and process.poll() is None, "the fourth trial never reached its hang"
+        time.sleep(0.3)
     workers = [child.pid for child in psutil.Process(process.pid).children(recursive=True)]
     process.send_signal(signal.SIGKILL)
     process.wait()
