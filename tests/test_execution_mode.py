@@ -65,3 +65,12 @@ def test_the_worker_generates_inside_inference_mode_only_when_asked(cache_dir):
             output = workload._generate(TokenClock(workload.synchronize))
         assert output.is_inference() is expected, mode
         assert len(workload.run().generated[0]) == 4
+
+
+def test_the_baseline_and_the_reference_run_generate_as_it_is():
+    from autotune.profiles import PROFILES
+    from autotune.search.prepare import baseline_config
+
+    space = load_space(PACKAGED_SPACE)
+    baseline = baseline_config(space, "float32", PROFILES["cpu"], "throughput")
+    assert baseline["execution_mode"] == "no_grad"  # left unset, the sampler would pick a value for it

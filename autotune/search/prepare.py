@@ -21,6 +21,7 @@ DEFAULTS = {
     "quantization": "none",
     "batching": "generate",
     "cache_implementation": "dynamic",
+    "execution_mode": "no_grad",  # generate() as it is; left out by normalize() where the space lacks the knob
 }
 
 
