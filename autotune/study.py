@@ -220,6 +220,11 @@ def _system_attr(study: optuna.Study, key: str) -> Any:
 
 def _set_system_attr(study: optuna.Study, key: str, value: Any) -> None:
     study._storage.set_study_system_attr(study._study_id, key, value)
+    if key in study.user_attrs:  # a study made before: its copy there would keep `optuna studies` wide
+        study.set_user_attr(key, MOVED_NOTE)
+
+
+MOVED_NOTE = "kept in the study's system attributes"
 
 
 def make_sampler(seed: int | None) -> optuna.samplers.BaseSampler:

@@ -29,7 +29,7 @@ from autotune.recovery import OWNER_ATTR, recover_interrupted, this_process
 from autotune.results import Outcome, TaskResult
 from autotune.worker.demo_model import ensure_demo_model
 
-from .fakes import BASELINE, new_study
+from .fakes import BASELINE, new_study, settings
 
 SMALL = ["--model", "demo", "--gpu", "cpu", "--batch-size", "4", "--input-len", "64", "--output-len", "32"]
 
@@ -54,12 +54,20 @@ def test_a_new_study_names_its_objectives_with_units_and_keeps_its_attributes_sh
     assert "org/model" in listed and max(map(len, listed.splitlines())) < 300
 
 
-def test_a_study_made_before_gets_its_objective_names_when_loaded(tmp_path):
+def test_a_study_made_before_gets_its_objective_names_and_short_attributes(tmp_path):
     url = f"sqlite:///{tmp_path}/old.db"
-    optuna.create_study(study_name="old", storage=url, directions=["maximize", "minimize", "minimize"])
-    assert optuna.load_study(study_name="old", storage=url).metric_names is None
-    studies.load_existing(studies.open_storage(url), "old", seed=0)
-    assert optuna.load_study(study_name="old", storage=url).metric_names == studies.metric_names()
+    old = optuna.create_study(study_name="old", storage=url, directions=["maximize", "minimize", "minimize"])
+    old.set_user_attr(studies.SETTINGS_ATTR, settings().to_json())  # where autotune kept them before
+    old.set_user_attr(studies.RUNS_ATTR, [{"launched": 3}])
+    assert studies.stored_settings(old).model == "org/model" and old.metric_names is None
+    resumed = studies.load_existing(studies.open_storage(url), "old", seed=0)
+    studies.update_settings(resumed, studies.stored_settings(resumed))
+    studies.record_search_run(resumed, {"launched": 2})
+    again = optuna.load_study(study_name="old", storage=url)
+    assert again.metric_names == studies.metric_names()
+    assert studies.stored_settings(again).model == "org/model"
+    assert studies.search_runs(again) == [{"launched": 3}, {"launched": 2}]
+    assert again.user_attrs[studies.SETTINGS_ATTR] == again.user_attrs[studies.RUNS_ATTR] == studies.MOVED_NOTE
 
 
 def test_a_failed_trial_carries_a_one_line_reason(tmp_path):
