@@ -11,13 +11,15 @@ from typer.testing import CliRunner
 from autotune.cli import app
 
 COMMANDS = sorted(command.name or command.callback.__name__ for command in app.registered_commands)
+EVERY_HELP = ["", *COMMANDS]  # "": `autotune --help` itself
 # What rich leaves when it swallows "[default: ...]" written in a help string: "Study name ."
 SWALLOWED = re.compile(r"\w \.(\s|$)|\(\s*\)|\[\s*\]")
 
 
 def render_help(command: str) -> str:
     # Wide enough that rich wraps nothing: every line break left is one written in the source.
-    result = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "250", "NO_COLOR": "1"})
+    args = [command, "--help"] if command else ["--help"]
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "250", "NO_COLOR": "1"})
     assert result.exit_code == 0, result.output
     return result.output
 
@@ -34,20 +36,20 @@ def test_every_command_is_checked():
     assert {"search", "worker", "measure", "compare", "report", "best", "gpus"} <= set(COMMANDS)
 
 
-@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("command", EVERY_HELP)
 def test_help_has_no_swallowed_defaults_or_empty_brackets(command):
     text = render_help(command)
     assert not SWALLOWED.findall(text), [line for line in text.splitlines() if SWALLOWED.search(line)]
 
 
-@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("command", EVERY_HELP)
 def test_help_paragraphs_do_not_break_mid_sentence(command):
     lines = description(render_help(command))
     for line, following in itertools.pairwise(lines):
         assert not (line and following and not line.endswith((".", ":"))), f"broken after {line!r}"
 
 
-@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("command", EVERY_HELP)
 def test_usage_names_arguments_in_capitals(command):
     usage = next(line for line in render_help(command).splitlines() if "Usage:" in line)
     arguments = re.findall(r"[{\[]([^}\]]+)[}\]]", usage)  # Typer writes {REQUIRED} and [OPTIONAL]
