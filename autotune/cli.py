@@ -12,19 +12,19 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
-from rich.status import Status
 from rich.table import Table
 
 from autotune.data import load_prompts
-from autotune.errors import NothingSatisfiesError, UserError
+from autotune.errors import NothingSatisfiesError, SearchError, UserError
 from autotune.metrics import KL_DIVERGENCE, THROUGHPUT
+from autotune.progress import ProgressDisplay
 from autotune.results import QualitySpec, WorkloadSpec
 from autotune.space import Config
-from autotune.study import TrialRecord
 from autotune.units import format_bytes, format_duration, parse_duration
 
 if TYPE_CHECKING:
     from autotune.compare import Comparison
+    from autotune.study import TrialRecord
 
 app = typer.Typer(
     add_completion=False,
@@ -38,7 +38,8 @@ if not out.is_terminal:  # piped or logged: do not squeeze tables into 80 column
 
 Study = Annotated[str, typer.Option("--study", help="Study name.")]
 Storage = Annotated[
-    str | None, typer.Option("--storage", help="Optuna storage URL [default: sqlite:///studies/<study>.db].")
+    str | None,
+    typer.Option("--storage", help="Optuna storage URL.", show_default="sqlite:///studies/<study>.db"),
 ]
 Constraints = Annotated[
     list[str] | None,
@@ -57,24 +58,23 @@ def _knobs(config: Config) -> str:
 
 
 class TrialPrinter:
-    """One line per finished trial; a spinner while one runs (on a terminal)."""
+    """One line per finished trial; what runs now, with elapsed time (autotune.progress)."""
 
     def __init__(self, console: Console) -> None:
         self.console = console
-        self.status: Status | None = None
+        self.display = ProgressDisplay(console)
 
     def note(self, message: str) -> None:
         self.console.print(f"note: {message}")
 
+    def progress(self, what: str) -> None:
+        self.display.show(what)
+
     def trial_started(self, number: int, config: Config, roles: list[str]) -> None:
-        if self.console.is_terminal:
-            self.status = self.console.status(f"trial #{number} running: {_knobs(config)}")
-            self.status.start()
+        self.display.show(f"trial #{number}: {_knobs(config)}")
 
     def trial_finished(self, record: TrialRecord) -> None:
-        if self.status is not None:
-            self.status.stop()
-            self.status = None
+        self.display.clear()
         roles = ",".join(record.roles)
         label = f"#{record.number}" + (f" [{roles}]" if roles else "")
         self.console.print(f"{label} {_knobs(record.config)} -> {_figures(record)} ({_duration(record)})")
@@ -111,9 +111,9 @@ def _root(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log wha
 
 Model = Annotated[str, typer.Option("--model", help="Hub id, local folder, or 'demo' (built-in, offline).")]
 Gpu = Annotated[str, typer.Option("--gpu", help="Hardware profile (see `autotune gpus`), or auto.")]
-Device = Annotated[str | None, typer.Option("--device", help="cuda, cuda:N or cpu [default: from --gpu].")]
+Device = Annotated[str | None, typer.Option("--device", help="cuda, cuda:N or cpu.", show_default="from --gpu")]
 SpacePath = Annotated[
-    Path | None, typer.Option("--space", help="Search-space YAML [default: search_spaces/default.yaml].")
+    Path | None, typer.Option("--space", help="Search-space YAML.", show_default="search_spaces/default.yaml")
 ]
 Revision = Annotated[str | None, typer.Option("--revision", help="Model revision on the hub.")]
 TrustRemoteCode = Annotated[bool, typer.Option("--trust-remote-code", help="Allow the model's own code to run.")]
@@ -140,8 +140,18 @@ OutputLen = Annotated[int, typer.Option("--output-len", min=2, help="Tokens gene
 Prompts = Annotated[
     Path | None, typer.Option("--prompts", help="Your prompts: .jsonl ({'prompt': ...}) or text, one per line.")
 ]
-Price = Annotated[float | None, typer.Option("--price", min=0, help="GPU price per hour [default: the profile's].")]
+Price = Annotated[
+    float | None, typer.Option("--price", min=0, help="GPU price per hour.", show_default="the profile's")
+]
 TrialTimeout = Annotated[str, typer.Option("--trial-timeout", help="Kill a trial after this long.")]
+Artifacts = Annotated[
+    str | None,
+    typer.Option(
+        "--artifacts",
+        help="Where trial logs and reports are stored as Optuna artifacts: a folder, s3://BUCKET or gs://BUCKET.",
+        show_default="<study>.artifacts beside the SQLite file",
+    ),
+]
 
 
 def _workload(
@@ -170,11 +180,11 @@ def search(
     budget: Annotated[str | None, typer.Option("--budget", help="Wall-clock budget: 90s, 30m, 2h.")] = None,
     trials: Annotated[int | None, typer.Option("--trials", min=1, help="Run at most N trials.")] = None,
     space: SpacePath = None,
-    study: Annotated[str | None, typer.Option("--study", help="Study name [default: <model>-<profile>].")] = None,
+    study: Annotated[str | None, typer.Option("--study", help="Study name.", show_default="<model>-<profile>")] = None,
     storage: Storage = None,
     device: Device = None,
     report: Annotated[
-        Path | None, typer.Option("--report", help="HTML report [default: reports/<study>.html].")
+        Path | None, typer.Option("--report", help="HTML report.", show_default="reports/<study>.html")
     ] = None,
     revision: Revision = None,
     trust_remote_code: TrustRemoteCode = False,
@@ -196,11 +206,15 @@ def search(
     warm_start: Annotated[
         str | None, typer.Option("--warm-start", help="Measure this study's Pareto configurations first.")
     ] = None,
+    artifacts: Artifacts = None,
 ) -> None:
     """Search configurations of MODEL and write the Pareto front to an HTML report.
 
     Example: autotune search --model demo --trials 8 --constraint "kl<=0.01"
     """
+    printer = TrialPrinter(out)  # progress from the first second: the imports below take a while
+    printer.progress("loading autotune's libraries (optuna, sqlalchemy)")
+    from autotune.artifacts import attach_report
     from autotune.constraints import parse_constraints
     from autotune.report import build_report, default_report_path
     from autotune.search import SearchOptions, run_search
@@ -227,8 +241,9 @@ def search(
         constraints=constraints,
         devices=[device.strip() for device in devices.split(",")] if devices else None,
         warm_start=warm_start,
+        artifacts=artifacts,
     )
-    summary = run_search(options, TrialPrinter(out))
+    summary = run_search(options, printer)
     out.print(
         f"study {summary.study_name}: {summary.launched} trials in {format_duration(summary.elapsed_s)} "
         f"({summary.stop_reason})"
@@ -240,6 +255,9 @@ def search(
     _print_front(summary.study_name, summary.storage)
     path = build_report(summary.study_name, summary.storage, report or default_report_path(summary.study_name))
     out.print(f"report: {path}")
+    stored_in = attach_report(summary.study_name, summary.storage, artifacts, path)
+    if stored_in:
+        out.print(f"trial logs and the report are stored as Optuna artifacts in {stored_in}")
 
 
 @app.command()
@@ -252,12 +270,13 @@ def worker(
     trust_remote_code: TrustRemoteCode = False,
     trial_timeout: TrialTimeout = "20m",
     run_id: Annotated[str | None, typer.Option("--run-id", hidden=True)] = None,
+    artifacts: Artifacts = None,
 ) -> None:
     """Join an existing study as one more worker, on this machine's GPU (or CPU).
 
-    The study's model, space, workload and reference come from storage; the reference outputs are
-    computed once per machine. Example:
-    autotune worker --study qwen-h100 --storage postgresql://tuner@db/studies --device cuda:1
+    The study's model, space, workload and reference come from storage; reference outputs are computed once per machine.
+
+    Example: autotune worker --study qwen-h100 --storage postgresql://tuner@db/studies --device cuda:1
     """
     from autotune.runner import PARENT_PID_VARIABLE
     from autotune.search import SearchOptions, join_study
@@ -276,6 +295,7 @@ def worker(
         trust_remote_code=trust_remote_code,
         trial_timeout_s=parse_duration(trial_timeout, "--trial-timeout"),
         run_id=run_id,
+        artifacts=artifacts,
     )
     summary = join_study(options, TrialPrinter(out))
     out.print(
@@ -286,29 +306,50 @@ def worker(
 
 @app.command()
 def compare(
-    study_a: Annotated[str, typer.Argument(help="The earlier study (e.g. last night's).")],
-    study_b: Annotated[str, typer.Argument(help="The later study.")],
+    study_a: Annotated[str, typer.Argument(metavar="STUDY_A", help="The earlier study (e.g. last night's).")],
+    study_b: Annotated[str, typer.Argument(metavar="STUDY_B", help="The later study.")],
     storage: Storage = None,
     storage_b: Annotated[
-        str | None, typer.Option("--storage-b", help="Storage of STUDY_B [default: --storage].")
+        str | None, typer.Option("--storage-b", help="Storage of STUDY_B.", show_default="--storage")
     ] = None,
-    threshold: Annotated[str, typer.Option("--threshold", help="Regression that fails: 5%, 0.05.")] = "5%",
+    threshold: Annotated[
+        str | None,
+        typer.Option(
+            "--threshold", help="Throughput loss that is a regression: 5%, 0.05.", show_default="GPU 5%, CPU 25%"
+        ),
+    ] = None,
+    memory_tolerance: Annotated[
+        str | None,
+        typer.Option(
+            "--memory-tolerance", help="Extra peak memory that still meets a level.", show_default="GPU 5%, CPU 15%"
+        ),
+    ] = None,
+    kl_tolerance: Annotated[
+        str | None, typer.Option("--kl-tolerance", help="Extra KL that still meets a level.", show_default="10%")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Compare two studies: how each front configuration's figures moved; exit 3 on a regression.
 
-    A regression: at some point of STUDY_A's front, the best throughput STUDY_B reaches with
-    equal-or-better memory and KL (within the threshold) is lower by more than the threshold.
+    A regression: at a point of STUDY_A's front, STUDY_B's best throughput at that memory and KL is lower.
+
+    Each figure has its own tolerance, by the device of STUDY_A, above that figure's run-to-run noise there.
     """
     from autotune import study as studies
+    from autotune.compare import DEFAULT_TOLERANCES, Tolerances
     from autotune.compare import compare as compare_studies
 
-    fraction = _fraction(threshold)
     url_a = storage or studies.default_storage(study_a)
     url_b = storage_b or storage or studies.default_storage(study_b)
     a, b = studies.load_stored_study(url_a, study_a), studies.load_stored_study(url_b, study_b)
+    defaults = DEFAULT_TOLERANCES[studies.stored_settings(a).profile.get("kind", "cuda")]
+    tolerances = Tolerances(
+        throughput=_fraction(threshold, "--threshold") if threshold else defaults.throughput,
+        memory=_fraction(memory_tolerance, "--memory-tolerance") if memory_tolerance else defaults.memory,
+        kl=_fraction(kl_tolerance, "--kl-tolerance") if kl_tolerance else defaults.kl,
+    )
     comparison = compare_studies(
-        studies.records(a), studies.pareto_numbers(a), studies.records(b), studies.pareto_numbers(b), fraction
+        studies.records(a), studies.pareto_numbers(a), studies.records(b), studies.pareto_numbers(b), tolerances
     )
     if as_json:
         print(json.dumps(_comparison_document(study_a, study_b, comparison)))
@@ -318,24 +359,36 @@ def compare(
         raise typer.Exit(3)
 
 
-def _fraction(text: str) -> float:
+def _fraction(text: str, flag: str) -> float:
     try:
         value = float(text.rstrip("%")) / (100 if text.endswith("%") else 1)
     except ValueError:
-        raise UserError(f"--threshold {text!r} is not a share: write it like 5% or 0.05") from None
+        raise UserError(f"{flag} {text!r} is not a share: write it like 5% or 0.05") from None
     if not 0 <= value < 1:
-        raise UserError(f"--threshold {text!r} must be between 0% and 100%")
+        raise UserError(f"{flag} {text!r} must be between 0% and 100%")
     return value
 
 
 def _comparison_document(study_a: str, study_b: str, comparison: Comparison) -> dict:
+    from dataclasses import asdict
+
+    tolerances = comparison.tolerances
     return {
         "before": study_a,
         "after": study_b,
         "threshold": comparison.threshold,
+        "tolerances": asdict(tolerances),
         "regressed": bool(comparison.regressed),
-        "configurations": [movement.__dict__ for movement in comparison.movements],
-        "levels": [{**level.__dict__, "regression": level.regression()} for level in comparison.levels],
+        "configurations": [asdict(movement) for movement in comparison.movements],
+        "levels": [
+            {
+                **asdict(level),
+                "change": level.change(),
+                "regression": level.regression(),
+                "regressed_figure": level.regressed_figure(tolerances),
+            }
+            for level in comparison.levels
+        ],
     }
 
 
@@ -348,13 +401,44 @@ def _print_comparison(study_a: str, study_b: str, comparison: Comparison) -> Non
         cells = [_change(changes, name) for name in ("throughput_tok_s", "ttft_s", "peak_memory_gb", "kl_divergence")]
         table.add_row(_knobs(movement.config), "+".join(movement.on_front), *cells)
     out.print(table)
+    t = comparison.tolerances
+    out.print(
+        f"tolerances: throughput -{t.throughput:.0%}, memory +{t.memory:.0%}, KL +{t.kl:.0%} "
+        "(a level of the earlier front is met by a configuration within the memory and KL tolerances)"
+    )
     for level in comparison.levels:
-        after = f"{level.best_after:.1f}" if level.best_after is not None else "nothing fits"
-        flag = "REGRESSED" if level in comparison.regressed else "ok"
-        out.print(
-            f"{flag}: at {level.memory_gb:.3g} GB and KL {level.kl:.2e} ({_knobs(level.config)}), best throughput "
-            f"{level.throughput_before:.1f} -> {after} tok/s ({-level.regression():+.1%} or better)"
+        out.print(_level_line(study_b, level, t))
+
+
+def _level_line(study_b: str, level, tolerances) -> str:
+    """One level of the earlier front: what the later study gives there, in words whose signs match."""
+    where = f"at {format_bytes(level.memory_gb * 1e9)} and KL {level.kl:.2e} ({_knobs(level.config)})"
+    figure = level.regressed_figure(tolerances)
+    flag = f"REGRESSED {figure}" if figure else "ok"
+    if level.best_after is not None:
+        by = "" if level.config_after == level.config else f" with {_knobs(level.config_after or {})}"
+        return (
+            f"{flag}: {where}: best throughput {level.throughput_before:.1f} -> {level.best_after:.1f} tok/s{by} "
+            f"({level.change():+.1%}; a loss over {tolerances.throughput:.0%} regresses)"
         )
+    miss = level.nearest_miss
+    if miss is None:
+        return f"{flag}: {where}: {study_b} has no complete trial"
+    levels = {"memory": (miss.memory_gb, level.memory_gb, tolerances.memory), "KL": (miss.kl, level.kl, tolerances.kl)}
+    bounds = "; ".join(
+        f"its {name} is {share:+.1%} ({_shown(name, levels[name][0])} vs {_shown(name, levels[name][1])}, "
+        f"tolerance +{levels[name][2]:.0%})"
+        for name, share in miss.over.items()
+    )
+    speed = (miss.throughput - level.throughput_before) / level.throughput_before
+    return (
+        f"{flag}: {where}: no configuration of {study_b} is within its {' and '.join(miss.over)} tolerance; "
+        f"the nearest, {_knobs(miss.config)}, reaches {miss.throughput:.1f} tok/s ({speed:+.1%}) but {bounds}"
+    )
+
+
+def _shown(name: str, value: float) -> str:
+    return format_bytes(value * 1e9) if name == "memory" else f"{value:.2e}"
 
 
 def _change(changes: dict[str, float], name: str) -> str:
@@ -464,7 +548,9 @@ def _print_front(study_name: str, storage_url: str) -> None:
 def report(
     study: Study,
     storage: Storage = None,
-    out_path: Annotated[Path | None, typer.Option("--out", help="HTML file [default: reports/<study>.html].")] = None,
+    out_path: Annotated[
+        Path | None, typer.Option("--out", help="HTML file.", show_default="reports/<study>.html")
+    ] = None,
 ) -> None:
     """Render the HTML report of a stored study again."""
     from autotune.report import build_report, default_report_path
@@ -503,8 +589,9 @@ def best(
 ) -> None:
     """Pick one configuration of a study under constraints and print it.
 
-    The study's own --constraint flags from `autotune search` apply too. Exit status 3 when no
-    complete trial satisfies them, so a nightly job can act on it.
+    The study's own --constraint flags from `autotune search` apply too.
+
+    Exit status 3 when no complete trial satisfies them, so a nightly job can act on it.
 
     Example: autotune best --study demo-cpu --max-memory 20GB --max-kl 0.01 --format json
     """
@@ -611,8 +698,6 @@ def gpus() -> None:
 
 def main() -> None:
     """Entry point: run the app; known errors become one line without a traceback."""
-    from autotune.search import SearchError
-
     try:
         code = app(standalone_mode=False)
     except (UserError, typer.TyperException) as error:  # TyperException: click's usage errors

@@ -17,3 +17,7 @@ class NothingSatisfiesError(Exception):
     """`autotune best` found no configuration that satisfies the constraints: exit status 3."""
 
     EXIT_STATUS = 3
+
+
+class SearchError(Exception):
+    """The search cannot go on (e.g. the reference configuration fails); exit status 1."""

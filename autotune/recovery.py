@@ -5,25 +5,29 @@ A trial records which process runs it (host, pid, process start time). When that
 other hosts fail when their heartbeat goes stale (Optuna's heartbeat, as in the multi-worker mode).
 Either way Optuna's RetryHeartbeatStaleTrialCallback queues the configuration once more. A failed
 trial without an outcome is an interrupted one (see study.TrialRecord): Optuna does not let a
-finished trial be annotated, and nothing else fails a trial without saying why.
+finished trial be annotated, so its one-line reason (FAIL_REASON_ATTR) is written just before it fails.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Callable
 from typing import Any
 
 import optuna
 import psutil
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages import fail_stale_trials
+from optuna.storages._heartbeat import is_heartbeat_enabled
 from optuna.trial import TrialState
 
 from autotune.claims import Claims
-from autotune.study import TrialRecord, records
+from autotune.study import FAIL_REASON_ATTR, TrialRecord, interrupted_message, records
 
 OWNER_ATTR = "owner"
+# Stores what a trial left behind (its log) before it fails: (storage, trial id, trial number).
+LogAttacher = Callable[[optuna.storages.BaseStorage, int, int], None]
 
 
 def this_process() -> dict[str, Any]:
@@ -38,14 +42,15 @@ def owner_alive(owner: dict[str, Any]) -> bool:
         return False
 
 
-def recover_interrupted(study: optuna.Study, claims: Claims) -> list[int]:
+def recover_interrupted(study: optuna.Study, claims: Claims, attach_log: LogAttacher | None = None) -> list[int]:
     """Fail the trials whose process died, queue their retry, release their claims; their numbers."""
     storage = study._storage  # the study's RDBStorage: Optuna exposes no public accessor
     host = socket.gethostname()
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         owner = trial.user_attrs.get(OWNER_ATTR)
         if owner and owner.get("host") == host and not owner_alive(owner):
-            _fail_and_retry(storage, study, trial.number)
+            _fail_and_retry(storage, study, trial.number, attach_log)
+    _explain_stale(storage, study, attach_log)
     fail_stale_trials(study)  # other hosts' trials, by heartbeat; their retry is queued the same way
     interrupted = [record for record in records(study) if record.interrupted]
     for record in interrupted:
@@ -53,9 +58,12 @@ def recover_interrupted(study: optuna.Study, claims: Claims) -> list[int]:
     return [record.number for record in interrupted if _queued_retry(study, record)]
 
 
-def _fail_and_retry(storage: optuna.storages.BaseStorage, study: optuna.Study, number: int) -> None:
+def _fail_and_retry(
+    storage: optuna.storages.BaseStorage, study: optuna.Study, number: int, attach_log: LogAttacher | None
+) -> None:
     trial_id = storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
     try:
+        _explain(storage, trial_id, attach_log)
         if not storage.set_trial_state_values(trial_id, state=TrialState.FAIL):
             return
     except UpdateFinishedTrialError:  # another search on this host was faster
@@ -63,6 +71,25 @@ def _fail_and_retry(storage: optuna.storages.BaseStorage, study: optuna.Study, n
     retry = storage.get_heartbeat_stale_trial_callback()
     if retry is not None:
         retry(study, storage.get_trial(trial_id))
+
+
+def _explain_stale(storage: optuna.storages.RDBStorage, study: optuna.Study, attach_log: LogAttacher | None) -> None:
+    """Give the trials that fail_stale_trials is about to fail their reason (Optuna asks none)."""
+    if not is_heartbeat_enabled(storage):
+        return
+    for trial_id in storage._get_stale_trial_ids(study._study_id):  # the ids fail_stale_trials fails
+        try:
+            _explain(storage, trial_id, attach_log)
+        except UpdateFinishedTrialError:  # it finished meanwhile
+            continue
+
+
+def _explain(storage: optuna.storages.BaseStorage, trial_id: int, attach_log: LogAttacher | None) -> None:
+    """Its reason and its log, while it still runs: Optuna lets no finished trial be annotated."""
+    trial = storage.get_trial(trial_id)
+    storage.set_trial_user_attr(trial_id, FAIL_REASON_ATTR, interrupted_message(trial.user_attrs.get(OWNER_ATTR) or {}))
+    if attach_log is not None:
+        attach_log(storage, trial_id, trial.number)
 
 
 def _queued_retry(study: optuna.Study, record: TrialRecord) -> bool:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import psutil
 
+from autotune import phases
 from autotune.results import Outcome, TaskResult, TaskSpec, write_json_atomically
 from autotune.units import format_duration
 
@@ -44,8 +45,10 @@ def run_task(
     limits: Limits,
     on_tick: Callable[[], None] | None = None,
     on_start: Callable[[int], None] | None = None,
+    on_phase: Callable[[str], None] | None = None,
 ) -> TaskResult:
-    """Run `spec` in a worker process; call on_start with its pid, then on_tick about every POLL_S seconds.
+    """Run `spec` in a worker process; call on_start with its pid, then on_tick about every POLL_S seconds,
+    and on_phase with each phase the worker announces in its log (autotune.phases).
 
     The worker is forked by the fork server when it runs, else spawned (`python -m autotune.worker`).
     Must be called from a thread that outlives the task: the worker is killed when its parent thread ends.
@@ -60,7 +63,7 @@ def run_task(
     try:
         if on_start is not None:
             on_start(process.pid)
-        stopped = _wait(process, started, limits, on_tick)
+        stopped = _wait(process, started, limits, _watching(log_path, on_phase, on_tick))
     except BaseException:
         _kill_tree(process)
         raise
@@ -73,6 +76,46 @@ def run_task(
     if not result.ok:
         result.log_tail = _tail(log_path)
     return result
+
+
+def _watching(
+    log_path: Path, on_phase: Callable[[str], None] | None, on_tick: Callable[[], None] | None
+) -> Callable[[], None] | None:
+    """on_tick, preceded by reading the phases the worker announced since the last tick."""
+    if on_phase is None:
+        return on_tick
+    watcher = PhaseWatcher(log_path, on_phase)
+
+    def tick() -> None:
+        watcher.poll()
+        if on_tick is not None:
+            on_tick()
+
+    return tick
+
+
+class PhaseWatcher:
+    """Reads a growing worker log and reports each phase line once."""
+
+    def __init__(self, log_path: Path, on_phase: Callable[[str], None]) -> None:
+        self.log_path = log_path
+        self.on_phase = on_phase
+        self.offset = 0
+        self.partial = b""
+
+    def poll(self) -> None:
+        try:
+            with self.log_path.open("rb") as log_file:
+                log_file.seek(self.offset)
+                data = log_file.read()
+        except FileNotFoundError:
+            return
+        self.offset += len(data)
+        *lines, self.partial = (self.partial + data).split(b"\n")
+        for line in lines:
+            name = phases.parse(line.decode(errors="replace"))
+            if name is not None:
+                self.on_phase(name)
 
 
 def _spawn(spec_path: Path, result_path: Path, log_path: Path) -> subprocess.Popen:

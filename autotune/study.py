@@ -6,6 +6,7 @@ rendered again from storage alone, on any machine.
 
 from __future__ import annotations
 
+import copy
 import logging
 import re
 import time
@@ -29,8 +30,13 @@ from autotune.space import Config, SearchSpace, config_key
 
 log = logging.getLogger(__name__)
 
+# autotune's own study records live in system attributes (Optuna's tools list user attributes in one row);
+# studies made before that keep them in user attributes, where they are still read.
 SETTINGS_ATTR = "autotune"
 RUNS_ATTR = "search_runs"
+EXCLUSIONS_ATTR = "exclusions"
+ARTIFACT_PREFIX = "artifacts:"  # Optuna's system attribute of each uploaded artifact
+FAIL_REASON_ATTR = "fail_reason"  # one line, on every failed trial, where Optuna's tools show it
 HEARTBEAT_INTERVAL_S = 30
 GRACE_PERIOD_S = 120
 
@@ -64,7 +70,7 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
                 engine_kwargs=engine_kwargs,
                 heartbeat_interval=HEARTBEAT_INTERVAL_S,
                 grace_period=GRACE_PERIOD_S,
-                heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=1),
+                heartbeat_stale_trial_callback=RetryInterrupted(max_retry=1),
             )
         except sqlalchemy.exc.DatabaseError as error:
             if not _lost_schema_race(error):
@@ -73,6 +79,18 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
         except Exception as error:  # SQLAlchemy raises many kinds: a bad URL, a missing driver, a refused connection
             raise UserError(f"cannot open storage {redact(url)}: {_first_line(error)}; check --storage") from None
     raise UserError(f"cannot open storage {redact(url)}: its schema could not be created; check --storage")
+
+
+class RetryInterrupted(RetryHeartbeatStaleTrialCallback):
+    """Optuna's retry, without the interrupted trial's failure reason and log (it copies every attribute)."""
+
+    def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        trial = copy.copy(trial)
+        trial.user_attrs = {key: value for key, value in trial.user_attrs.items() if key != FAIL_REASON_ATTR}
+        trial.system_attrs = {
+            key: value for key, value in trial.system_attrs.items() if not key.startswith("artifacts:")
+        }
+        super().__call__(study, trial)
 
 
 SCHEMA_RACE_ATTEMPTS = 5
@@ -175,12 +193,38 @@ def create_study(
         )
     except optuna.exceptions.DuplicatedStudyError:
         return None
-    study.set_user_attr(SETTINGS_ATTR, settings.to_json())
+    update_settings(study, settings)
     return study
 
 
 def load_existing(storage: optuna.storages.BaseStorage, name: str, seed: int | None) -> optuna.Study:
-    return optuna.load_study(study_name=name, storage=storage, sampler=make_sampler(seed))
+    study = optuna.load_study(study_name=name, storage=storage, sampler=make_sampler(seed))
+    if study.metric_names is None:  # created before autotune named them
+        name_metrics(study)
+    return study
+
+
+def metric_names() -> list[str]:
+    """The objectives as Optuna's tools label them: what, and in which unit."""
+    return [f"{metric.label} [{metric.unit}]" for metric in OBJECTIVES]
+
+
+def name_metrics(study: optuna.Study) -> None:
+    study.set_metric_names(metric_names())
+
+
+def _system_attr(study: optuna.Study, key: str) -> Any:
+    stored = study._storage.get_study_system_attrs(study._study_id)  # Study shows no system attributes
+    return stored[key] if key in stored else study.user_attrs.get(key)
+
+
+def _set_system_attr(study: optuna.Study, key: str, value: Any) -> None:
+    study._storage.set_study_system_attr(study._study_id, key, value)
+    if key in study.user_attrs:  # a study made before: its copy there would keep `optuna studies` wide
+        study.set_user_attr(key, MOVED_NOTE)
+
+
+MOVED_NOTE = "kept in the study's system attributes"
 
 
 def make_sampler(seed: int | None) -> optuna.samplers.BaseSampler:
@@ -188,7 +232,7 @@ def make_sampler(seed: int | None) -> optuna.samplers.BaseSampler:
 
 
 def stored_settings(study: optuna.Study) -> StudySettings:
-    data = study.user_attrs.get(SETTINGS_ATTR)
+    data = _system_attr(study, SETTINGS_ATTR)
     if data is None:
         raise UserError(f"study {study.study_name!r} was not created by autotune; pass another --study")
     return StudySettings.from_json(data)
@@ -197,13 +241,32 @@ def stored_settings(study: optuna.Study) -> StudySettings:
 def wait_for_settings(study: optuna.Study, timeout_s: float = 30.0) -> StudySettings:
     """The settings of a study that another process has just created (it stores them right after)."""
     deadline = time.monotonic() + timeout_s
-    while SETTINGS_ATTR not in study.user_attrs and time.monotonic() < deadline:
+    while _system_attr(study, SETTINGS_ATTR) is None and time.monotonic() < deadline:
         time.sleep(0.2)
     return stored_settings(study)
 
 
+def has_settings(study: optuna.Study) -> bool:
+    return _system_attr(study, SETTINGS_ATTR) is not None
+
+
 def update_settings(study: optuna.Study, settings: StudySettings) -> None:
-    study.set_user_attr(SETTINGS_ATTR, settings.to_json())
+    """Store the settings, the objectives' names, and a short summary that `optuna studies` can show."""
+    _set_system_attr(study, SETTINGS_ATTR, settings.to_json())
+    name_metrics(study)
+    for key, value in settings_summary(settings).items():
+        study.set_user_attr(key, value)
+
+
+def settings_summary(settings: StudySettings) -> dict[str, str]:
+    workload = settings.workload
+    shape = f"{workload['batch_size']} prompts x {workload['input_len']} tokens -> {workload['output_len']} tokens"
+    return {
+        "model": settings.model + (f"@{settings.revision}" if settings.revision else ""),
+        "profile": settings.profile["name"],
+        "workload": f"{workload.get('kind', 'throughput')}, {shape}",
+        "constraints": ", ".join(settings.constraints) or "none",
+    }
 
 
 # ------------------------------------------------------------------------------------------- trials
@@ -255,12 +318,8 @@ class TrialRecord:
         interrupted = trial.state == TrialState.FAIL and "outcome" not in attrs and "config_key" in attrs
         outcome, message = attrs.get("outcome"), attrs.get("message", "")
         if interrupted:
-            owner = attrs.get("owner") or {}
             outcome = Outcome.CRASHED.value
-            message = (
-                f"interrupted: its process (pid {owner.get('pid')} on {owner.get('host')}) died or stopped "
-                "sending heartbeats before the trial finished; retried once"
-            )
+            message = interrupted_message(attrs.get("owner") or {})
         return cls(
             number=trial.number,
             state=trial.state.name,
@@ -284,6 +343,13 @@ class TrialRecord:
             finished_at=trial.datetime_complete,
             serve=attrs.get("serve"),
         )
+
+
+def interrupted_message(owner: dict[str, Any]) -> str:
+    return (
+        f"interrupted: its process (pid {owner.get('pid')} on {owner.get('host')}) died or stopped "
+        "sending heartbeats before the trial finished; retried once"
+    )
 
 
 def records(study: optuna.Study) -> list[TrialRecord]:
@@ -340,18 +406,26 @@ def record_result(
         study.tell(trial, [result.metrics[metric.name] for metric in OBJECTIVES])
         return
     trial.set_user_attr("message", result.message)
+    trial.set_user_attr(FAIL_REASON_ATTR, fail_reason(result.outcome.value, result.message))
     trial.set_user_attr("phase", result.phase)
     trial.set_user_attr("log_tail", result.log_tail[-3000:])
     study.tell(trial, state=TrialState.FAIL)
 
 
+def fail_reason(outcome: str, message: str) -> str:
+    """One short line: the outcome and the first line of its message."""
+    first = message.strip().splitlines()[0] if message.strip() else ""
+    line = f"{outcome}: {first}" if first else outcome
+    return line if len(line) <= 200 else line[:197] + "..."
+
+
 def record_search_run(study: optuna.Study, run: dict[str, Any]) -> None:
     """Add one `autotune search` run (its elapsed time, budget, stop reason) to the study's history."""
-    study.set_user_attr(RUNS_ATTR, [*search_runs(study), run])
+    _set_system_attr(study, RUNS_ATTR, [*search_runs(study), run])
 
 
 def search_runs(study: optuna.Study) -> list[dict[str, Any]]:
-    return list(study.user_attrs.get(RUNS_ATTR, []))
+    return list(_system_attr(study, RUNS_ATTR) or [])
 
 
 def record_skip(study: optuna.Study, trial: optuna.Trial, config: Config, reason: str) -> None:
@@ -366,14 +440,14 @@ def pareto_numbers(study: optuna.Study) -> set[int]:
 
 
 def exclusions(study: optuna.Study) -> dict[str, dict[str, str]]:
-    return study.user_attrs.get("exclusions", {})
+    return _system_attr(study, EXCLUSIONS_ATTR) or {}
 
 
 def add_exclusion(study: optuna.Study, knob: str, value: Any, reason: str) -> None:
     """Remember a knob value that can never run in this environment (e.g. a missing package)."""
     current = exclusions(study)
     current.setdefault(knob, {})[str(value)] = reason
-    study.set_user_attr("exclusions", current)
+    _set_system_attr(study, EXCLUSIONS_ATTR, current)
 
 
 def space_with_exclusions(space: SearchSpace, study: optuna.Study) -> SearchSpace:

@@ -9,8 +9,10 @@ Two ways, printed one after the other:
 2. separate processes: `autotune measure --json` and `python benchmarks/plain_generate.py`,
    alternately, each a fresh process, as a user would run them.
 
-optimum-benchmark would be the natural outside timer, but 0.6.0 cannot import its PyTorch backend
-with transformers 5 (it imports SpecialTokensMixin, which transformers 5 removed).
+optimum-benchmark is another outside timer, but it times differently: its PyTorch backend times decode
+from the first logits to the return of generate() and runs generate() under torch.inference_mode(),
+which on CPU reads higher than generate's own no_grad (benchmarks/execution_mode.py measures that gap).
+0.6.0 runs on transformers 5 once the SpecialTokensMixin name it imports for a type hint is supplied.
 
     python benchmarks/crosscheck.py --rounds 20 --process-rounds 3
 """

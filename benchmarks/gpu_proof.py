@@ -198,7 +198,7 @@ def _existing_study(storage: str) -> optuna.Study | None:
     if studies.sqlite_file_missing(storage):
         return None
     study = studies.find_study(studies.open_storage(storage), STUDY)
-    return study if study is not None and studies.SETTINGS_ATTR in study.user_attrs else None
+    return study if study is not None and studies.has_settings(study) else None
 
 
 # ---------------------------------------------------------------------------------------- the steps

@@ -126,8 +126,9 @@ def test_best_table_shows_the_figures(known, tmp_path, cli_env):
     assert completed.returncode == 0, completed.stderr
     assert "trial #2" in completed.stdout
     assert "0.75× the baseline's throughput" in completed.stdout
-    assert "+50% memory saved vs the baseline" in completed.stdout
-    assert "42% of the roofline" in completed.stdout and "$0.12 per 1M generated tokens" in completed.stdout
+    assert "50% less than the baseline's" in completed.stdout
+    assert "42% of the profile's peak (the roofline)" in completed.stdout
+    assert "$0.12 per 1M generated tokens" in completed.stdout
 
 
 def test_best_exits_3_when_nothing_satisfies_the_constraints(known, tmp_path, cli_env):

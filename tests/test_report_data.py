@@ -11,11 +11,13 @@ from __future__ import annotations
 import itertools
 import json
 import math
+from dataclasses import replace
 from html.parser import HTMLParser
 
 import pytest
 
-from autotune.report.data import NOT_APPLICABLE, collect, progress
+from autotune.profiles import PROFILES
+from autotune.report.data import NOT_APPLICABLE, card, collect, progress
 from autotune.report.html import card_facts, render
 
 from . import fakes
@@ -50,11 +52,21 @@ def test_cards_compare_with_the_baseline_and_the_reference(data):
     assert four_bit.cost_per_million_tokens_usd == 0.12
     assert compiled.roofline_fraction is None and compiled.cost_per_million_tokens_usd is None
     facts = " | ".join(card_facts(four_bit))
-    assert "0.75× the baseline's throughput" in facts and "+50% memory saved vs the baseline" in facts
+    assert "0.75× the baseline's throughput" in facts and "peak memory 1.00 GB: 50% less than the baseline's" in facts
     assert "KL 5.00e-02 nats/token, top-1 disagreement 10.0%, perplexity +10.00%" in facts
-    assert "42% of the roofline (peak memory bandwidth), 252 GB/s achieved" in facts
+    assert "252 GB/s of memory bandwidth achieved in decode, 42% of the profile's peak (the roofline)" in facts
     assert "$0.12 per 1M generated tokens" in facts
     assert not any("roofline" in fact or "per 1M" in fact for fact in card_facts(compiled))
+    more = [fact for fact in card_facts(replace(four_bit, memory_saving=-0.54)) if fact.startswith("peak memory")]
+    assert more == ["peak memory 1.00 GB: 54% more than the baseline's"]  # the sign matches the words
+
+
+def test_a_cpu_study_shows_no_share_of_a_nominal_roofline(data):
+    settings = replace(fakes.settings(), profile=PROFILES["cpu"].to_json())
+    four_bit = next(c for c in data.cards if c.record.config == fakes.FOUR_BIT)
+    on_cpu = card(four_bit.record, settings, None)
+    assert on_cpu.roofline_fraction is None and on_cpu.achieved_bandwidth_gb_s == 252.0
+    assert "252 GB/s of memory bandwidth achieved in decode" in card_facts(on_cpu)
 
 
 def test_cards_carry_snippets_of_their_own_plan(data):

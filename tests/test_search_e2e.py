@@ -17,7 +17,7 @@ import optuna
 import pytest
 
 from autotune.constraints import parse_constraint
-from autotune.study import records
+from autotune.study import records, search_runs, stored_settings
 
 from .conftest import DEMO_CONSTRAINT, DEMO_STUDY, DemoSearch, run_demo_search
 
@@ -123,8 +123,9 @@ def test_complete_trials_carry_the_constraint_and_the_front_keeps_to_it(first_ru
             assert record.feasible == constraint.holds(record.metrics)
     front = {trial.number for trial in demo_search.study().best_trials}
     assert front and all(constraint.holds(r.metrics) for r in trial_records if r.number in front)
-    assert demo_search.study().user_attrs["autotune"]["constraints"] == [str(constraint)]
-    runs = demo_search.study().user_attrs["search_runs"]
+    assert stored_settings(demo_search.study()).constraints == [str(constraint)]
+    assert demo_search.study().user_attrs["constraints"] == str(constraint)  # the summary `optuna studies` shows
+    runs = search_runs(demo_search.study())
     assert runs[0]["launched"] == 8 and runs[0]["max_trials"] == 8 and runs[0]["stop_reason"].startswith("8 trials")
 
 
@@ -152,7 +153,7 @@ def test_the_same_command_resumes_the_study_and_keeps_its_constraint(first_run, 
     assert len(set(keys)) == len(keys)
     assert not any("reference" in record.roles for record in launched(after)[8:]), "the reference was measured again"
     assert all(record.constraints for record in launched(after)[8:] if record.complete)
-    assert len(demo_search.study().user_attrs["search_runs"]) == 2
+    assert len(search_runs(demo_search.study())) == 2
 
 
 def test_report_command_renders_from_storage(first_run, demo_search: DemoSearch, tmp_path):

@@ -25,6 +25,7 @@ def test_default_space_declares_every_knob_of_the_mission():
         "cache_implementation",
         "compile",
         "max_batch_tokens",
+        "execution_mode",
     ]
 
 

@@ -197,7 +197,8 @@ def card(record: TrialRecord, settings: StudySettings, baseline: TrialRecord | N
         kl=m.get(KL_DIVERGENCE.name),
         top1_loss=None if m.get("top1_agreement") is None else 1 - m["top1_agreement"],
         perplexity_change=perplexity / reference_perplexity - 1 if perplexity and reference_perplexity else None,
-        roofline_fraction=m.get("roofline_fraction"),
+        # A CPU profile's peak bandwidth is nominal, not this machine's: a share of it would not be true.
+        roofline_fraction=m.get("roofline_fraction") if settings.profile.get("kind") != "cpu" else None,
         achieved_bandwidth_gb_s=m.get("achieved_bandwidth_gb_s"),
         cost_per_million_tokens_usd=m.get("cost_per_million_tokens_usd"),
         python=python_snippet(model_id, plan, device, settings.workload["output_len"]),

@@ -223,19 +223,14 @@ def card_facts(card: ParetoCard) -> list[str]:
         speed += f": {card.speedup:.2f}× the baseline's throughput"
     memory = f"peak memory {format_bytes(m.get('peak_memory_bytes', m[PEAK_MEMORY.name] * 1e9))}"
     if card.memory_saving is not None:
-        memory += f": {card.memory_saving * 100:+.0f}% memory saved vs the baseline"
+        memory += f": {_memory_vs_baseline(card.memory_saving)}"
     quality = f"quality loss vs the reference: KL {card.kl:.2e} nats/token" if card.kl is not None else ""
     if card.top1_loss is not None:
         quality += f", top-1 disagreement {card.top1_loss * 100:.1f}%"
     if card.perplexity_change is not None:
         quality += f", perplexity {_signed_percent(card.perplexity_change)}"
     facts = [speed, memory, quality]
-    if card.roofline_fraction is not None:
-        bandwidth = card.achieved_bandwidth_gb_s
-        facts.append(
-            f"{card.roofline_fraction * 100:.0f}% of the roofline (peak memory bandwidth)"
-            + (f", {bandwidth:.0f} GB/s achieved" if bandwidth is not None else "")
-        )
+    facts.append(_bandwidth(card))
     if card.cost_per_million_tokens_usd is not None:
         facts.append(f"${card.cost_per_million_tokens_usd:.4g} per 1M generated tokens")
     facts.append(f"ttft {m.get('ttft_s', math.nan) * 1000:.1f} ms, {m.get('tpot_s', math.nan) * 1000:.2f} ms/token")
@@ -244,6 +239,25 @@ def card_facts(card: ParetoCard) -> list[str]:
     elif "energy_j_per_token" in m:
         facts.append(f"{m['energy_j_per_token']:.3g} J per generated token (GPU energy counter)")
     return [fact for fact in facts if fact]
+
+
+def _memory_vs_baseline(saving: float) -> str:
+    """saving = 1 - memory / baseline memory, as words whose sign matches them."""
+    percent = f"{abs(saving) * 100:.0f}%"
+    if percent == "0%":
+        return "the same as the baseline's"
+    return f"{percent} less than the baseline's" if saving > 0 else f"{percent} more than the baseline's"
+
+
+def _bandwidth(card: ParetoCard) -> str:
+    """Decode's achieved memory bandwidth, and its share of the profile's peak where that peak is real."""
+    bandwidth = card.achieved_bandwidth_gb_s
+    if bandwidth is None:
+        return ""
+    achieved = f"{bandwidth:.3g} GB/s of memory bandwidth achieved in decode"
+    if card.roofline_fraction is None:
+        return achieved
+    return f"{achieved}, {card.roofline_fraction * 100:.2g}% of the profile's peak (the roofline)"
 
 
 def _signed_percent(fraction: float) -> str:

@@ -19,7 +19,7 @@ def python_snippet(model_id: str, plan: Plan, device: str, max_new_tokens: int) 
     if plan.batching == "continuous":
         names |= {"ContinuousBatchingConfig", "GenerationConfig"}
     lines = []
-    if uses_torch(values):
+    if uses_torch(values) or plan.execution_mode == "inference_mode":
         lines.append("import torch")
     lines += [f"from transformers import {', '.join(sorted(names))}", "", f"model_id = {model_id!r}"]
     lines.append('tokenizer = AutoTokenizer.from_pretrained(model_id, padding_side="left")')
@@ -27,10 +27,19 @@ def python_snippet(model_id: str, plan: Plan, device: str, max_new_tokens: int) 
     lines += ["    model_id,", *[f"    {key}={render(value)}," for key, value in plan.load.items()]]
     lines += [f"    device_map={device!r},", ")", *setup, "", f"prompts = [{EXAMPLE_PROMPT!r}]"]
     if plan.batching == "continuous":
-        lines += _continuous_lines(plan, max_new_tokens)
+        call = _continuous_lines(plan, max_new_tokens)
     else:
-        lines += _generate_lines(generate_kwargs, max_new_tokens)
+        call = _generate_lines(generate_kwargs, max_new_tokens)
+    lines += _inside_inference_mode(call) if plan.execution_mode == "inference_mode" else call
     return "\n".join(lines) + "\n"
+
+
+def _inside_inference_mode(lines: list[str]) -> list[str]:
+    """The generating call (from `outputs = ` to its closing parenthesis) inside torch.inference_mode()."""
+    first = next(i for i, line in enumerate(lines) if line.startswith("outputs = "))
+    last = lines.index(")", first)
+    inside = [f"    {line}" for line in lines[first : last + 1]]
+    return [*lines[:first], "with torch.inference_mode():", *inside, *lines[last + 1 :]]
 
 
 def _hoist_configured_objects(kwargs: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -90,6 +99,7 @@ def json_snippet(model_id: str, config: dict[str, Any], plan: Plan) -> str:
         "from_pretrained": plain(plan.load),
         "generate": plain(plan.generate),
         "batching": plan.batching,
+        "execution_mode": plan.execution_mode,
         "continuous_batching": plain(plan.continuous),
         "serve_flags": plan.serve_flags,
     }

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import optuna
 from optuna.trial import TrialState
 
+from autotune import artifacts, phases
 from autotune import study as studies
 from autotune.recovery import OWNER_ATTR, this_process
 from autotune.results import Outcome, TaskResult
@@ -74,7 +75,7 @@ class TrialLoop:
             stop = self._limit_reached()
             if stop:
                 return stop
-            recover(self.study, self.claims, self.events)  # another worker may have died meanwhile
+            recover(self.study, self.claims, self.events, self.session.attach_log)  # another worker may have died
             picked = self._next_trial()
             if picked is None:
                 return "every configuration of the space has been measured"
@@ -187,12 +188,15 @@ class TrialLoop:
             spec.fault = fault
         storage = self.session.storage
         heartbeat = _throttled(lambda: storage.record_heartbeat(trial._trial_id), HEARTBEAT_EVERY_S)
-        workdir = self.session.workdir / f"trial-{trial.number:04d}"
+        workdir = self.session.trial_workdir(trial.number)
         started = time.monotonic()
         limits = Limits(self.options.trial_timeout_s, self.deadline)
         on_start = lambda pid: trial.set_user_attr("worker_pid", pid)  # noqa: E731 - which process measures it
-        result = run_task(spec, workdir, limits, on_tick=heartbeat, on_start=on_start)
+        compiles = config.get("compile", "off") != "off"
+        on_phase = lambda name: self.events.progress(f"trial #{trial.number}: {phases.label(name, compiles)}")  # noqa: E731
+        result = run_task(spec, workdir, limits, on_tick=heartbeat, on_start=on_start, on_phase=on_phase)
         duration = time.monotonic() - started
+        artifacts.attach(self.session.artifact_store, trial, workdir / "worker.log", artifacts.LOG_MIMETYPE)
         studies.record_result(self.study, trial, result, duration, self.session.constraints)
         if result.outcome == Outcome.BUDGET:
             self._release(config, trial.number)  # never measured: a later run may take it

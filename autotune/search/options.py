@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Protocol
 
 from autotune.constraints import Constraint
+from autotune.errors import SearchError as SearchError  # re-exported; lives there so the CLI catches it cheaply
 from autotune.paths import default_cache_dir
 from autotune.results import QualitySpec, WorkloadSpec
 from autotune.space import Config
@@ -36,10 +37,12 @@ class SearchOptions:
     devices: list[str] | None = None  # one worker per device, sharing the study
     warm_start: str | None = None  # a study of the same storage whose front is measured first
     run_id: str | None = None  # tags the trials of one run, across the workers of `--devices`
+    artifacts: str | None = None  # where trial logs and reports go (autotune.artifacts); default beside SQLite
 
 
 class SearchEvents(Protocol):
     def note(self, message: str) -> None: ...
+    def progress(self, what: str) -> None: ...  # what the search is doing now (a phase), shown with elapsed time
     def trial_started(self, number: int, config: Config, roles: list[str]) -> None: ...
     def trial_finished(self, record: TrialRecord) -> None: ...
 
@@ -52,7 +55,3 @@ class SearchSummary:
     stop_reason: str
     elapsed_s: float
     spent_s: dict[str, float]
-
-
-class SearchError(Exception):
-    """The search cannot go on (e.g. the reference configuration fails); exit status 1."""

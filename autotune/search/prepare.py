@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,12 +14,14 @@ from autotune.runner import Limits, run_task
 from autotune.search.options import SearchError, SearchOptions
 from autotune.space import Config, SearchSpace, Target, build_plan
 
+MODEL_PHASES = ("resolve", "tokenizer")  # a failure there is the model argument's: bad input
 REFERENCE_DTYPES = ("float32", "bfloat16", "float16")  # most precise first
 DEFAULTS = {
     "attn_implementation": "sdpa",
     "quantization": "none",
     "batching": "generate",
     "cache_implementation": "dynamic",
+    "execution_mode": "no_grad",  # generate() as it is; left out by normalize() where the space lacks the knob
 }
 
 
@@ -55,6 +58,7 @@ def prepare(
     workdir: Path,
     deadline: float | None,
     reference: Config | None = None,
+    on_phase: Callable[[str], None] | None = None,
 ) -> Prepared:
     """Resolve the model and compute (or find cached) reference outputs on this machine.
 
@@ -75,7 +79,9 @@ def prepare(
         reference_candidates=candidates,
         memory_cap_bytes=profile.memory_bytes,
     )
-    result = run_task(spec, workdir / "prepare", Limits(options.trial_timeout_s, deadline))
+    if on_phase is not None:
+        on_phase("spawn")
+    result = run_task(spec, workdir / "prepare", Limits(options.trial_timeout_s, deadline), on_phase=on_phase)
     if not result.ok:
         raise _prepare_error(options.model, result)
     details = result.details
@@ -98,12 +104,12 @@ def prepare(
 def _prepare_error(model: str, result: TaskResult) -> Exception:
     if result.outcome == Outcome.BUDGET:
         return SearchError("the budget ran out while preparing the model and its reference; give a larger --budget")
-    if result.phase == "resolve" and "trust_remote_code" in result.message:
+    if result.phase in MODEL_PHASES and "trust_remote_code" in result.message:
         return UserError(
             f"model {model!r} comes with its own code, which autotune runs only with --trust-remote-code "
             "(read that code first: it runs with your permissions)"
         )
-    if result.phase == "resolve":
+    if result.phase in MODEL_PHASES:
         first_line = result.message.splitlines()[0] if result.message else result.outcome.value
         local = model == "demo" or Path(model).expanduser().exists()
         hint = "check that folder" if local else "pass a local folder, or a hub id reachable from here"

@@ -14,9 +14,11 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
+from autotune import phases
 from autotune import study as studies
 from autotune.errors import UserError
 from autotune.profiles import detect_gpu
@@ -33,8 +35,9 @@ def run_search(options: SearchOptions, events: SearchEvents) -> SearchSummary:
         return _run_on_devices(options, events)
     started = time.monotonic()
     deadline = started + options.budget_s if options.budget_s else None
+    events.progress("checking the hardware, the search space and the study")
     session = open_session(options, events)
-    prepared = _prepare(session, deadline)
+    prepared = _prepare(session, deadline, events)
     loop = TrialLoop(session, session.attach(prepared, events), prepared, deadline, events)
     summary = _run_loop(loop, started)
     studies.record_search_run(loop.study, _run_record(options, summary))
@@ -45,15 +48,23 @@ def join_study(options: SearchOptions, events: SearchEvents) -> SearchSummary:
     """`autotune worker`: take trials of an existing study, with its model, space, workload and reference."""
     started = time.monotonic()
     deadline = started + options.budget_s if options.budget_s else None
+    events.progress("reading the study")
     session, reference = join_session(options, events)
-    prepared = prepare(options, session.hardware, session.space, session.workdir, deadline, reference=reference)
+    prepared = prepare(
+        options, session.hardware, session.space, session.workdir, deadline, reference, _preparing(events)
+    )
     loop = TrialLoop(session, session.attach(prepared, events), prepared, deadline, events)
     return _run_loop(loop, started)
 
 
-def _prepare(session: Session, deadline: float | None) -> Prepared:
+def _preparing(events: SearchEvents) -> Callable[[str], None]:
+    return lambda name: events.progress(f"preparing: {phases.label(name)}")
+
+
+def _prepare(session: Session, deadline: float | None, events: SearchEvents) -> Prepared:
     try:
-        return prepare(session.options, session.hardware, session.space, session.workdir, deadline)
+        options = session.options
+        return prepare(options, session.hardware, session.space, session.workdir, deadline, None, _preparing(events))
     except UserError:
         if session.existing is None:  # bad input leaves nothing behind
             shutil.rmtree(session.workdir, ignore_errors=True)
@@ -90,9 +101,10 @@ def _run_on_devices(options: SearchOptions, events: SearchEvents) -> SearchSumma
     """One `autotune worker` per device, each pinned to its GPU, all on this study; then the summary."""
     started = time.monotonic()
     deadline = started + options.budget_s if options.budget_s else None
+    events.progress("checking the hardware, the search space and the study")
     session = open_session(options, events)
     _check_devices(options.devices or [], session.profile.kind)
-    prepared = _prepare(session, deadline)  # builds the model and the reference once, for every worker here
+    prepared = _prepare(session, deadline, events)  # builds the model and the reference once, for every worker here
     study = session.attach(prepared, events)
     run_id = uuid.uuid4().hex[:12]
     shares = _shares(options.max_trials, len(options.devices or []))
@@ -174,5 +186,7 @@ def _start_worker(
         command += ["--budget", f"{max(1.0, deadline - time.monotonic()):.0f}s"]
     if options.trust_remote_code:
         command.append("--trust-remote-code")
+    if options.artifacts:
+        command += ["--artifacts", options.artifacts]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     return _Worker(process, label, events)

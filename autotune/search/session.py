@@ -5,17 +5,19 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import optuna
 from optuna.trial import TrialState
 
+from autotune import artifacts
 from autotune import study as studies
 from autotune.claims import Claims
 from autotune.constraints import Constraint, parse_constraints
 from autotune.errors import UserError
 from autotune.paths import default_space_path
 from autotune.profiles import GpuProfile, Hardware, hardware_for, resolve_hardware
-from autotune.recovery import recover_interrupted
+from autotune.recovery import LogAttacher, recover_interrupted
 from autotune.results import QualitySpec, WorkloadSpec
 from autotune.search.options import SearchEvents, SearchOptions
 from autotune.search.prepare import Prepared
@@ -37,6 +39,14 @@ class Session:
     settings: StudySettings
     joining: bool = False  # a worker joining a study: it leaves the study's settings as they are
     claims: Claims | None = None
+    artifact_store: Any = None  # trial logs go there (autotune.artifacts), None where there is none
+
+    def trial_workdir(self, number: int) -> Path:
+        return self.workdir / f"trial-{number:04d}"
+
+    def attach_log(self, storage: optuna.storages.BaseStorage, trial_id: int, number: int) -> None:
+        """Store the local log of a trial another process of this host left running, if there is one."""
+        artifacts.attach_to_trial_id(self.artifact_store, storage, trial_id, self.trial_workdir(number) / "worker.log")
 
     @property
     def constraints(self) -> list[Constraint]:
@@ -64,12 +74,13 @@ class Session:
             study = studies.load_existing(storage, self.name, self.options.seed)
             self.space = SearchSpace.from_json(studies.stored_settings(study).space)
         self.storage = storage
+        self.artifact_store = artifacts.open_store(self.options.artifacts, self.storage_url)
         if not self.joining:
             self.settings.extra.update(prepared.extra())
             self.settings.space = self.space.to_json()
             studies.update_settings(study, self.settings)
         self.claims = Claims(storage.engine, storage.get_study_id_from_name(self.name))
-        recover(study, self.claims, events)
+        recover(study, self.claims, events, self.attach_log)
         _enqueue_anchors(study, prepared)
         if self.options.warm_start:
             _enqueue_warm_start(study, find_warm_start(self.options, self.storage_url), self.space, events)
@@ -83,9 +94,9 @@ class Session:
         return study
 
 
-def recover(study: optuna.Study, claims: Claims, events: SearchEvents) -> None:
+def recover(study: optuna.Study, claims: Claims, events: SearchEvents, attach_log: LogAttacher | None = None) -> None:
     """Fail and retry the trials of dead processes (at start, and between trials while running)."""
-    recovered = recover_interrupted(study, claims)
+    recovered = recover_interrupted(study, claims, attach_log)
     if recovered:
         numbers = ", ".join(f"#{number}" for number in recovered)
         events.note(f"trials {numbers} were interrupted when their process died; each is retried once")
@@ -121,6 +132,7 @@ def open_session(options: SearchOptions, events: SearchEvents) -> Session:
             settings.constraints = settings.constraints or stored.constraints  # none given: keep the study's
     if options.warm_start:
         find_warm_start(options, url)  # bad input now, before anything is written
+    artifacts.check_location(options.artifacts, url)  # bad input now, before anything is written
     return Session(options, hardware, space, name, url, storage, existing, settings)
 
 
@@ -149,6 +161,7 @@ def join_session(options: SearchOptions, events: SearchEvents) -> tuple[Session,
     space = SearchSpace.from_json(stored.space)
     storage = studies.open_storage(options.storage)
     session = Session(options, hardware, space, options.study_name, options.storage, storage, study, stored, True)
+    artifacts.check_location(options.artifacts, options.storage)
     return session, stored.extra["reference"]["config"]
 
 

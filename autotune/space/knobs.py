@@ -240,6 +240,18 @@ class MaxBatchTokensKnob(Knob):
 
 
 @register
+class ExecutionModeKnob(Knob):
+    name = "execution_mode"
+    help = "no_grad: generate() as it is (it runs under torch.no_grad); inference_mode: inside torch.inference_mode()"
+    choices = ("no_grad", "inference_mode")
+
+    def apply(self, value: Value, plan: Plan, target: Target) -> None:
+        plan.execution_mode = "inference_mode" if value == "inference_mode" else "no_grad"
+        if value == "inference_mode":
+            plan.not_servable.append("execution_mode=inference_mode (serve calls generate() as it is)")
+
+
+@register
 class WorkloadKnob(Knob):
     name = "workload"
     help = (

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Batching = Literal["generate", "continuous"]
+ExecutionMode = Literal["no_grad", "inference_mode"]
 
 # Only names from these modules may be referenced: a plan read from storage can never import or call
 # anything else.
@@ -56,9 +57,11 @@ class Plan:
     continuous: dict[str, Any] = field(default_factory=dict)
     serve_flags: list[str] = field(default_factory=list)
     not_servable: list[str] = field(default_factory=list)
+    execution_mode: ExecutionMode = "no_grad"  # inference_mode: generate() runs inside torch.inference_mode()
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "execution_mode": self.execution_mode,
             "load": encode(self.load),
             "generate": encode(self.generate),
             "batching": self.batching,
@@ -76,6 +79,7 @@ class Plan:
             continuous=decode(data["continuous"]),
             serve_flags=list(data.get("serve_flags", [])),
             not_servable=list(data.get("not_servable", [])),
+            execution_mode=data.get("execution_mode", "no_grad"),  # plans stored before the knob existed
         )
 
 

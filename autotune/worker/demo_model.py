@@ -26,10 +26,14 @@ BATCH = 16
 SPECIAL_TOKENS = ["<pad>", "<s>", "</s>"]
 
 
+def demo_model_built(cache_dir: Path) -> bool:
+    return (demo_model_path(cache_dir) / "config.json").exists()
+
+
 def ensure_demo_model(cache_dir: Path) -> Path:
     """Build the demo model unless it is cached; concurrent builders race safely to one rename."""
     target = demo_model_path(cache_dir)
-    if (target / "config.json").exists():
+    if demo_model_built(cache_dir):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{DEMO_VERSION}."))

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from autotune import phases as phase_lines
 from autotune.data import EVAL_TEXT
 from autotune.measurement import (
     broken_reason,
@@ -32,7 +33,7 @@ from autotune.results import Candidate, ModelSpec, Outcome, TaskResult, TaskSpec
 from autotune.space.plan import Plan
 from autotune.timing import repeat_until
 from autotune.worker.compat import adapt_plan
-from autotune.worker.demo_model import ensure_demo_model
+from autotune.worker.demo_model import demo_model_built, ensure_demo_model
 from autotune.worker.energy import EnergyCounter, energy_figures
 from autotune.worker.environment import environment
 from autotune.worker.failures import BrokenOutputError, classify
@@ -53,10 +54,17 @@ class Phases:
         self.timings: dict[str, float] = {}
         self.current = "start"
         self.fault = fault
+        self.started = time.perf_counter()
+
+    def announce(self, name: str) -> None:
+        """One line in the log (this process's stdout), read by the study process for its progress display."""
+        sys.stdout.write(phase_lines.line(name, time.perf_counter() - self.started))
+        sys.stdout.flush()
 
     @contextmanager
     def __call__(self, name: str) -> Iterator[None]:
         self.current = name
+        self.announce(name)
         if self.fault and self.fault.get("phase") == name:
             inject_fault(self.fault["kind"])
         start = time.perf_counter()
@@ -99,8 +107,9 @@ def _configure(spec: TaskSpec) -> None:
 
 def _prepare(spec: TaskSpec, phases: Phases) -> TaskResult:
     with phases("resolve"):
-        model = replace(spec.model, path=_resolve_model_path(spec))
+        model = replace(spec.model, path=_resolve_model_path(spec, phases))
         info = _model_info(model)
+    with phases("tokenizer"):
         tokenizer = load_tokenizer(model)
     with phases("reference"):
         reference = _ensure_reference(spec, model, tokenizer, info)
@@ -108,8 +117,10 @@ def _prepare(spec: TaskSpec, phases: Phases) -> TaskResult:
     return TaskResult(Outcome.OK, details=details, environment=environment(spec.device))
 
 
-def _resolve_model_path(spec: TaskSpec) -> str:
+def _resolve_model_path(spec: TaskSpec, phases: Phases) -> str:
     if spec.model.id == "demo":
+        if not demo_model_built(Path(spec.cache_dir)):
+            phases.announce("demo-model")
         return str(ensure_demo_model(Path(spec.cache_dir)))
     return spec.model.path or spec.model.id
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
 from pathlib import Path
@@ -97,14 +98,26 @@ class GenerateWorkload:
         self.pad_id = pad_id
         self.kwargs = materialize(plan.generate)  # once: a new CompileConfig per call would recompile
         self.synchronize = _synchronizer(model.device)
+        # generate() runs under torch.no_grad by itself; inference_mode is the knob's other value.
+        self.execution_mode = (
+            torch.inference_mode if plan.execution_mode == "inference_mode" else contextlib.nullcontext
+        )
 
     def run(self) -> Iteration:
-        from transformers import StoppingCriteriaList
-
         clock = TokenClock(self.synchronize)
         self.synchronize()
         start = time.perf_counter()
-        output = self.model.generate(
+        with self.execution_mode():
+            output = self._generate(clock)
+        self.synchronize()
+        end = time.perf_counter()
+        generated = output[:, self.input_ids.shape[1] :].tolist()
+        return iteration_from_clock(start, end, clock.times, self.input_ids.shape[0], generated)
+
+    def _generate(self, clock: TokenClock) -> Any:
+        from transformers import StoppingCriteriaList
+
+        return self.model.generate(
             input_ids=self.input_ids,
             attention_mask=self.attention_mask,
             max_new_tokens=self.output_len,
@@ -114,10 +127,6 @@ class GenerateWorkload:
             stopping_criteria=StoppingCriteriaList([clock]),
             **self.kwargs,
         )
-        self.synchronize()
-        end = time.perf_counter()
-        generated = output[:, self.input_ids.shape[1] :].tolist()
-        return iteration_from_clock(start, end, clock.times, self.input_ids.shape[0], generated)
 
     def close(self) -> None:
         """Nothing runs between calls."""
