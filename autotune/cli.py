@@ -127,12 +127,13 @@ WorkloadKind = Annotated[
 Load = Annotated[
     str | None,
     typer.Option(
-        "--load", help="serve: rate=2,4,8 (Poisson arrivals/s) or concurrency=1,8,32 [default: concurrency=1,4]."
+        "--load", help="serve: rate=2,4,8 (Poisson arrivals/s) or concurrency=1,8,32; concurrency=1,4 if not given."
     ),
 ]
 Slo = Annotated[str | None, typer.Option("--slo", help='serve: latency objectives, "ttft_p95<=300ms,itl_p95<=50ms".')]
 ServePort = Annotated[
-    int | None, typer.Option("--serve-port", min=1, max=65535, help="serve: port of the server [default: a free one].")
+    int | None,
+    typer.Option("--serve-port", min=1, max=65535, help="serve: port of the server; a free one if not given."),
 ]
 BatchSize = Annotated[int, typer.Option("--batch-size", min=1, help="Prompts per generation (throughput).")]
 InputLen = Annotated[int, typer.Option("--input-len", min=1, help="Tokens per prompt.")]
