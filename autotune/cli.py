@@ -171,6 +171,7 @@ def search(
     from autotune.constraints import parse_constraints
     from autotune.report import build_report, default_report_path
     from autotune.search import SearchOptions, run_search
+    from autotune.validate import check_search_inputs
 
     if budget is None and trials is None:
         raise UserError("give a budget (--budget 30m) or a number of trials (--trials 20), or both")
@@ -195,6 +196,7 @@ def search(
         devices=[device.strip() for device in devices.split(",")] if devices else None,
         warm_start=warm_start,
     )
+    check_search_inputs(options, report)
     summary = run_search(options, TrialPrinter(out))
     out.print(
         f"study {summary.study_name}: {summary.launched} trials in {format_duration(summary.elapsed_s)} "
@@ -228,7 +230,9 @@ def worker(
     """
     from autotune.runner import PARENT_PID_VARIABLE
     from autotune.search import SearchOptions, join_study
+    from autotune.validate import check_device
 
+    check_device(device)
     if PARENT_PID_VARIABLE in os.environ:  # started by `search --devices`: end with it
         from autotune.worker.__main__ import die_with_parent
 
@@ -355,6 +359,7 @@ def measure(
     from autotune.measure import measure as measure_configuration
     from autotune.measure import parse_settings
     from autotune.search import SearchOptions
+    from autotune.validate import check_measure_inputs
 
     options = SearchOptions(
         model=model,
@@ -367,6 +372,7 @@ def measure(
         trial_timeout_s=parse_duration(trial_timeout, "--trial-timeout"),
         price_per_hour=price,
     )
+    check_measure_inputs(options)
     config, result = measure_configuration(options, parse_settings(settings or []))
     document = {
         "model": model,

@@ -48,6 +48,13 @@ def default_storage(study_name: str, studies_dir: Path = Path("studies")) -> str
     return f"sqlite:///{studies_dir / study_name}.db"
 
 
+def trial_folder(url: str, study_name: str, cache_dir: Path) -> Path:
+    """Where a study's prepare and trial files go: beside its SQLite file, else in the cache folder."""
+    if url.startswith("sqlite:///"):
+        return Path(url.removeprefix("sqlite:///")).parent / study_name
+    return cache_dir / "studies" / study_name
+
+
 def redact(url: str) -> str:
     """A storage URL with its password replaced, for messages and the report."""
     return re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", url)

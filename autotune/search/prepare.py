@@ -98,6 +98,8 @@ def prepare(
 def _prepare_error(model: str, result: TaskResult) -> Exception:
     if result.outcome == Outcome.BUDGET:
         return SearchError("the budget ran out while preparing the model and its reference; give a larger --budget")
+    if result.phase == "context":  # the workload does not fit in the model's positions
+        return UserError(result.message.partition(": ")[2])
     if result.phase == "resolve" and "trust_remote_code" in result.message:
         return UserError(
             f"model {model!r} comes with its own code, which autotune runs only with --trust-remote-code "

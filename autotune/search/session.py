@@ -48,7 +48,7 @@ class Session:
 
     @property
     def workdir(self) -> Path:
-        return self.options.studies_dir / self.name
+        return studies.trial_folder(self.storage_url, self.name, self.options.cache_dir)
 
     def attach(self, prepared: Prepared, events: SearchEvents) -> optuna.Study:
         """Create the study, or load it to resume; store what the report needs; recover interrupted trials."""

@@ -31,6 +31,7 @@ from autotune.measurement import (
 from autotune.results import Candidate, ModelSpec, Outcome, TaskResult, TaskSpec, WorkloadSpec, write_json_atomically
 from autotune.space.plan import Plan
 from autotune.timing import repeat_until
+from autotune.validate import context_problem, position_limit
 from autotune.worker.compat import adapt_plan
 from autotune.worker.demo_model import ensure_demo_model
 from autotune.worker.environment import environment
@@ -100,6 +101,11 @@ def _prepare(spec: TaskSpec, phases: Phases) -> TaskResult:
         model = replace(spec.model, path=_resolve_model_path(spec))
         info = _model_info(model)
         tokenizer = load_tokenizer(model)
+    with phases("context"):  # a hub model's config is first seen here; a local one was checked already
+        limit = info["position_limit"]
+        problem = context_problem((limit[0], limit[1]), spec.workload) if limit else None
+        if problem:
+            raise ValueError(problem)
     with phases("reference"):
         reference = _ensure_reference(spec, model, tokenizer, info)
     details = {"model_path": model.path, "model": info, "reference": reference}
@@ -129,6 +135,7 @@ def _model_info(model: ModelSpec) -> dict[str, Any]:
         "hidden_size": text.hidden_size,
         "num_key_value_heads": getattr(text, "num_key_value_heads", None),
         "max_position_embeddings": getattr(text, "max_position_embeddings", None),
+        "position_limit": position_limit(config.to_dict()),
     }
 
 
