@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.status import Status
 from rich.table import Table
 
+from autotune import interrupts
 from autotune.data import load_prompts
 from autotune.errors import NothingSatisfiesError, UserError
 from autotune.metrics import KL_DIVERGENCE, THROUGHPUT
@@ -197,6 +198,7 @@ def search(
         warm_start=warm_start,
     )
     check_search_inputs(options, report)
+    interrupts.install()
     summary = run_search(options, TrialPrinter(out))
     out.print(
         f"study {summary.study_name}: {summary.launched} trials in {format_duration(summary.elapsed_s)} "
@@ -233,6 +235,7 @@ def worker(
     from autotune.validate import check_device
 
     check_device(device)
+    interrupts.install()
     if PARENT_PID_VARIABLE in os.environ:  # started by `search --devices`: end with it
         from autotune.worker.__main__ import die_with_parent
 
@@ -595,6 +598,9 @@ def main() -> None:
     except NothingSatisfiesError as error:
         print(f"autotune: nothing satisfies the constraints: {error}", file=sys.stderr)
         sys.exit(NothingSatisfiesError.EXIT_STATUS)
+    except interrupts.Interrupted as interrupt:
+        print(f"autotune: {interrupts.summary(interrupt)}", file=sys.stderr)
+        sys.exit(interrupt.exit_status)
     except (KeyboardInterrupt, typer.Abort):
         print("autotune: interrupted; the study keeps every finished trial", file=sys.stderr)
         sys.exit(130)

@@ -33,6 +33,7 @@ SETTINGS_ATTR = "autotune"
 RUNS_ATTR = "search_runs"
 HEARTBEAT_INTERVAL_S = 30
 GRACE_PERIOD_S = 120
+MAX_INTERRUPTIONS = 1  # an interrupted configuration is retried once, then never run again
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
@@ -71,7 +72,7 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
                 engine_kwargs=engine_kwargs,
                 heartbeat_interval=HEARTBEAT_INTERVAL_S,
                 grace_period=GRACE_PERIOD_S,
-                heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=1),
+                heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=MAX_INTERRUPTIONS),
             )
         except sqlalchemy.exc.DatabaseError as error:
             if not _lost_schema_race(error):
@@ -236,7 +237,7 @@ class TrialRecord:
     pid: int | None
     log_tail: str
     config_key: str | None = None
-    interrupted: bool = False  # its process died while it ran: failed without an outcome
+    interrupted: bool = False  # a signal stopped it, or its process died while it ran; retried once
     run_id: str | None = None  # the `search --devices` run whose worker measured it
     constraints: dict[str, float] = field(default_factory=dict)  # Optuna's values: feasible when all <= 0
     finished_at: datetime | None = None
@@ -258,9 +259,10 @@ class TrialRecord:
     def from_frozen(cls, trial: FrozenTrial) -> TrialRecord:
         attrs = trial.user_attrs
         duration = attrs.get("duration_s")
-        interrupted = trial.state == TrialState.FAIL and "outcome" not in attrs and "config_key" in attrs
+        died = trial.state == TrialState.FAIL and "outcome" not in attrs and "config_key" in attrs
         outcome, message = attrs.get("outcome"), attrs.get("message", "")
-        if interrupted:
+        interrupted = died or outcome == Outcome.INTERRUPTED
+        if died:
             owner = attrs.get("owner") or {}
             outcome = Outcome.CRASHED.value
             message = (
@@ -298,14 +300,21 @@ def records(study: optuna.Study) -> list[TrialRecord]:
 def measured_keys(study: optuna.Study) -> dict[str, int]:
     """Configurations already launched (or running elsewhere) -> the trial number that has them.
 
-    A trial stopped by the budget, or interrupted by the death of its process, does not count: its
-    configuration was never measured.
+    A trial stopped by the budget, or interrupted (a signal, the death of its process), does not
+    count: its configuration was never measured. An interrupted configuration is retried once; when
+    its retry is interrupted too, it counts, so neither the planner nor the sampler brings it back.
     """
     seen: dict[str, int] = {}
+    interruptions: dict[str, list[int]] = {}
     for record in records(study):
+        if record.interrupted and record.config_key:
+            interruptions.setdefault(record.config_key, []).append(record.number)
         unmeasured = record.outcome == Outcome.BUDGET or record.interrupted or record.skipped
         if record.config_key and not unmeasured and record.state in ("COMPLETE", "FAIL", "RUNNING"):
             seen.setdefault(record.config_key, record.number)
+    for key, numbers in interruptions.items():
+        if len(numbers) > MAX_INTERRUPTIONS:
+            seen.setdefault(key, numbers[-1])
     return seen
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import optuna
@@ -37,6 +37,7 @@ class Session:
     settings: StudySettings
     joining: bool = False  # a worker joining a study: it leaves the study's settings as they are
     claims: Claims | None = None
+    noted_interruptions: set[int] = field(default_factory=set)  # interrupted trials this run has told of
 
     @property
     def constraints(self) -> list[Constraint]:
@@ -69,7 +70,7 @@ class Session:
             self.settings.space = self.space.to_json()
             studies.update_settings(study, self.settings)
         self.claims = Claims(storage.engine, storage.get_study_id_from_name(self.name))
-        recover(study, self.claims, events)
+        recover(study, self.claims, events, self.noted_interruptions)
         _enqueue_anchors(study, prepared)
         if self.options.warm_start:
             _enqueue_warm_start(study, find_warm_start(self.options, self.storage_url), self.space, events)
@@ -83,9 +84,13 @@ class Session:
         return study
 
 
-def recover(study: optuna.Study, claims: Claims, events: SearchEvents) -> None:
-    """Fail and retry the trials of dead processes (at start, and between trials while running)."""
-    recovered = recover_interrupted(study, claims)
+def recover(study: optuna.Study, claims: Claims, events: SearchEvents, noted: set[int]) -> None:
+    """Fail and retry the trials of dead processes (at start, and between trials while running).
+
+    Each interrupted trial is noted once per run: `noted` holds those this run has told of already.
+    """
+    recovered = [number for number in recover_interrupted(study, claims) if number not in noted]
+    noted.update(recovered)
     if recovered:
         numbers = ", ".join(f"#{number}" for number in recovered)
         events.note(f"trials {numbers} were interrupted when their process died; each is retried once")
