@@ -136,6 +136,7 @@ def _model_info(model: ModelSpec) -> dict[str, Any]:
         "num_key_value_heads": getattr(text, "num_key_value_heads", None),
         "max_position_embeddings": getattr(text, "max_position_embeddings", None),
         "position_limit": position_limit(config.to_dict()),
+        "default_attn_implementation": skeleton.config._attn_implementation,  # what loading without one picks
     }
 
 
@@ -166,7 +167,8 @@ def _ensure_reference(spec: TaskSpec, model: ModelSpec, tokenizer: Any, info: di
     """
     inputs = build_inputs(tokenizer, replace(spec.workload, kind="throughput"))
     failures = []
-    for candidate in spec.reference_candidates:
+    for planned in spec.reference_candidates:
+        candidate = _with_default_attention(planned, info)
         key = reference_key(spec, model, candidate)
         logprobs_path = Path(spec.cache_dir) / "references" / f"{key}.pt"
         greedy_path = logprobs_path.with_name(f"{key}-greedy-{_inputs_key(inputs, spec.workload.output_len)}.json")
@@ -184,6 +186,16 @@ def _ensure_reference(spec: TaskSpec, model: ModelSpec, tokenizer: Any, info: di
             "perplexity": load_reference(logprobs_path)["perplexity"],
         }
     raise RuntimeError(f"no reference configuration fits in memory: {'; '.join(failures)}")
+
+
+def _with_default_attention(candidate: Candidate, info: dict[str, Any]) -> Candidate:
+    """A candidate that leaves the attention to transformers, named by what transformers picks.
+
+    Its plan stays without attn_implementation, so loading picks what the architecture supports.
+    """
+    if "attn_implementation" in candidate.config:
+        return candidate
+    return Candidate({**candidate.config, "attn_implementation": info["default_attn_implementation"]}, candidate.plan)
 
 
 def _inputs_key(inputs: list[list[int]], output_len: int) -> str:
