@@ -72,7 +72,7 @@ def check_device(device: str | None) -> None:
     if suffix and not suffix.isdigit():
         raise UserError(f"--device {device!r} is not a device: use cpu, cuda or cuda:N")
     if os.environ.get("CUDA_VISIBLE_DEVICES") == "" or detect_gpu(device_index(device)) is None:
-        raise UserError(f"--device {device}: no such CUDA GPU here (see `autotune gpus`); use --device cpu, --gpu cpu")
+        raise UserError(f"--device {device}: no such CUDA GPU here; pick one `autotune gpus` lists, or --device cpu")
 
 
 def check_storage(url: str) -> None:
