@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from autotune import interrupts
 from autotune.data import load_prompts
 from autotune.errors import NothingSatisfiesError, SearchError, UserError
 from autotune.metrics import KL_DIVERGENCE, THROUGHPUT
@@ -219,6 +220,7 @@ def search(
     from autotune.constraints import parse_constraints
     from autotune.report import build_report, default_report_path
     from autotune.search import SearchOptions, run_search
+    from autotune.validate import check_search_inputs
 
     if budget is None and trials is None:
         raise UserError("give a budget (--budget 30m) or a number of trials (--trials 20), or both")
@@ -244,6 +246,8 @@ def search(
         warm_start=warm_start,
         artifacts=artifacts,
     )
+    check_search_inputs(options, report)
+    interrupts.install()
     summary = run_search(options, printer)
     out.print(
         f"study {summary.study_name}: {summary.launched} trials in {format_duration(summary.elapsed_s)} "
@@ -281,7 +285,10 @@ def worker(
     """
     from autotune.runner import PARENT_PID_VARIABLE
     from autotune.search import SearchOptions, join_study
+    from autotune.validate import check_device
 
+    check_device(device)
+    interrupts.install()
     if PARENT_PID_VARIABLE in os.environ:  # started by `search --devices`: end with it
         from autotune.worker.__main__ import die_with_parent
 
@@ -476,6 +483,7 @@ def measure(
     from autotune.measure import measure as measure_configuration
     from autotune.measure import parse_settings
     from autotune.search import SearchOptions
+    from autotune.validate import check_measure_inputs
 
     options = SearchOptions(
         model=model,
@@ -488,6 +496,7 @@ def measure(
         trial_timeout_s=parse_duration(trial_timeout, "--trial-timeout"),
         price_per_hour=price,
     )
+    check_measure_inputs(options)
     config, result = measure_configuration(options, parse_settings(settings or []))
     document = {
         "model": model,
@@ -712,6 +721,9 @@ def main() -> None:
     except NothingSatisfiesError as error:
         print(f"autotune: nothing satisfies the constraints: {error}", file=sys.stderr)
         sys.exit(NothingSatisfiesError.EXIT_STATUS)
+    except interrupts.Interrupted as interrupt:
+        print(f"autotune: {interrupts.summary(interrupt)}", file=sys.stderr)
+        sys.exit(interrupt.exit_status)
     except (KeyboardInterrupt, typer.Abort):
         print("autotune: interrupted; the study keeps every finished trial", file=sys.stderr)
         sys.exit(130)

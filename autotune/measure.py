@@ -45,7 +45,9 @@ def measure(options: SearchOptions, settings: dict[str, Value]) -> tuple[Config,
     workdir = Path(tempfile.mkdtemp(prefix="autotune-measure-"))
     try:
         prepared = prepare(options, hardware, space, workdir, deadline=None)
-        baseline = baseline_config(space, prepared.model_info["checkpoint_dtype"], hardware.profile, "throughput")
+        info = prepared.model_info
+        attention = info["default_attn_implementation"]
+        baseline = baseline_config(space, info["checkpoint_dtype"], hardware.profile, "throughput", attention)
         config = _configuration(space.including(baseline), {**baseline, **settings}, settings)
         built = build_plan(config, plan_target(hardware.profile, options.workload))
         if options.workload.kind == "serve" and built.not_servable:

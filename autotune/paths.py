@@ -8,6 +8,7 @@ from pathlib import Path
 PACKAGED_SPACE = Path(__file__).parent / "spaces" / "default.yaml"
 DEFAULT_SPACE = Path("search_spaces/default.yaml")
 DEMO_VERSION = "demo-v1"
+DEMO_MAX_POSITIONS = 512  # the demo model's context (max_position_embeddings)
 
 
 def default_cache_dir() -> Path:

@@ -27,6 +27,7 @@ class Outcome(StrEnum):
     ERROR = "error"
     BUDGET = "budget"  # stopped because the study's budget ran out
     BROKEN = "broken"  # ran, but its output is unusable (NaN/inf logits, one token repeated, empty)
+    INTERRUPTED = "interrupted"  # SIGINT or SIGTERM stopped the search or worker while it ran
 
 
 @dataclass

@@ -39,6 +39,7 @@ ARTIFACT_PREFIX = "artifacts:"  # Optuna's system attribute of each uploaded art
 FAIL_REASON_ATTR = "fail_reason"  # one line, on every failed trial, where Optuna's tools show it
 HEARTBEAT_INTERVAL_S = 30
 GRACE_PERIOD_S = 120
+MAX_INTERRUPTIONS = 1  # an interrupted configuration is retried once, then never run again
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
@@ -52,6 +53,13 @@ def default_study_name(model: str, profile: str) -> str:
 
 def default_storage(study_name: str, studies_dir: Path = Path("studies")) -> str:
     return f"sqlite:///{studies_dir / study_name}.db"
+
+
+def trial_folder(url: str, study_name: str, cache_dir: Path) -> Path:
+    """Where a study's prepare and trial files go: beside its SQLite file, else in the cache folder."""
+    if url.startswith("sqlite:///"):
+        return Path(url.removeprefix("sqlite:///")).parent / study_name
+    return cache_dir / "studies" / study_name
 
 
 def redact(url: str) -> str:
@@ -70,7 +78,7 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
                 engine_kwargs=engine_kwargs,
                 heartbeat_interval=HEARTBEAT_INTERVAL_S,
                 grace_period=GRACE_PERIOD_S,
-                heartbeat_stale_trial_callback=RetryInterrupted(max_retry=1),
+                heartbeat_stale_trial_callback=RetryInterrupted(max_retry=MAX_INTERRUPTIONS),
             )
         except sqlalchemy.exc.DatabaseError as error:
             if not _lost_schema_race(error):
@@ -292,7 +300,7 @@ class TrialRecord:
     pid: int | None
     log_tail: str
     config_key: str | None = None
-    interrupted: bool = False  # its process died while it ran: failed without an outcome
+    interrupted: bool = False  # a signal stopped it, or its process died while it ran; retried once
     run_id: str | None = None  # the `search --devices` run whose worker measured it
     constraints: dict[str, float] = field(default_factory=dict)  # Optuna's values: feasible when all <= 0
     finished_at: datetime | None = None
@@ -315,9 +323,10 @@ class TrialRecord:
     def from_frozen(cls, trial: FrozenTrial) -> TrialRecord:
         attrs = trial.user_attrs
         duration = attrs.get("duration_s")
-        interrupted = trial.state == TrialState.FAIL and "outcome" not in attrs and "config_key" in attrs
+        died = trial.state == TrialState.FAIL and "outcome" not in attrs and "config_key" in attrs
         outcome, message = attrs.get("outcome"), attrs.get("message", "")
-        if interrupted:
+        interrupted = died or outcome == Outcome.INTERRUPTED
+        if died:
             outcome = Outcome.CRASHED.value
             message = interrupted_message(attrs.get("owner") or {})
         return cls(
@@ -359,14 +368,21 @@ def records(study: optuna.Study) -> list[TrialRecord]:
 def measured_keys(study: optuna.Study) -> dict[str, int]:
     """Configurations already launched (or running elsewhere) -> the trial number that has them.
 
-    A trial stopped by the budget, or interrupted by the death of its process, does not count: its
-    configuration was never measured.
+    A trial stopped by the budget, or interrupted (a signal, the death of its process), does not
+    count: its configuration was never measured. An interrupted configuration is retried once; when
+    its retry is interrupted too, it counts, so neither the planner nor the sampler brings it back.
     """
     seen: dict[str, int] = {}
+    interruptions: dict[str, list[int]] = {}
     for record in records(study):
+        if record.interrupted and record.config_key:
+            interruptions.setdefault(record.config_key, []).append(record.number)
         unmeasured = record.outcome == Outcome.BUDGET or record.interrupted or record.skipped
         if record.config_key and not unmeasured and record.state in ("COMPLETE", "FAIL", "RUNNING"):
             seen.setdefault(record.config_key, record.number)
+    for key, numbers in interruptions.items():
+        if len(numbers) > MAX_INTERRUPTIONS:
+            seen.setdefault(key, numbers[-1])
     return seen
 
 

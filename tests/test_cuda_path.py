@@ -63,6 +63,17 @@ def test_a_message_naming_only_a_default_blames_no_knob():
     assert classified.knob is None
 
 
+def test_an_architecture_that_refuses_sdpa_at_load_excludes_sdpa():
+    """Gemma2, GPT-J, Bloom refuse sdpa when loaded: that refusal names the default yet blames the knob."""
+    refusal = ValueError(
+        "Gemma2ForCausalLM does not support an attention implementation through "
+        "torch.nn.functional.scaled_dot_product_attention yet. Please request the support for this architecture"
+    )
+    classified = classify(refusal, {"dtype": "float32", "attn_implementation": "sdpa"})
+    assert classified.outcome == Outcome.UNSUPPORTED
+    assert classified.knob == "attn_implementation"
+
+
 def test_a_plain_error_is_an_error_and_out_of_memory_is_oom():
     assert classify(RuntimeError("shape mismatch"), FLASH).outcome == Outcome.ERROR
     assert classify(RuntimeError("CUDA error: out of memory"), FLASH).outcome == Outcome.OOM

@@ -38,6 +38,7 @@ FAILURE_MEANINGS: dict[str, str] = {
     "error": "raised an exception",
     "crashed": "killed by a signal, or ended without a valid result",
     "budget": "stopped when the search's budget ran out (not measured)",
+    "interrupted": "stopped by Ctrl-C, SIGINT or SIGTERM (not measured; retried once on resume)",
 }
 
 

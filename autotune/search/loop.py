@@ -15,6 +15,7 @@ from optuna.trial import TrialState
 
 from autotune import artifacts, phases
 from autotune import study as studies
+from autotune.interrupts import Interrupted, deferred
 from autotune.recovery import OWNER_ATTR, this_process
 from autotune.results import Outcome, TaskResult
 from autotune.runner import Limits, run_task
@@ -68,14 +69,24 @@ class TrialLoop:
         self.spending = Spending()
         self.launched = 0
         self.warm_up = warm_up_set(self.space, prepared.baseline_config)
+        self.current: optuna.Trial | None = None  # asked and not finished yet: a signal must not leave it RUNNING
+        self.started: float | None = None  # when the current trial's worker was launched
 
     def run(self) -> str:
-        """Measure trials until something stops the search; say what did."""
+        """Measure trials until something stops the search or a signal interrupts it; say what did."""
+        try:
+            return self._run()
+        except Interrupted as interrupt:
+            with deferred():
+                self._abandon(interrupt)
+            raise
+
+    def _run(self) -> str:
         while True:
             stop = self._limit_reached()
             if stop:
                 return stop
-            recover(self.study, self.claims, self.events, self.session.attach_log)  # another worker may have died
+            recover(self.study, self.claims, self.events, self.session.noted_interruptions, self.session.attach_log)
             picked = self._next_trial()
             if picked is None:
                 return "every configuration of the space has been measured"
@@ -112,7 +123,7 @@ class TrialLoop:
         for _ in range(MAX_CONSECUTIVE_SKIPS):
             trial = self._ask()
             config = self.space.suggest(trial)
-            reason = self._never_run(config, history) or self._claim(config, trial.number)
+            reason = self._never_run(config, history) or self._given_up(config) or self._claim(config, trial.number)
             if reason is None:
                 return trial, config, self._roles(trial)
             studies.record_skip(self.study, trial, config, reason)
@@ -158,11 +169,13 @@ class TrialLoop:
 
     def _ask(self) -> optuna.Trial:
         """A new trial, marked as ours with a first heartbeat at once, so a crash can never leave it RUNNING."""
-        trial = self.study.ask()
-        trial.set_user_attr(OWNER_ATTR, this_process())
-        if self.options.run_id:
-            trial.set_user_attr("run_id", self.options.run_id)
-        self.session.storage.record_heartbeat(trial._trial_id)  # Optuna's Trial has no public id accessor
+        with deferred():
+            trial = self.current = self.study.ask()
+            self.started = None
+            trial.set_user_attr(OWNER_ATTR, this_process())
+            if self.options.run_id:
+                trial.set_user_attr("run_id", self.options.run_id)
+            self.session.storage.record_heartbeat(trial._trial_id)  # Optuna's Trial has no public id accessor
         return trial
 
     def _roles(self, trial: optuna.Trial) -> list[str]:
@@ -171,6 +184,13 @@ class TrialLoop:
         if "failed_trial" in frozen.system_attrs and "retry" not in roles:
             roles.append("retry")
         return roles
+
+    def _given_up(self, config: Config) -> str | None:
+        """A configuration interrupted again after its one retry is never run again (it holds no claim)."""
+        holder = studies.measured_keys(self.study).get(config_key(config))
+        trials = self.study.get_trials(deepcopy=False)
+        interrupted = holder is not None and TrialRecord.from_frozen(trials[holder]).interrupted
+        return f"interrupted twice, last as trial #{holder}: not run again" if interrupted else None
 
     def _claim(self, config: Config, number: int) -> str | None:
         holder = self.claims.claim(config_key(config), number)
@@ -194,18 +214,48 @@ class TrialLoop:
         on_start = lambda pid: trial.set_user_attr("worker_pid", pid)  # noqa: E731 - which process measures it
         compiles = config.get("compile", "off") != "off"
         on_phase = lambda name: self.events.progress(f"trial #{trial.number}: {phases.label(name, compiles)}")  # noqa: E731
+        self.started = started
         result = run_task(spec, workdir, limits, on_tick=heartbeat, on_start=on_start, on_phase=on_phase)
         duration = time.monotonic() - started
         artifacts.attach(self.session.artifact_store, trial, workdir / "worker.log", artifacts.LOG_MIMETYPE)
-        studies.record_result(self.study, trial, result, duration, self.session.constraints)
-        if result.outcome == Outcome.BUDGET:
-            self._release(config, trial.number)  # never measured: a later run may take it
+        with deferred():
+            studies.record_result(self.study, trial, result, duration, self.session.constraints)
+            self.current = None
+            if result.outcome == Outcome.BUDGET:
+                self._release(config, trial.number)  # never measured: a later run may take it
         if result.excludes:
             self.space = _exclude(self.study, self.session.space, result)
         self.spending.add_trial(result, duration)
         self.launched += 1
         self.events.trial_finished(TrialRecord.from_frozen(self.study.get_trials(deepcopy=False)[trial.number]))
         return result
+
+    def _abandon(self, interrupt: Interrupted) -> None:
+        """A signal stopped the run: finish the trial in hand, so that none is left RUNNING.
+
+        A launched trial (its worker and children already killed by the runner) fails with the reason
+        `interrupted` and is queued to be retried once; one not launched yet is recorded as skipped.
+        """
+        trial, self.current = self.current, None
+        if trial is None:
+            return
+        storage = self.session.storage
+        unfinished = storage.get_trial(trial._trial_id)  # as it was launched: what the retry copies
+        if unfinished.state != TrialState.RUNNING:  # skipped before the signal came
+            return
+        config = unfinished.user_attrs.get("config") or dict(unfinished.params)
+        if self.started is None:
+            self._release(config, trial.number)
+            studies.record_skip(self.study, trial, config, f"interrupted by {interrupt} before launch")
+            return
+        message = f"interrupted by {interrupt}: the search or worker was stopped; retried once when it resumes"
+        result = TaskResult(Outcome.INTERRUPTED, message, phase="measure")
+        studies.record_result(self.study, trial, result, time.monotonic() - self.started)
+        retry = storage.get_heartbeat_stale_trial_callback()
+        if retry is not None:
+            retry(self.study, unfinished)
+        self._release(config, trial.number)
+        interrupt.trial = trial.number
 
 
 def overrun_reason(config: Config, history: list[TrialRecord], seconds_left: float) -> str | None:
@@ -218,7 +268,8 @@ def overrun_reason(config: Config, history: list[TrialRecord], seconds_left: flo
 
 def expected_duration_s(config: Config, history: list[TrialRecord]) -> float | None:
     """Median duration of finished trials that compile and batch as this one does, else of all of them."""
-    finished = [r for r in history if r.duration_s is not None and r.outcome not in (None, Outcome.BUDGET)]
+    cut_short = (None, Outcome.BUDGET, Outcome.INTERRUPTED)
+    finished = [r for r in history if r.duration_s is not None and r.outcome not in cut_short]
 
     def kind(values: Config) -> tuple:
         return values.get("compile", "off") != "off", values.get("batching"), values.get("quantization")

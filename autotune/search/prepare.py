@@ -16,8 +16,9 @@ from autotune.space import Config, SearchSpace, Target, build_plan
 
 MODEL_PHASES = ("resolve", "tokenizer")  # a failure there is the model argument's: bad input
 REFERENCE_DTYPES = ("float32", "bfloat16", "float16")  # most precise first
+# No attn_implementation: loaded without one, transformers picks what the architecture supports
+# (sdpa for most, eager for those that refuse sdpa); the worker reports its pick.
 DEFAULTS = {
-    "attn_implementation": "sdpa",
     "quantization": "none",
     "batching": "generate",
     "cache_implementation": "dynamic",
@@ -87,12 +88,14 @@ def prepare(
     details = result.details
     model.path = details["model_path"]
     found = details["reference"]
-    baseline = baseline_config(space, details["model"]["checkpoint_dtype"], profile, options.workload.kind)
+    info = details["model"]
+    attention = info["default_attn_implementation"]
+    baseline = baseline_config(space, info["checkpoint_dtype"], profile, options.workload.kind, attention)
     return Prepared(
         model,
-        details["model"],
+        info,
         result.environment,
-        found["config"],
+        space.including(found["config"]).normalize(found["config"]),
         found["path"],
         found["greedy_path"],
         found["perplexity"],
@@ -104,6 +107,8 @@ def prepare(
 def _prepare_error(model: str, result: TaskResult) -> Exception:
     if result.outcome == Outcome.BUDGET:
         return SearchError("the budget ran out while preparing the model and its reference; give a larger --budget")
+    if result.phase == "context":  # the workload does not fit in the model's positions
+        return UserError(result.message.partition(": ")[2])
     if result.phase in MODEL_PHASES and "trust_remote_code" in result.message:
         return UserError(
             f"model {model!r} comes with its own code, which autotune runs only with --trust-remote-code "
@@ -136,10 +141,14 @@ def _candidate(space: SearchSpace, config: Config, target: Target) -> Candidate:
     return Candidate(normalized, plan.to_json())
 
 
-def baseline_config(space: SearchSpace, checkpoint_dtype: str, profile: GpuProfile, workload: str) -> Config:
-    """What from_pretrained + generate do with no arguments: the checkpoint's dtype, sdpa, dynamic cache."""
+def baseline_config(
+    space: SearchSpace, checkpoint_dtype: str, profile: GpuProfile, workload: str, attention: str = "sdpa"
+) -> Config:
+    """What from_pretrained + generate do with no arguments: the checkpoint's dtype, the attention
+    transformers picks for the architecture (sdpa for most), dynamic cache."""
     dtypes = _precise_dtypes(profile)
-    defaults = _defaults(checkpoint_dtype if checkpoint_dtype in dtypes else dtypes[-1], workload)
+    dtype = checkpoint_dtype if checkpoint_dtype in dtypes else dtypes[-1]
+    defaults = {**_defaults(dtype, workload), "attn_implementation": attention}
     return space.including(defaults).normalize(defaults)
 
 

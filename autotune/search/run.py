@@ -7,6 +7,7 @@ heartbeats, plus autotune's claims), whether they run on one machine or many.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -14,13 +15,15 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any
 
 from autotune import phases
 from autotune import study as studies
 from autotune.errors import UserError
+from autotune.interrupts import Interrupted, StudyPlace, deferred
 from autotune.profiles import detect_gpu
 from autotune.runner import PARENT_PID_VARIABLE
 from autotune.search.loop import TrialLoop
@@ -37,9 +40,10 @@ def run_search(options: SearchOptions, events: SearchEvents) -> SearchSummary:
     deadline = started + options.budget_s if options.budget_s else None
     events.progress("checking the hardware, the search space and the study")
     session = open_session(options, events)
-    prepared = _prepare(session, deadline, events)
-    loop = TrialLoop(session, session.attach(prepared, events), prepared, deadline, events)
-    summary = _run_loop(loop, started)
+    with _study_named_on_interrupt(session):
+        prepared = _prepare(session, deadline, events)
+        loop = TrialLoop(session, session.attach(prepared, events), prepared, deadline, events)
+        summary = _run_loop(loop, started)
     studies.record_search_run(loop.study, _run_record(options, summary))
     return summary
 
@@ -50,11 +54,22 @@ def join_study(options: SearchOptions, events: SearchEvents) -> SearchSummary:
     deadline = started + options.budget_s if options.budget_s else None
     events.progress("reading the study")
     session, reference = join_session(options, events)
-    prepared = prepare(
-        options, session.hardware, session.space, session.workdir, deadline, reference, _preparing(events)
-    )
-    loop = TrialLoop(session, session.attach(prepared, events), prepared, deadline, events)
-    return _run_loop(loop, started)
+    with _study_named_on_interrupt(session):
+        prepared = prepare(
+            options, session.hardware, session.space, session.workdir, deadline, reference, _preparing(events)
+        )
+        loop = TrialLoop(session, session.attach(prepared, events), prepared, deadline, events)
+        return _run_loop(loop, started)
+
+
+@contextmanager
+def _study_named_on_interrupt(session: Session) -> Iterator[None]:
+    """An interrupt that passes through here learns which study to report on."""
+    try:
+        yield
+    except Interrupted as interrupt:
+        interrupt.study = StudyPlace(session.name, session.storage_url)
+        raise
 
 
 def _preparing(events: SearchEvents) -> Callable[[str], None]:
@@ -104,16 +119,22 @@ def _run_on_devices(options: SearchOptions, events: SearchEvents) -> SearchSumma
     events.progress("checking the hardware, the search space and the study")
     session = open_session(options, events)
     _check_devices(options.devices or [], session.profile.kind)
-    prepared = _prepare(session, deadline, events)  # builds the model and the reference once, for every worker here
-    study = session.attach(prepared, events)
-    run_id = uuid.uuid4().hex[:12]
-    shares = _shares(options.max_trials, len(options.devices or []))
-    workers = [
-        _start_worker(session, index, device, share, deadline, run_id, events)
-        for index, (device, share) in enumerate(zip(options.devices or [], shares, strict=True))
-        if share != 0
-    ]
-    codes = [worker.wait() for worker in workers]
+    with _study_named_on_interrupt(session):
+        prepared = _prepare(session, deadline, events)  # builds the model and the reference once, for every worker here
+        study = session.attach(prepared, events)
+        run_id = uuid.uuid4().hex[:12]
+        shares = _shares(options.max_trials, len(options.devices or []))
+        workers: list[_Worker] = []
+        try:
+            for index, (device, share) in enumerate(zip(options.devices or [], shares, strict=True)):
+                if share != 0:
+                    workers.append(_start_worker(session, index, device, share, deadline, run_id, events))
+            codes = [worker.wait() for worker in workers]
+        except Interrupted as interrupt:  # each worker records its own trial, then ends
+            with deferred():
+                for worker in workers:
+                    worker.stop(interrupt.signum)
+            raise
     elapsed = time.monotonic() - started
     launched = sum(1 for r in studies.records(study) if r.launched and r.run_id == run_id)
     reason = f"{len(workers)} workers finished" + ("" if not any(codes) else f" (exit statuses {codes})")
@@ -159,6 +180,20 @@ class _Worker:
         code = self.process.wait()
         self.relay.join(timeout=5)
         return code
+
+    def stop(self, signum: int) -> None:
+        """Pass the signal on (SIGTERM reaches this process only) and let the worker record its trial."""
+        with contextlib.suppress(ProcessLookupError):
+            self.process.send_signal(signum)
+        try:
+            self.process.wait(timeout=WORKER_STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.relay.join(timeout=5)
+
+
+WORKER_STOP_GRACE_S = 30.0
 
 
 def _start_worker(

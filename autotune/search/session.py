@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ class Session:
     settings: StudySettings
     joining: bool = False  # a worker joining a study: it leaves the study's settings as they are
     claims: Claims | None = None
+    noted_interruptions: set[int] = field(default_factory=set)  # interrupted trials this run has told of
     artifact_store: Any = None  # trial logs go there (autotune.artifacts), None where there is none
 
     def trial_workdir(self, number: int) -> Path:
@@ -58,7 +59,7 @@ class Session:
 
     @property
     def workdir(self) -> Path:
-        return self.options.studies_dir / self.name
+        return studies.trial_folder(self.storage_url, self.name, self.options.cache_dir)
 
     def attach(self, prepared: Prepared, events: SearchEvents) -> optuna.Study:
         """Create the study, or load it to resume; store what the report needs; recover interrupted trials."""
@@ -80,7 +81,7 @@ class Session:
             self.settings.space = self.space.to_json()
             studies.update_settings(study, self.settings)
         self.claims = Claims(storage.engine, storage.get_study_id_from_name(self.name))
-        recover(study, self.claims, events, self.attach_log)
+        recover(study, self.claims, events, self.noted_interruptions, self.attach_log)
         _enqueue_anchors(study, prepared)
         if self.options.warm_start:
             _enqueue_warm_start(study, find_warm_start(self.options, self.storage_url), self.space, events)
@@ -94,9 +95,15 @@ class Session:
         return study
 
 
-def recover(study: optuna.Study, claims: Claims, events: SearchEvents, attach_log: LogAttacher | None = None) -> None:
-    """Fail and retry the trials of dead processes (at start, and between trials while running)."""
-    recovered = recover_interrupted(study, claims, attach_log)
+def recover(
+    study: optuna.Study, claims: Claims, events: SearchEvents, noted: set[int], attach_log: LogAttacher | None = None
+) -> None:
+    """Fail and retry the trials of dead processes (at start, and between trials while running).
+
+    Each interrupted trial is noted once per run: `noted` holds those this run has told of already.
+    """
+    recovered = [number for number in recover_interrupted(study, claims, attach_log) if number not in noted]
+    noted.update(recovered)
     if recovered:
         numbers = ", ".join(f"#{number}" for number in recovered)
         events.note(f"trials {numbers} were interrupted when their process died; each is retried once")

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from autotune.data import CORPUS
-from autotune.paths import DEMO_VERSION, demo_model_path
+from autotune.paths import DEMO_MAX_POSITIONS, DEMO_VERSION, demo_model_path
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ def build_demo_model(out: Path) -> None:
         num_hidden_layers=4,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=512,
+        max_position_embeddings=DEMO_MAX_POSITIONS,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,

@@ -32,6 +32,8 @@ _UNSUPPORTED_MARKERS = (
     "localentrynotfound",
     "not in the local cache",
 )
+# What from_pretrained says when an architecture refuses an attention backend (sdpa, flex, flash).
+_REFUSED_ATTENTION = "does not support an attention implementation"
 # Which knob a missing package or refusal points to, by words in the message.
 _KNOB_HINTS = (
     ("attn_implementation", ("flash", "attention", "attn", "kernels")),
@@ -81,6 +83,8 @@ def classify(error: BaseException, config: dict[str, Any] | None = None) -> Clas
 
 def _blamed_knob(lowered: str, config: dict[str, Any]) -> str | None:
     """The knob whose value the message names, else the first whose words it uses, among the knobs set."""
+    if _REFUSED_ATTENTION in lowered and "attn_implementation" in config:
+        return "attn_implementation"  # even sdpa: this architecture refuses it at load time
     for knob, value in config.items():
         if isinstance(value, str) and len(value) > 4 and value.lower() in lowered and value not in _COMMON_VALUES:
             return knob

@@ -32,6 +32,7 @@ from autotune.measurement import (
 from autotune.results import Candidate, ModelSpec, Outcome, TaskResult, TaskSpec, WorkloadSpec, write_json_atomically
 from autotune.space.plan import Plan
 from autotune.timing import repeat_until
+from autotune.validate import context_problem, position_limit
 from autotune.worker.compat import adapt_plan
 from autotune.worker.demo_model import demo_model_built, ensure_demo_model
 from autotune.worker.energy import EnergyCounter, energy_figures
@@ -111,6 +112,11 @@ def _prepare(spec: TaskSpec, phases: Phases) -> TaskResult:
         info = _model_info(model)
     with phases("tokenizer"):
         tokenizer = load_tokenizer(model)
+    with phases("context"):  # a hub model's config is first seen here; a local one was checked already
+        limit = info["position_limit"]
+        problem = context_problem((limit[0], limit[1]), spec.workload) if limit else None
+        if problem:
+            raise ValueError(problem)
     with phases("reference"):
         reference = _ensure_reference(spec, model, tokenizer, info)
     details = {"model_path": model.path, "model": info, "reference": reference}
@@ -142,6 +148,8 @@ def _model_info(model: ModelSpec) -> dict[str, Any]:
         "hidden_size": text.hidden_size,
         "num_key_value_heads": getattr(text, "num_key_value_heads", None),
         "max_position_embeddings": getattr(text, "max_position_embeddings", None),
+        "position_limit": position_limit(config.to_dict()),
+        "default_attn_implementation": skeleton.config._attn_implementation,  # what loading without one picks
     }
 
 
@@ -172,7 +180,8 @@ def _ensure_reference(spec: TaskSpec, model: ModelSpec, tokenizer: Any, info: di
     """
     inputs = build_inputs(tokenizer, replace(spec.workload, kind="throughput"))
     failures = []
-    for candidate in spec.reference_candidates:
+    for planned in spec.reference_candidates:
+        candidate = _with_default_attention(planned, info)
         key = reference_key(spec, model, candidate)
         logprobs_path = Path(spec.cache_dir) / "references" / f"{key}.pt"
         greedy_path = logprobs_path.with_name(f"{key}-greedy-{_inputs_key(inputs, spec.workload.output_len)}.json")
@@ -190,6 +199,16 @@ def _ensure_reference(spec: TaskSpec, model: ModelSpec, tokenizer: Any, info: di
             "perplexity": load_reference(logprobs_path)["perplexity"],
         }
     raise RuntimeError(f"no reference configuration fits in memory: {'; '.join(failures)}")
+
+
+def _with_default_attention(candidate: Candidate, info: dict[str, Any]) -> Candidate:
+    """A candidate that leaves the attention to transformers, named by what transformers picks.
+
+    Its plan stays without attn_implementation, so loading picks what the architecture supports.
+    """
+    if "attn_implementation" in candidate.config:
+        return candidate
+    return Candidate({**candidate.config, "attn_implementation": info["default_attn_implementation"]}, candidate.plan)
 
 
 def _inputs_key(inputs: list[list[int]], output_len: int) -> str:
