@@ -39,6 +39,7 @@ ARTIFACT_PREFIX = "artifacts:"  # Optuna's system attribute of each uploaded art
 FAIL_REASON_ATTR = "fail_reason"  # one line, on every failed trial, where Optuna's tools show it
 HEARTBEAT_INTERVAL_S = 30
 GRACE_PERIOD_S = 120
+POSTGRES_CONNECT_TIMEOUT_S = 5
 MAX_INTERRUPTIONS = 1  # an interrupted configuration is retried once, then never run again
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -71,6 +72,8 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
     if url.startswith("sqlite:///"):
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
+    if url.startswith("postgresql"):  # an unreachable server is an error in seconds, not after the OS gives up
+        engine_kwargs["connect_args"] = {"connect_timeout": POSTGRES_CONNECT_TIMEOUT_S}
     for attempt in range(SCHEMA_RACE_ATTEMPTS):
         try:
             return optuna.storages.RDBStorage(
