@@ -3,11 +3,11 @@ how it reads failures, and how it adapts a plan to the installed transformers.""
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 
 import pytest
 import torch
-import transformers
 from packaging.version import Version
 
 from autotune.results import Outcome
@@ -141,7 +141,9 @@ def test_continuous_batching_options_take_the_names_of_the_installed_version(mon
     built = compat.continuous_batching_config(plan.continuous)
     assert (built.page_size, built.num_blocks, built.max_batch_tokens) == (32, 50, 256)
     assert built.auto_switch_to_flash is False
-    monkeypatch.setattr(transformers, "ContinuousBatchingConfig", ContinuousBatchingConfig517)
+    # the module that is imported now: loading some models replaces sys.modules["transformers"]
+    installed = importlib.import_module("transformers")
+    monkeypatch.setattr(installed, "ContinuousBatchingConfig", ContinuousBatchingConfig517)
     old = compat.continuous_batching_config(plan.continuous)
     assert old == ContinuousBatchingConfig517(
         block_size=32, num_blocks=50, max_batch_tokens=256, max_requests_per_batch=8

@@ -27,7 +27,7 @@ HOST = "127.0.0.1"
 PROGRAM = "transformers"
 HEALTH_POLL_S = 0.2
 STOP_GRACE_S = 5.0
-LOG_TAIL_CHARS = 2000
+LOG_TAIL_BYTES = 1500  # well inside the trial's own log tail (runner.LOG_TAIL_CHARS bytes), header included
 SERVING_MODULES = ("fastapi", "uvicorn", "openai")
 _BIND_FAILURE = re.compile(r"address already in use|error while attempting to bind", re.IGNORECASE)
 
@@ -164,7 +164,7 @@ class ServerProcess:
 
     def log_tail(self) -> str:
         with contextlib.suppress(OSError):
-            return self.log_path.read_text(errors="replace")[-LOG_TAIL_CHARS:]
+            return self.log_path.read_bytes()[-LOG_TAIL_BYTES:].decode(errors="replace")
         return ""
 
     def remove_log(self) -> None:
