@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import optuna
 import pytest
+from optuna.trial import FrozenTrial, TrialState
 
-from autotune.study import TrialRecord, records
+from autotune.study import TrialRecord, open_storage, records
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -135,3 +140,50 @@ def demo_search(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> De
     assert completed.returncode == 0, completed.stdout + completed.stderr
     search = DemoSearch(workdir, completed, [], env)
     return DemoSearch(workdir, completed, records(search.study()), env)
+
+
+# --------------------------------------------------------------------- a search watched while it runs
+
+Found = TypeVar("Found")
+
+
+def start_search(
+    workdir: Path, env: dict[str, str], args: list[str], faults: dict[str, dict[str, str]]
+) -> subprocess.Popen:
+    """`autotune search ARGS` in the background, its output discarded; `faults`: trial number -> fault."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "autotune", "search", *args],
+        cwd=workdir,
+        env={**env, "AUTOTUNE_INJECT_FAULTS": json.dumps(faults)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def running_trial(workdir: Path, study_name: str = DEMO_STUDY) -> FrozenTrial | None:
+    """The trial of a search in `workdir` that runs now, once its worker's pid is recorded; else None."""
+    db = workdir / "studies" / f"{study_name}.db"
+    if not db.exists():
+        return None
+    try:
+        # open_storage: the search may be creating this database's schema right now
+        trials = optuna.load_study(study_name=study_name, storage=open_storage(f"sqlite:///{db}")).trials
+    except KeyError:  # the database file exists a moment before the study in it
+        return None
+    running = [t for t in trials if t.state == TrialState.RUNNING and "worker_pid" in t.user_attrs]
+    return running[0] if running else None
+
+
+def wait_for(
+    found: Callable[[], Found | None],
+    search: subprocess.Popen,
+    failure: str,
+    timeout_s: float = 600,
+    poll_s: float = 0.5,
+) -> Found:
+    """Poll `found` until it returns something; fail with `failure` if the search ends or time runs out first."""
+    deadline = time.monotonic() + timeout_s
+    while not (result := found()):
+        assert time.monotonic() < deadline and search.poll() is None, failure
+        time.sleep(poll_s)
+    return result

@@ -20,6 +20,8 @@ import pytest
 from autotune.study import open_storage, records
 from autotune.worker.demo_model import ensure_demo_model
 
+from .conftest import running_trial, start_search, wait_for
+
 pytestmark = pytest.mark.slow
 
 SMALL = ["--model", "demo", "--gpu", "cpu", "--batch-size", "4", "--input-len", "64", "--output-len", "32"]
@@ -45,18 +47,6 @@ def load(workdir: Path, name: str = "demo-cpu") -> optuna.Study:
 
 def launched(study: optuna.Study):
     return [record for record in records(study) if record.launched]
-
-
-def running_trial(workdir: Path):
-    """The trial now running, with the pid of the worker that measures it, or None."""
-    if not workdir.joinpath("studies", "demo-cpu.db").exists():
-        return None
-    try:
-        trials = load(workdir).get_trials(deepcopy=False)
-    except KeyError:  # the database file exists a moment before the study in it
-        return None
-    running = [t for t in trials if t.state.name == "RUNNING"]
-    return running[0] if running and "worker_pid" in running[0].user_attrs else None
 
 
 def alive(pid: int) -> bool:
@@ -116,19 +106,13 @@ def test_every_fault_inside_a_trial_is_recorded_and_the_study_goes_on(tmp_path, 
 def test_a_killed_search_resumes_and_retries_the_interrupted_trial_once(tmp_path, env):
     # The third trial hangs, so the search is surely mid-trial when it is killed.
     hang = {"2": {"phase": "measure", "kind": "hang"}}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "autotune", "search", *SMALL, "--trials", "5"],
-        cwd=tmp_path, env={**env, "AUTOTUNE_INJECT_FAULTS": json.dumps(hang)},
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
+    process = start_search(tmp_path, env, [*SMALL, "--trials", "5"], hang)
+
+    def third_trial_running():
         trial = running_trial(tmp_path)
-        if trial is not None and len([r for r in launched(load(tmp_path)) if r.complete]) >= 2:
-            break
-        time.sleep(0.5)
-    else:
-        pytest.fail("the search never reached its third trial")
+        return trial if trial is not None and len([r for r in launched(load(tmp_path)) if r.complete]) >= 2 else None
+
+    trial = wait_for(third_trial_running, process, "the search never reached its third trial")
     # The worker measuring the trial, and the fork server that forked it: both must die with the search.
     workers = [trial.user_attrs["worker_pid"], *(child.pid for child in psutil.Process(process.pid).children())]
     before = {r.number: r for r in launched(load(tmp_path)) if r.complete}

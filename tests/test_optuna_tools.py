@@ -29,6 +29,7 @@ from autotune.recovery import OWNER_ATTR, recover_interrupted, this_process
 from autotune.results import Outcome, TaskResult
 from autotune.worker.demo_model import ensure_demo_model
 
+from .conftest import running_trial, start_search, wait_for
 from .fakes import BASELINE, new_study, settings
 
 SMALL = ["--model", "demo", "--gpu", "cpu", "--batch-size", "4", "--input-len", "64", "--output-len", "32"]
@@ -131,33 +132,22 @@ def test_artifacts_go_beside_the_sqlite_file_and_a_server_database_needs_a_locat
 # ----------------------------------------------------------------------------- optuna-dashboard, for real
 
 
-def _running_trial(db: Path) -> optuna.trial.FrozenTrial | None:
-    if not db.exists():
-        return None
-    try:
-        trials = optuna.load_study(study_name="demo-cpu", storage=studies.open_storage(f"sqlite:///{db}")).trials
-    except KeyError:  # the file exists a moment before the study in it
-        return None
-    running = [t for t in trials if t.state == TrialState.RUNNING and "worker_pid" in t.user_attrs]
-    return running[0] if running else None
-
-
 def _interrupted_search(workdir: Path, env: dict[str, str]) -> int:
     """A search killed (SIGKILL) while its fourth trial runs; the number of that trial."""
     faults = {"2": {"phase": "load", "kind": "raise"}, "3": {"phase": "measure", "kind": "hang"}}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "autotune", "search", *SMALL, "--trials", "5"],
-        cwd=workdir, env={**env, "AUTOTUNE_INJECT_FAULTS": json.dumps(faults)},
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    deadline = time.monotonic() + 600
-    while (trial := _running_trial(workdir / "studies" / "demo-cpu.db")) is None or trial.number < 3:
-        assert time.monotonic() < deadline and process.poll() is None, "the search never reached its fourth trial"
-        time.sleep(0.5)
+    process = start_search(workdir, env, [*SMALL, "--trials", "5"], faults)
+
+    def fourth_trial_running():
+        trial = running_trial(workdir)
+        return trial if trial is not None and trial.number >= 3 else None
+
+    trial = wait_for(fourth_trial_running, process, "the search never reached its fourth trial")
     log = workdir / "studies" / "demo-cpu" / f"trial-{trial.number:04d}" / "worker.log"
-    while b"autotune phase: measure" not in log.read_bytes():  # where the injected hang is
-        assert time.monotonic() < deadline and process.poll() is None, "the fourth trial never reached its hang"
-        time.sleep(0.3)
+
+    def measuring() -> bool:  # where the injected hang is
+        return b"autotune phase: measure" in log.read_bytes()
+
+    wait_for(measuring, process, "the fourth trial never reached its hang", poll_s=0.3)
     workers = [child.pid for child in psutil.Process(process.pid).children(recursive=True)]
     process.send_signal(signal.SIGKILL)
     process.wait()
