@@ -57,8 +57,8 @@ def run_task(
     spec_path, result_path, log_path = workdir / "spec.json", workdir / "result.json", workdir / "worker.log"
     result_path.unlink(missing_ok=True)
     write_json_atomically(spec_path, spec.to_json())
-    started = time.monotonic()
     process = FORK_SERVER.launch(spec_path, result_path, log_path) or _spawn(spec_path, result_path, log_path)
+    started = time.monotonic()  # after the fork server's own start (imports once for every task), not before
     (workdir / "worker.pid").write_text(str(process.pid))
     try:
         if on_start is not None:
