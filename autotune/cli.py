@@ -13,8 +13,23 @@ from typing import Annotated
 import typer
 
 from autotune import interrupts
-from autotune.data import load_prompts
 from autotune.errors import NothingSatisfiesError, SearchError, UserError
+from autotune.flags import (
+    Artifacts,
+    AsJson,
+    Budget,
+    Constraints,
+    Device,
+    Hardware,
+    Model,
+    SpacePath,
+    Storage,
+    Study,
+    TrialTimeoutS,
+    TrustRemoteCode,
+    Workload,
+    with_groups,
+)
 from autotune.printers import (
     TrialPrinter,
     best_document,
@@ -27,8 +42,6 @@ from autotune.printers import (
     print_search_summary,
     print_worker_summary,
 )
-from autotune.results import QualitySpec, WorkloadSpec
-from autotune.units import parse_duration
 
 app = typer.Typer(
     add_completion=False,
@@ -36,20 +49,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Search transformers inference configurations for the fastest, leanest one that keeps quality.",
 )
-
-Study = Annotated[str, typer.Option("--study", help="Study name.")]
-Storage = Annotated[
-    str | None,
-    typer.Option("--storage", help="Optuna storage URL.", show_default="sqlite:///studies/<study>.db"),
-]
-Constraints = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--constraint",
-        help='A bound on a figure, repeatable: "peak_memory_gb<=20", "memory<=20GB", "kl<=0.01", '
-        '"throughput>=500", "ttft_ms<=50", "top1>=99%".',
-    ),
-]
 
 SHORT_NAMES = {"attn_implementation": "attn", "cache_implementation": "cache", "quantization": "quant"}
 
@@ -61,96 +60,20 @@ def _root(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log wha
     )
 
 
-Model = Annotated[str, typer.Option("--model", help="Hub id, local folder, or 'demo' (built-in, offline).")]
-Gpu = Annotated[str, typer.Option("--gpu", help="Hardware profile (see `autotune gpus`), or auto.")]
-Device = Annotated[str | None, typer.Option("--device", help="cuda, cuda:N or cpu.", show_default="from --gpu")]
-SpacePath = Annotated[
-    Path | None, typer.Option("--space", help="Search-space YAML.", show_default="search_spaces/default.yaml")
-]
-Revision = Annotated[str | None, typer.Option("--revision", help="Model revision on the hub.")]
-TrustRemoteCode = Annotated[bool, typer.Option("--trust-remote-code", help="Allow the model's own code to run.")]
-WorkloadKind = Annotated[
-    str,
-    typer.Option(
-        "--workload",
-        help="throughput (a batch of prompts), latency (one prompt at a time), serve (transformers serve under load).",
-    ),
-]
-Load = Annotated[
-    str | None,
-    typer.Option(
-        "--load", help="serve: rate=2,4,8 (Poisson arrivals/s) or concurrency=1,8,32; concurrency=1,4 if not given."
-    ),
-]
-Slo = Annotated[str | None, typer.Option("--slo", help='serve: latency objectives, "ttft_p95<=300ms,itl_p95<=50ms".')]
-ServePort = Annotated[
-    int | None,
-    typer.Option("--serve-port", min=1, max=65535, help="serve: port of the server; a free one if not given."),
-]
-BatchSize = Annotated[int, typer.Option("--batch-size", min=1, help="Prompts per generation (throughput).")]
-InputLen = Annotated[int, typer.Option("--input-len", min=1, help="Tokens per prompt.")]
-OutputLen = Annotated[int, typer.Option("--output-len", min=2, help="Tokens generated per prompt.")]
-Prompts = Annotated[
-    Path | None, typer.Option("--prompts", help="Your prompts: .jsonl ({'prompt': ...}) or text, one per line.")
-]
-Price = Annotated[
-    float | None, typer.Option("--price", min=0, help="GPU price per hour.", show_default="the profile's")
-]
-TrialTimeout = Annotated[str, typer.Option("--trial-timeout", help="Kill a trial after this long.")]
-Artifacts = Annotated[
-    str | None,
-    typer.Option(
-        "--artifacts",
-        help="Where trial logs and reports are stored as Optuna artifacts: a folder, s3://BUCKET or gs://BUCKET.",
-        show_default="<study>.artifacts beside the SQLite file",
-    ),
-]
-
-
-def _workload(
-    kind: str,
-    batch_size: int,
-    input_len: int,
-    output_len: int,
-    prompts: Path | None,
-    serving: tuple[str | None, str | None, int | None] = (None, None, None),
-) -> WorkloadSpec:
-    from autotune.serving.options import workload_serve_spec
-
-    if kind not in ("throughput", "latency", "serve"):
-        raise UserError(f"--workload {kind!r} is not a workload: use throughput, latency or serve")
-    if prompts is not None:
-        load_prompts(prompts)  # bad prompts are bad input, before anything runs
-    path = str(prompts.resolve()) if prompts else None
-    serve = workload_serve_spec(kind, *serving)
-    return WorkloadSpec(kind, batch_size, input_len, output_len, prompts_path=path, serve=serve)  # type: ignore[arg-type]
-
-
 @app.command()
+@with_groups
 def search(
+    *,
     model: Model,
-    gpu: Gpu = "auto",
-    budget: Annotated[str | None, typer.Option("--budget", help="Wall-clock budget: 90s, 30m, 2h.")] = None,
-    trials: Annotated[int | None, typer.Option("--trials", min=1, help="Run at most N trials.")] = None,
+    hardware: Hardware,
+    budget: Budget,
     space: SpacePath = None,
     study: Annotated[str | None, typer.Option("--study", help="Study name.", show_default="<model>-<profile>")] = None,
     storage: Storage = None,
-    device: Device = None,
     report: Annotated[
         Path | None, typer.Option("--report", help="HTML report.", show_default="reports/<study>.html")
     ] = None,
-    revision: Revision = None,
-    trust_remote_code: TrustRemoteCode = False,
-    workload: WorkloadKind = "throughput",
-    batch_size: BatchSize = 8,
-    input_len: InputLen = 128,
-    output_len: OutputLen = 64,
-    prompts: Prompts = None,
-    load: Load = None,
-    slo: Slo = None,
-    serve_port: ServePort = None,
-    price: Price = None,
-    trial_timeout: TrialTimeout = "20m",
+    workload: Workload,
     seed: Annotated[int | None, typer.Option("--seed", help="Seed of the sampler.")] = None,
     constraint: Constraints = None,
     devices: Annotated[
@@ -171,37 +94,27 @@ def search(
     from autotune.constraints import parse_constraints
     from autotune.report import build_report, default_report_path
     from autotune.report.data import collect
-    from autotune.search import SearchOptions, run_search
+    from autotune.search import SearchRequest, StorageSpec, run_search
     from autotune.study import load_stored_study
     from autotune.validate import check_search_inputs
 
-    if budget is None and trials is None:
+    if budget.budget_s is None and budget.max_trials is None:
         raise UserError("give a budget (--budget 30m) or a number of trials (--trials 20), or both")
-    constraints = parse_constraints(constraint or [])
-    options = SearchOptions(
-        model=model,
-        gpu=gpu,
-        device=device,
-        budget_s=parse_duration(budget) if budget else None,
-        max_trials=trials,
+    request = SearchRequest(
+        model,
+        hardware,
+        workload,
+        budget=budget,
+        storage=StorageSpec(study, storage, artifacts),
         space_path=space,
-        study_name=study,
-        storage=storage,
-        revision=revision,
-        trust_remote_code=trust_remote_code,
-        workload=_workload(workload, batch_size, input_len, output_len, prompts, (load, slo, serve_port)),
-        quality=QualitySpec(),
-        trial_timeout_s=parse_duration(trial_timeout, "--trial-timeout"),
         seed=seed,
-        price_per_hour=price,
-        constraints=constraints,
-        devices=[device.strip() for device in devices.split(",")] if devices else None,
+        constraints=tuple(parse_constraints(constraint or [])),
+        devices=tuple(device.strip() for device in devices.split(",")) if devices else (),
         warm_start=warm_start,
-        artifacts=artifacts,
     )
-    check_search_inputs(options, report)
+    check_search_inputs(request, report)
     interrupts.install()
-    summary = run_search(options, printer)
+    summary = run_search(request, printer)
     print_search_summary(summary)
     stored = load_stored_study(summary.storage, summary.study_name)
     print_front(summary.study_name, collect(stored, summary.storage).cards)
@@ -213,14 +126,14 @@ def search(
 
 
 @app.command()
+@with_groups
 def worker(
+    *,
     study: Study,
     storage: Annotated[str, typer.Option("--storage", help="The study's storage URL (shared by every worker).")],
     device: Device = None,
-    trials: Annotated[int | None, typer.Option("--trials", min=1, help="Run at most N trials.")] = None,
-    budget: Annotated[str | None, typer.Option("--budget", help="Wall-clock budget: 90s, 30m, 2h.")] = None,
+    budget: Budget,
     trust_remote_code: TrustRemoteCode = False,
-    trial_timeout: TrialTimeout = "20m",
     run_id: Annotated[str | None, typer.Option("--run-id", hidden=True)] = None,
     artifacts: Artifacts = None,
 ) -> None:
@@ -231,7 +144,7 @@ def worker(
     Example: autotune worker --study qwen-h100 --storage postgresql://tuner@db/studies --device cuda:1
     """
     from autotune.runner import PARENT_PID_VARIABLE
-    from autotune.search import SearchOptions, join_study
+    from autotune.search import StorageSpec, WorkerRequest, join_study
     from autotune.validate import check_device
 
     check_device(device)
@@ -240,19 +153,8 @@ def worker(
         from autotune.worker.__main__ import die_with_parent
 
         die_with_parent()
-    options = SearchOptions(
-        model="",
-        device=device,
-        budget_s=parse_duration(budget) if budget else None,
-        max_trials=trials,
-        study_name=study,
-        storage=storage,
-        trust_remote_code=trust_remote_code,
-        trial_timeout_s=parse_duration(trial_timeout, "--trial-timeout"),
-        run_id=run_id,
-        artifacts=artifacts,
-    )
-    summary = join_study(options, TrialPrinter(out))
+    places = StorageSpec(study, storage, artifacts)
+    summary = join_study(WorkerRequest(places, device, budget, trust_remote_code, run_id), TrialPrinter(out))
     print_worker_summary(summary)
 
 
@@ -279,7 +181,7 @@ def compare(
     kl_tolerance: Annotated[
         str | None, typer.Option("--kl-tolerance", help="Extra KL that still meets a level.", show_default="10%")
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    as_json: AsJson = False,
 ) -> None:
     """Compare two studies: how each front configuration's figures moved; exit 3 on a regression.
 
@@ -319,27 +221,18 @@ def _fraction(text: str, flag: str) -> float:
 
 
 @app.command()
+@with_groups
 def measure(
+    *,
     model: Model,
     settings: Annotated[
         list[str] | None, typer.Option("--set", help="knob=value; unset knobs keep the transformers defaults.")
     ] = None,
-    gpu: Gpu = "auto",
-    device: Device = None,
+    hardware: Hardware,
     space: SpacePath = None,
-    revision: Revision = None,
-    trust_remote_code: TrustRemoteCode = False,
-    workload: WorkloadKind = "throughput",
-    batch_size: BatchSize = 8,
-    input_len: InputLen = 128,
-    output_len: OutputLen = 64,
-    prompts: Prompts = None,
-    load: Load = None,
-    slo: Slo = None,
-    serve_port: ServePort = None,
-    price: Price = None,
-    trial_timeout: TrialTimeout = "20m",
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    workload: Workload,
+    trial_timeout_s: TrialTimeoutS,
+    as_json: AsJson = False,
 ) -> None:
     """Measure one configuration of MODEL, with no study, in the trial worker the search uses.
 
@@ -347,26 +240,17 @@ def measure(
     """
     from autotune.measure import measure as measure_configuration
     from autotune.measure import parse_settings
-    from autotune.search import SearchOptions
+    from autotune.search import BudgetSpec, SearchRequest
     from autotune.validate import check_measure_inputs
 
-    options = SearchOptions(
-        model=model,
-        gpu=gpu,
-        device=device,
-        space_path=space,
-        revision=revision,
-        trust_remote_code=trust_remote_code,
-        workload=_workload(workload, batch_size, input_len, output_len, prompts, (load, slo, serve_port)),
-        trial_timeout_s=parse_duration(trial_timeout, "--trial-timeout"),
-        price_per_hour=price,
-    )
-    check_measure_inputs(options)
-    config, result = measure_configuration(options, parse_settings(settings or []))
+    budget = BudgetSpec(trial_timeout_s=trial_timeout_s)
+    request = SearchRequest(model, hardware, workload, budget=budget, space_path=space)
+    check_measure_inputs(request)
+    config, result = measure_configuration(request, parse_settings(settings or []))
     document = {
-        "model": model,
+        "model": model.id,
         "config": config,
-        "workload": options.workload.to_json(),
+        "workload": workload.to_json(),
         "outcome": result.outcome.value,
         "message": result.message,
         "metrics": result.metrics,
