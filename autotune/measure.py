@@ -11,7 +11,7 @@ from autotune.paths import default_space_path
 from autotune.profiles import resolve_hardware
 from autotune.results import TaskResult
 from autotune.runner import Limits, run_task
-from autotune.search import SearchOptions, baseline_config, plan_target, prepare, trial_spec
+from autotune.search import SearchRequest, baseline_config, plan_target, prepare, trial_spec
 from autotune.space import KNOBS, Config, SearchSpace, build_plan, load_space
 from autotune.space.knobs import Value
 
@@ -32,28 +32,29 @@ def parse_settings(pairs: list[str]) -> dict[str, Value]:
     return settings
 
 
-def measure(options: SearchOptions, settings: dict[str, Value]) -> tuple[Config, TaskResult]:
+def measure(request: SearchRequest, settings: dict[str, Value]) -> tuple[Config, TaskResult]:
     """Measure the baseline configuration with `settings` applied; return it and the trial's result."""
-    hardware = resolve_hardware(options.gpu, options.device)
+    hardware = resolve_hardware(request.hardware.gpu, request.hardware.device)
     for name, value in settings.items():
         reason = hardware.profile.why_not_value(name, value)
         if reason:
             raise UserError(f"{name}={value} cannot run on profile {hardware.profile.name}: {reason}")
-    space = load_space(options.space_path or default_space_path()).including(settings)
-    if options.workload.prompts_path and not Path(options.workload.prompts_path).is_file():
-        raise UserError(f"prompts file {options.workload.prompts_path} does not exist")
+    space = load_space(request.space_path or default_space_path()).including(settings)
+    prompts_path = request.workload.prompts_path
+    if prompts_path and not Path(prompts_path).is_file():
+        raise UserError(f"prompts file {prompts_path} does not exist")
     workdir = Path(tempfile.mkdtemp(prefix="autotune-measure-"))
     try:
-        prepared = prepare(options, hardware, space, workdir, deadline=None)
+        prepared = prepare(request, hardware, space, workdir, deadline=None)
         info = prepared.model_info
         attention = info["default_attn_implementation"]
         baseline = baseline_config(space, info["checkpoint_dtype"], hardware.profile, "throughput", attention)
         config = _configuration(space.including(baseline), {**baseline, **settings}, settings)
-        built = build_plan(config, plan_target(hardware.profile, options.workload))
-        if options.workload.kind == "serve" and built.not_servable:
+        built = build_plan(config, plan_target(hardware.profile, request.workload))
+        if request.workload.kind == "serve" and built.not_servable:
             raise UserError(f"transformers serve has no flag for: {', '.join(built.not_servable)}; set other knobs")
-        spec = trial_spec(options, prepared, config, built.to_json())
-        result = run_task(spec, workdir / "trial", Limits(options.trial_timeout_s))
+        spec = trial_spec(request, prepared, config, built.to_json())
+        result = run_task(spec, workdir / "trial", Limits(request.budget.trial_timeout_s))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return config, result

@@ -18,33 +18,34 @@ from autotune.paths import DEMO_MAX_POSITIONS, demo_model_path
 from autotune.results import WorkloadSpec
 
 if TYPE_CHECKING:
-    from autotune.search.options import SearchOptions
+    from autotune.specs import SearchRequest
 
 # Names transformers configs give their position limit, most common first.
 POSITION_LIMIT_NAMES = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx")
 
 
-def check_search_inputs(options: SearchOptions, report: Path | None) -> None:
+def check_search_inputs(request: SearchRequest, report: Path | None) -> None:
     """`autotune search`: every flag that can be wrong, before a folder or a database is created."""
-    check_study_name(options.study_name)
-    check_device(options.device)
-    if options.storage:
-        check_storage(options.storage)
+    check_study_name(request.storage.study_name)
+    check_device(request.hardware.device)
+    if request.storage.url:
+        check_storage(request.storage.url)
     else:
-        check_directory(options.studies_dir, "the studies folder")
+        check_directory(request.storage.studies_dir, "the studies folder")
     if report is not None:
         check_output_file(report, "--report")
     else:
         check_directory(Path("reports"), "the reports folder")
-    check_measure_inputs(options)
+    check_measure_inputs(request)
 
 
-def check_measure_inputs(options: SearchOptions) -> None:
+def check_measure_inputs(request: SearchRequest) -> None:
     """`autotune measure` (and search): the device, the cache folder, the workload against the model's context."""
-    check_device(options.device)
-    check_revision(options.model, options.revision)
-    check_directory(options.cache_dir, "the cache folder (AUTOTUNE_CACHE_DIR)")
-    check_context(options.model, options.revision, options.workload, options.cache_dir)
+    model, cache_dir = request.model, request.storage.cache_dir
+    check_device(request.hardware.device)
+    check_revision(model.id, model.revision)
+    check_directory(cache_dir, "the cache folder (AUTOTUNE_CACHE_DIR)")
+    check_context(model.id, model.revision, request.workload, cache_dir)
 
 
 def check_study_name(name: str | None) -> None:

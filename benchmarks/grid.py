@@ -17,9 +17,9 @@ from pathlib import Path
 
 from autotune.metrics import OBJECTIVES
 from autotune.profiles import resolve_hardware
-from autotune.results import WorkloadSpec, write_json_atomically
+from autotune.results import ModelSpec, WorkloadSpec, write_json_atomically
 from autotune.runner import Limits, run_task
-from autotune.search import SearchOptions, plan_target, prepare, trial_spec
+from autotune.search import BudgetSpec, HardwareSpec, SearchRequest, plan_target, prepare, trial_spec
 from autotune.space import build_plan, config_key, load_space
 
 KEPT = (*(metric.name for metric in OBJECTIVES), "ttft_s", "tpot_s", "top1_agreement", "compile_s", "throughput_cv")
@@ -38,12 +38,14 @@ def main() -> None:
     args = parser.parse_args()
 
     workload = WorkloadSpec(batch_size=args.batch_size, input_len=args.input_len, output_len=args.output_len)
-    options = SearchOptions(model=args.model, gpu=args.gpu, workload=workload, trial_timeout_s=args.trial_timeout)
+    request = SearchRequest(
+        ModelSpec(args.model), HardwareSpec(args.gpu), workload, budget=BudgetSpec(trial_timeout_s=args.trial_timeout)
+    )
     hardware = resolve_hardware(args.gpu, None)
     space = load_space(args.space).prune(hardware.profile.why_not_value)
     table = json.loads(args.out.read_text()) if args.out.exists() else _new_table(args, workload, space)
     workdir = Path("studies") / f"grid-{args.out.stem}"
-    prepared = prepare(options, hardware, space, workdir, deadline=None)
+    prepared = prepare(request, hardware, space, workdir, deadline=None)
     table["reference"], table["baseline"] = prepared.reference_config, prepared.baseline_config
     configs = list(space.configurations())
     for index, config in enumerate(configs, 1):
@@ -52,7 +54,7 @@ def main() -> None:
             continue
         plan = build_plan(config, plan_target(hardware.profile, workload)).to_json()
         started = time.monotonic()
-        result = run_task(trial_spec(options, prepared, config, plan), workdir / "trial", Limits(args.trial_timeout))
+        result = run_task(trial_spec(request, prepared, config, plan), workdir / "trial", Limits(args.trial_timeout))
         duration = time.monotonic() - started
         table["trials"][key] = {
             "config": config,

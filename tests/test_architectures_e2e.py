@@ -79,17 +79,17 @@ def test_a_workload_longer_than_the_context_is_refused_by_the_prepare_worker_too
     from autotune.errors import UserError
     from autotune.paths import PACKAGED_SPACE
     from autotune.profiles import resolve_hardware
-    from autotune.results import WorkloadSpec
-    from autotune.search import SearchOptions, prepare
+    from autotune.results import ModelSpec, WorkloadSpec
+    from autotune.search import SearchRequest, StorageSpec, prepare
     from autotune.space import load_space
 
     ensure_demo_model(cache_dir)
     model = build_tiny_model("gpt2", tmp_path / "gpt2", demo_model_path(cache_dir))  # n_positions 256
     workload = WorkloadSpec(batch_size=2, input_len=250, output_len=16)
-    options = SearchOptions(model=str(model), workload=workload, cache_dir=cache_dir)
+    request = SearchRequest(ModelSpec(str(model)), workload=workload, storage=StorageSpec(cache_dir=cache_dir))
     hardware = resolve_hardware("cpu", None)
     with pytest.raises(UserError) as refused:
-        prepare(options, hardware, load_space(PACKAGED_SPACE), tmp_path / "work", deadline=None)
+        prepare(request, hardware, load_space(PACKAGED_SPACE), tmp_path / "work", deadline=None)
     assert str(refused.value) == (
         "--input-len 250 + --output-len 16 = 266 tokens, but the model has 256 positions (n_positions in its "
         "config); lower --input-len or --output-len to fit 256"

@@ -59,7 +59,7 @@ class TrialLoop:
         self, session: Session, study: optuna.Study, prepared: Prepared, deadline: float | None, events: SearchEvents
     ) -> None:
         self.session = session
-        self.options = session.options
+        self.request = session.request
         self.study = study
         self.prepared = prepared
         self.deadline = deadline
@@ -101,8 +101,9 @@ class TrialLoop:
                 return "budget used up"
 
     def _limit_reached(self) -> str | None:
-        if self.options.max_trials is not None and self.launched >= self.options.max_trials:
-            return f"{self.launched} trials run (--trials {self.options.max_trials})"
+        max_trials = self.request.budget.max_trials
+        if max_trials is not None and self.launched >= max_trials:
+            return f"{self.launched} trials run (--trials {max_trials})"
         if self.deadline is not None and time.monotonic() >= self.deadline:
             return "budget used up"
         return None
@@ -162,9 +163,9 @@ class TrialLoop:
         return self.space.violation(config) or ruled_out(config, history) or self._unservable(config)
 
     def _unservable(self, config: Config) -> str | None:
-        if self.options.workload.kind != "serve":
+        if self.request.workload.kind != "serve":
             return None
-        plan = build_plan(config, plan_target(self.session.profile, self.options.workload))
+        plan = build_plan(config, plan_target(self.session.profile, self.request.workload))
         return f"transformers serve has no flag for: {', '.join(plan.not_servable)}" if plan.not_servable else None
 
     def _ask(self) -> optuna.Trial:
@@ -173,8 +174,8 @@ class TrialLoop:
             trial = self.current = self.study.ask()
             self.started = None
             trial.set_user_attr(OWNER_ATTR, this_process())
-            if self.options.run_id:
-                trial.set_user_attr("run_id", self.options.run_id)
+            if self.request.run_id:
+                trial.set_user_attr("run_id", self.request.run_id)
             self.session.storage.record_heartbeat(trial._trial_id)  # Optuna's Trial has no public id accessor
         return trial
 
@@ -201,16 +202,16 @@ class TrialLoop:
 
     def _measure(self, trial: optuna.Trial, config: Config, roles: list[str]) -> TaskResult:
         self.events.trial_started(trial.number, config, roles)
-        plan = build_plan(config, plan_target(self.session.profile, self.options.workload)).to_json()
+        plan = build_plan(config, plan_target(self.session.profile, self.request.workload)).to_json()
         studies.record_launch(trial, config, plan, roles)
-        spec = trial_spec(self.options, self.prepared, config, plan)
+        spec = trial_spec(self.request, self.prepared, config, plan)
         if (fault := _injected_fault(self.launched)) is not None:
             spec.fault = fault
         storage = self.session.storage
         heartbeat = _throttled(lambda: storage.record_heartbeat(trial._trial_id), HEARTBEAT_EVERY_S)
         workdir = self.session.trial_workdir(trial.number)
         started = time.monotonic()
-        limits = Limits(self.options.trial_timeout_s, self.deadline)
+        limits = Limits(self.request.budget.trial_timeout_s, self.deadline)
         on_start = lambda pid: trial.set_user_attr("worker_pid", pid)  # noqa: E731 - which process measures it
         compiles = config.get("compile", "off") != "off"
         on_phase = lambda name: self.events.progress(f"trial #{trial.number}: {phases.label(name, compiles)}")  # noqa: E731

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +11,9 @@ from autotune.errors import UserError
 from autotune.profiles import GpuProfile, Hardware
 from autotune.results import Candidate, ModelSpec, Outcome, TaskResult, TaskSpec, WorkloadSpec
 from autotune.runner import Limits, run_task
-from autotune.search.options import SearchError, SearchOptions
+from autotune.search.options import SearchError
 from autotune.space import Config, SearchSpace, Target, build_plan
+from autotune.specs import SearchRequest
 
 MODEL_PHASES = ("resolve", "tokenizer")  # a failure there is the model argument's: bad input
 REFERENCE_DTYPES = ("float32", "bfloat16", "float16")  # most precise first
@@ -53,7 +54,7 @@ class Prepared:
 
 
 def prepare(
-    options: SearchOptions,
+    request: SearchRequest,
     hardware: Hardware,
     space: SearchSpace,
     workdir: Path,
@@ -67,30 +68,30 @@ def prepare(
     otherwise the most precise configuration the profile can run, that fits in memory, is chosen.
     """
     profile = hardware.profile
-    configs = [reference] if reference else [_defaults(d, options.workload.kind) for d in _precise_dtypes(profile)]
-    candidates = [_candidate(space, config, plan_target(profile, options.workload)) for config in configs]
-    model = ModelSpec(options.model, revision=options.revision, trust_remote_code=options.trust_remote_code)
+    configs = [reference] if reference else [_defaults(d, request.workload.kind) for d in _precise_dtypes(profile)]
+    candidates = [_candidate(space, config, plan_target(profile, request.workload)) for config in configs]
+    model = replace(request.model)  # a copy: the prepare task fills in its path
     spec = TaskSpec(
         "prepare",
         model,
         hardware.device,
-        str(options.cache_dir),
-        options.workload,
-        options.quality,
+        str(request.storage.cache_dir),
+        request.workload,
+        request.quality,
         reference_candidates=candidates,
         memory_cap_bytes=profile.memory_bytes,
     )
     if on_phase is not None:
         on_phase("spawn")
-    result = run_task(spec, workdir / "prepare", Limits(options.trial_timeout_s, deadline), on_phase=on_phase)
+    result = run_task(spec, workdir / "prepare", Limits(request.budget.trial_timeout_s, deadline), on_phase=on_phase)
     if not result.ok:
-        raise _prepare_error(options.model, result)
+        raise _prepare_error(request.model.id, result)
     details = result.details
     model.path = details["model_path"]
     found = details["reference"]
     info = details["model"]
     attention = info["default_attn_implementation"]
-    baseline = baseline_config(space, info["checkpoint_dtype"], profile, options.workload.kind, attention)
+    baseline = baseline_config(space, info["checkpoint_dtype"], profile, request.workload.kind, attention)
     return Prepared(
         model,
         info,
@@ -152,20 +153,20 @@ def baseline_config(
     return space.including(defaults).normalize(defaults)
 
 
-def trial_spec(options: SearchOptions, prepared: Prepared, config: Config, plan: dict[str, Any]) -> TaskSpec:
+def trial_spec(request: SearchRequest, prepared: Prepared, config: Config, plan: dict[str, Any]) -> TaskSpec:
     """What a worker needs to measure one configuration."""
-    profile = prepared.hardware.profile
+    profile, price = prepared.hardware.profile, request.hardware.price_per_hour
     return TaskSpec(
         "trial",
         prepared.model,
         prepared.hardware.device,
-        str(options.cache_dir),
-        options.workload,
-        options.quality,
+        str(request.storage.cache_dir),
+        request.workload,
+        request.quality,
         candidate=Candidate(config, plan),
         reference_path=prepared.reference_path,
         greedy_reference_path=prepared.greedy_reference_path,
         memory_cap_bytes=profile.memory_bytes,
         bandwidth_gb_s=profile.bandwidth_gb_s,
-        price_per_hour=options.price_per_hour if options.price_per_hour is not None else profile.price_per_hour,
+        price_per_hour=price if price is not None else profile.price_per_hour,
     )

@@ -27,36 +27,37 @@ from autotune.interrupts import Interrupted, StudyPlace, deferred
 from autotune.profiles import detect_gpu
 from autotune.runner import PARENT_PID_VARIABLE
 from autotune.search.loop import TrialLoop
-from autotune.search.options import SearchEvents, SearchOptions, SearchSummary
+from autotune.search.options import SearchEvents, SearchSummary
 from autotune.search.prepare import Prepared, prepare
 from autotune.search.session import Session, join_session, open_session
+from autotune.specs import SearchRequest, WorkerRequest
 
 
-def run_search(options: SearchOptions, events: SearchEvents) -> SearchSummary:
+def run_search(request: SearchRequest, events: SearchEvents) -> SearchSummary:
     """Prepare, then measure configurations until the trial limit, the budget or the space runs out."""
-    if options.devices:
-        return _run_on_devices(options, events)
+    if request.devices:
+        return _run_on_devices(request, events)
     started = time.monotonic()
-    deadline = started + options.budget_s if options.budget_s else None
+    deadline = request.budget.deadline(started)
     events.progress("checking the hardware, the search space and the study")
-    session = open_session(options, events)
+    session = open_session(request, events)
     with _study_named_on_interrupt(session):
         prepared = _prepare(session, deadline, events)
         loop = TrialLoop(session, session.attach(prepared, events), prepared, deadline, events)
         summary = _run_loop(loop, started)
-    studies.record_search_run(loop.study, _run_record(options, summary))
+    studies.record_search_run(loop.study, _run_record(request, summary))
     return summary
 
 
-def join_study(options: SearchOptions, events: SearchEvents) -> SearchSummary:
+def join_study(worker: WorkerRequest, events: SearchEvents) -> SearchSummary:
     """`autotune worker`: take trials of an existing study, with its model, space, workload and reference."""
     started = time.monotonic()
-    deadline = started + options.budget_s if options.budget_s else None
+    deadline = worker.budget.deadline(started)
     events.progress("reading the study")
-    session, reference = join_session(options, events)
+    session, reference = join_session(worker, events)
     with _study_named_on_interrupt(session):
         prepared = prepare(
-            options, session.hardware, session.space, session.workdir, deadline, reference, _preparing(events)
+            session.request, session.hardware, session.space, session.workdir, deadline, reference, _preparing(events)
         )
         loop = TrialLoop(session, session.attach(prepared, events), prepared, deadline, events)
         return _run_loop(loop, started)
@@ -78,8 +79,8 @@ def _preparing(events: SearchEvents) -> Callable[[str], None]:
 
 def _prepare(session: Session, deadline: float | None, events: SearchEvents) -> Prepared:
     try:
-        options = session.options
-        return prepare(options, session.hardware, session.space, session.workdir, deadline, None, _preparing(events))
+        request = session.request
+        return prepare(request, session.hardware, session.space, session.workdir, deadline, None, _preparing(events))
     except UserError:
         if session.existing is None:  # bad input leaves nothing behind
             shutil.rmtree(session.workdir, ignore_errors=True)
@@ -95,38 +96,38 @@ def _run_loop(loop: TrialLoop, started: float) -> SearchSummary:
     return SearchSummary(session.name, session.storage_url, loop.launched, stop_reason, elapsed, loop.spending.seconds)
 
 
-def _run_record(options: SearchOptions, summary: SearchSummary) -> dict[str, Any]:
+def _run_record(request: SearchRequest, summary: SearchSummary) -> dict[str, Any]:
     """What the report's "budget used" needs, stored with the study."""
     return {
         "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "budget_s": options.budget_s,
-        "max_trials": options.max_trials,
+        "budget_s": request.budget.budget_s,
+        "max_trials": request.budget.max_trials,
         "launched": summary.launched,
         "elapsed_s": summary.elapsed_s,
         "spent_s": summary.spent_s,
         "stop_reason": summary.stop_reason,
-        "devices": options.devices,
+        "devices": list(request.devices) or None,
     }
 
 
 # ------------------------------------------------------------------------------------ many devices
 
 
-def _run_on_devices(options: SearchOptions, events: SearchEvents) -> SearchSummary:
+def _run_on_devices(request: SearchRequest, events: SearchEvents) -> SearchSummary:
     """One `autotune worker` per device, each pinned to its GPU, all on this study; then the summary."""
     started = time.monotonic()
-    deadline = started + options.budget_s if options.budget_s else None
+    deadline = request.budget.deadline(started)
     events.progress("checking the hardware, the search space and the study")
-    session = open_session(options, events)
-    _check_devices(options.devices or [], session.profile.kind)
+    session = open_session(request, events)
+    _check_devices(request.devices, session.profile.kind)
     with _study_named_on_interrupt(session):
         prepared = _prepare(session, deadline, events)  # builds the model and the reference once, for every worker here
         study = session.attach(prepared, events)
         run_id = uuid.uuid4().hex[:12]
-        shares = _shares(options.max_trials, len(options.devices or []))
+        shares = _shares(request.budget.max_trials, len(request.devices))
         workers: list[_Worker] = []
         try:
-            for index, (device, share) in enumerate(zip(options.devices or [], shares, strict=True)):
+            for index, (device, share) in enumerate(zip(request.devices, shares, strict=True)):
                 if share != 0:
                     workers.append(_start_worker(session, index, device, share, deadline, run_id, events))
             codes = [worker.wait() for worker in workers]
@@ -140,11 +141,11 @@ def _run_on_devices(options: SearchOptions, events: SearchEvents) -> SearchSumma
     reason = f"{len(workers)} workers finished" + ("" if not any(codes) else f" (exit statuses {codes})")
     spent = {"preparing and workers": elapsed}
     summary = SearchSummary(session.name, session.storage_url, launched, reason, elapsed, spent)
-    studies.record_search_run(study, _run_record(options, summary))
+    studies.record_search_run(study, _run_record(request, summary))
     return summary
 
 
-def _check_devices(devices: list[str], kind: str) -> None:
+def _check_devices(devices: tuple[str, ...], kind: str) -> None:
     for device in devices:
         if device == "cpu":
             if kind == "cuda":
@@ -205,10 +206,10 @@ def _start_worker(
     run_id: str,
     events: SearchEvents,
 ) -> _Worker:
-    options = session.options
+    request = session.request
     env = {**os.environ, PARENT_PID_VARIABLE: str(os.getpid())}  # the worker dies with this process
     command = [sys.executable, "-m", "autotune", "worker", "--study", session.name, "--storage", session.storage_url,
-               "--trial-timeout", f"{options.trial_timeout_s:.0f}s", "--run-id", run_id]  # fmt: skip
+               "--trial-timeout", f"{request.budget.trial_timeout_s:.0f}s", "--run-id", run_id]  # fmt: skip
     if device == "cpu":
         command += ["--device", "cpu"]
     else:
@@ -219,9 +220,9 @@ def _start_worker(
         command += ["--trials", str(share)]
     if deadline is not None:
         command += ["--budget", f"{max(1.0, deadline - time.monotonic()):.0f}s"]
-    if options.trust_remote_code:
+    if request.model.trust_remote_code:
         command.append("--trust-remote-code")
-    if options.artifacts:
-        command += ["--artifacts", options.artifacts]
+    if request.storage.artifacts:
+        command += ["--artifacts", request.storage.artifacts]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     return _Worker(process, label, events)

@@ -18,10 +18,11 @@ from autotune.errors import UserError
 from autotune.paths import default_space_path
 from autotune.profiles import GpuProfile, Hardware, hardware_for, resolve_hardware
 from autotune.recovery import LogAttacher, recover_interrupted
-from autotune.results import QualitySpec, WorkloadSpec
-from autotune.search.options import SearchEvents, SearchOptions
+from autotune.results import ModelSpec, QualitySpec, WorkloadSpec
+from autotune.search.options import SearchEvents
 from autotune.search.prepare import Prepared
 from autotune.space import Config, SearchSpace, config_key, load_space
+from autotune.specs import HardwareSpec, SearchRequest, WorkerRequest
 from autotune.study import StudySettings, TrialRecord
 
 
@@ -29,7 +30,7 @@ from autotune.study import StudySettings, TrialRecord
 class Session:
     """What the search knows before any trial: hardware, space, study name and storage."""
 
-    options: SearchOptions
+    request: SearchRequest
     hardware: Hardware
     space: SearchSpace
     name: str
@@ -59,7 +60,7 @@ class Session:
 
     @property
     def workdir(self) -> Path:
-        return studies.trial_folder(self.storage_url, self.name, self.options.cache_dir)
+        return studies.trial_folder(self.storage_url, self.name, self.request.storage.cache_dir)
 
     def attach(self, prepared: Prepared, events: SearchEvents) -> optuna.Study:
         """Create the study, or load it to resume; store what the report needs; recover interrupted trials."""
@@ -67,15 +68,15 @@ class Session:
         if self.existing is None:
             self.space = self.space.including(prepared.reference_config).including(prepared.baseline_config)
             self.settings.space = self.space.to_json()
-            study = studies.create_study(storage, self.name, self.settings, self.options.seed)
+            study = studies.create_study(storage, self.name, self.settings, self.request.seed)
             if study is None:  # another search created it meanwhile: join it, as a resume would
-                self.existing = studies.load_existing(storage, self.name, self.options.seed)
+                self.existing = studies.load_existing(storage, self.name, self.request.seed)
                 self.settings.check_resumable(studies.wait_for_settings(self.existing), self.name)
         if self.existing is not None:
-            study = studies.load_existing(storage, self.name, self.options.seed)
+            study = studies.load_existing(storage, self.name, self.request.seed)
             self.space = SearchSpace.from_json(studies.stored_settings(study).space)
         self.storage = storage
-        self.artifact_store = artifacts.open_store(self.options.artifacts, self.storage_url)
+        self.artifact_store = artifacts.open_store(self.request.storage.artifacts, self.storage_url)
         if not self.joining:
             self.settings.extra.update(prepared.extra())
             self.settings.space = self.space.to_json()
@@ -83,8 +84,8 @@ class Session:
         self.claims = Claims(storage.engine, storage.get_study_id_from_name(self.name))
         recover(study, self.claims, events, self.noted_interruptions, self.attach_log)
         _enqueue_anchors(study, prepared)
-        if self.options.warm_start:
-            _enqueue_warm_start(study, find_warm_start(self.options, self.storage_url), self.space, events)
+        if self.request.warm_start:
+            _enqueue_warm_start(study, find_warm_start(self.request, self.storage_url), self.space, events)
         stored = sum(1 for record in studies.records(study) if record.launched and record.outcome)
         events.note(
             f"study {self.name} in {studies.redact(self.storage_url)}: profile {self.profile.name}, "
@@ -109,25 +110,25 @@ def recover(
         events.note(f"trials {numbers} were interrupted when their process died; each is retried once")
 
 
-def open_session(options: SearchOptions, events: SearchEvents) -> Session:
+def open_session(request: SearchRequest, events: SearchEvents) -> Session:
     """Check every input before anything is written: hardware, space, model path, existing study."""
-    hardware = resolve_hardware(options.gpu, options.device)
+    hardware = resolve_hardware(request.hardware.gpu, request.hardware.device)
     if hardware.note:
         events.note(hardware.note)
-    declared = load_space(options.space_path or default_space_path())
+    declared = load_space(request.space_path or default_space_path())
     space = declared.prune(hardware.profile.why_not_value)
-    _check_model_argument(options.model)
-    name = options.study_name or studies.default_study_name(options.model, hardware.profile.name)
-    url = options.storage or studies.default_storage(name, options.studies_dir)
+    _check_model_argument(request.model.id)
+    name = request.storage.study_name or studies.default_study_name(request.model.id, hardware.profile.name)
+    url = request.storage.url or studies.default_storage(name, request.storage.studies_dir)
     settings = StudySettings(
-        model=options.model,
-        revision=options.revision,
+        model=request.model.id,
+        revision=request.model.revision,
         profile=hardware.profile.to_json(),
         space_fingerprint=declared.fingerprint(),
         space=space.to_json(),
-        workload=options.workload.to_json(),
-        quality=options.quality.__dict__,
-        constraints=[str(constraint) for constraint in options.constraints],
+        workload=request.workload.to_json(),
+        quality=request.quality.__dict__,
+        constraints=[str(constraint) for constraint in request.constraints],
     )
     storage, existing = None, None
     if not studies.sqlite_file_missing(url):
@@ -137,39 +138,51 @@ def open_session(options: SearchOptions, events: SearchEvents) -> Session:
             stored = studies.stored_settings(existing)
             settings.check_resumable(stored, name)
             settings.constraints = settings.constraints or stored.constraints  # none given: keep the study's
-    if options.warm_start:
-        find_warm_start(options, url)  # bad input now, before anything is written
-    artifacts.check_location(options.artifacts, url)  # bad input now, before anything is written
-    return Session(options, hardware, space, name, url, storage, existing, settings)
+    if request.warm_start:
+        find_warm_start(request, url)  # bad input now, before anything is written
+    artifacts.check_location(request.storage.artifacts, url)  # bad input now, before anything is written
+    return Session(request, hardware, space, name, url, storage, existing, settings)
 
 
-def find_warm_start(options: SearchOptions, url: str) -> optuna.Study:
+def find_warm_start(request: SearchRequest, url: str) -> optuna.Study:
     """The study named by --warm-start: in this study's storage, or in its own default SQLite file."""
-    assert options.warm_start is not None
-    for candidate in (url, studies.default_storage(options.warm_start, options.studies_dir)):
+    assert request.warm_start is not None
+    for candidate in (url, studies.default_storage(request.warm_start, request.storage.studies_dir)):
         if not studies.sqlite_file_missing(candidate):
-            found = studies.find_study(studies.open_storage(candidate), options.warm_start)
+            found = studies.find_study(studies.open_storage(candidate), request.warm_start)
             if found is not None:
                 return found
-    raise UserError(f"--warm-start: no study named {options.warm_start!r} in {studies.redact(url)} nor in its own file")
+    raise UserError(f"--warm-start: no study named {request.warm_start!r} in {studies.redact(url)} nor in its own file")
 
 
-def join_session(options: SearchOptions, events: SearchEvents) -> tuple[Session, Config]:
+def join_session(worker: WorkerRequest, events: SearchEvents) -> tuple[Session, Config]:
     """A worker joining an existing study: everything comes from the study; returns its reference too."""
-    assert options.study_name is not None and options.storage is not None
-    study = studies.load_stored_study(options.storage, options.study_name)
+    name, url = worker.storage.study_name, worker.storage.url
+    assert name is not None and url is not None
+    study = studies.load_stored_study(url, name)
     stored = studies.stored_settings(study)
-    hardware = hardware_for(GpuProfile(**stored.profile), options.device)
+    hardware = hardware_for(GpuProfile(**stored.profile), worker.device)
     if hardware.note:
         events.note(hardware.note)
-    options.model, options.revision = stored.model, stored.revision
-    options.workload, options.quality = WorkloadSpec(**stored.workload), QualitySpec(**stored.quality)
-    options.constraints = parse_constraints(stored.constraints)
     space = SearchSpace.from_json(stored.space)
-    storage = studies.open_storage(options.storage)
-    session = Session(options, hardware, space, options.study_name, options.storage, storage, study, stored, True)
-    artifacts.check_location(options.artifacts, options.storage)
+    storage = studies.open_storage(url)
+    session = Session(_joined(worker, stored), hardware, space, name, url, storage, study, stored, True)
+    artifacts.check_location(worker.storage.artifacts, url)
     return session, stored.extra["reference"]["config"]
+
+
+def _joined(worker: WorkerRequest, stored: StudySettings) -> SearchRequest:
+    """The request of a worker: the study's model, workload, quality and constraints, with this worker's limits."""
+    return SearchRequest(
+        model=ModelSpec(stored.model, revision=stored.revision, trust_remote_code=worker.trust_remote_code),
+        hardware=HardwareSpec(device=worker.device),
+        workload=WorkloadSpec(**stored.workload),
+        quality=QualitySpec(**stored.quality),
+        budget=worker.budget,
+        storage=worker.storage,
+        constraints=tuple(parse_constraints(stored.constraints)),
+        run_id=worker.run_id,
+    )
 
 
 def _check_model_argument(model: str) -> None:
