@@ -346,6 +346,7 @@ def compare(
     from autotune import study as studies
     from autotune.compare import DEFAULT_TOLERANCES, Tolerances
     from autotune.compare import compare as compare_studies
+    from autotune.pareto import front_numbers
 
     url_a = storage or studies.default_storage(study_a)
     url_b = storage_b or storage or studies.default_storage(study_b)
@@ -356,9 +357,7 @@ def compare(
         memory=_fraction(memory_tolerance, "--memory-tolerance") if memory_tolerance else defaults.memory,
         kl=_fraction(kl_tolerance, "--kl-tolerance") if kl_tolerance else defaults.kl,
     )
-    comparison = compare_studies(
-        studies.records(a), studies.pareto_numbers(a), studies.records(b), studies.pareto_numbers(b), tolerances
-    )
+    comparison = compare_studies(studies.records(a), front_numbers(a), studies.records(b), front_numbers(b), tolerances)
     if as_json:
         print(json.dumps(_comparison_document(study_a, study_b, comparison)))
     else:

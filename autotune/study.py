@@ -24,7 +24,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.constraints import Constraint, violations
 from autotune.errors import StudyMismatchError, UserError
-from autotune.metrics import OBJECTIVES
+from autotune.metrics import OBJECTIVES, Metric, objectives_named
+from autotune.optuna_internals import set_study_system_attr, study_system_attrs
 from autotune.results import Outcome, TaskResult
 from autotune.space import Config, SearchSpace, config_key
 
@@ -150,16 +151,24 @@ class StudySettings:
     quality: dict[str, Any]
     extra: dict[str, Any] = field(default_factory=dict)  # model info, reference, baseline, environment
     constraints: list[str] = field(default_factory=list)  # `search --constraint`, as str(Constraint)
+    # metric names, in the order Optuna stores their values; studies stored before it have the default three
+    objectives: list[str] = field(default_factory=lambda: [metric.name for metric in OBJECTIVES])
 
-    BINDING = ("model", "revision", "space_fingerprint", "workload", "quality")
+    BINDING = ("model", "revision", "space_fingerprint", "workload", "quality", "objectives")
 
     def to_json(self) -> dict[str, Any]:
         return {key: getattr(self, key) for key in self.__dataclass_fields__}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> StudySettings:
-        values = {key: data.get(key) for key in cls.__dataclass_fields__ if key not in ("extra", "constraints")}
-        return cls(**values, extra=data["extra"], constraints=list(data.get("constraints") or []))
+        values = {key: data.get(key) for key in cls.__dataclass_fields__}
+        values["constraints"] = list(data.get("constraints") or [])
+        values["objectives"] = list(data.get("objectives") or [metric.name for metric in OBJECTIVES])
+        return cls(**values)
+
+    @property
+    def objective_metrics(self) -> tuple[Metric, ...]:
+        return objectives_named(self.objectives)
 
     def check_resumable(self, stored: StudySettings, name: str) -> None:
         """Refuse to resume a study created with other binding settings."""
@@ -199,7 +208,7 @@ def create_study(
         study = optuna.create_study(
             study_name=name,
             storage=storage,
-            directions=[metric.direction for metric in OBJECTIVES],
+            directions=[metric.direction for metric in settings.objective_metrics],
             sampler=make_sampler(seed),
         )
     except optuna.exceptions.DuplicatedStudyError:
@@ -215,22 +224,22 @@ def load_existing(storage: optuna.storages.BaseStorage, name: str, seed: int | N
     return study
 
 
-def metric_names() -> list[str]:
+def metric_names(objectives: Sequence[Metric] = OBJECTIVES) -> list[str]:
     """The objectives as Optuna's tools label them: what, and in which unit."""
-    return [f"{metric.label} [{metric.unit}]" for metric in OBJECTIVES]
+    return [f"{metric.label} [{metric.unit}]" for metric in objectives]
 
 
-def name_metrics(study: optuna.Study) -> None:
-    study.set_metric_names(metric_names())
+def name_metrics(study: optuna.Study, objectives: Sequence[Metric] = OBJECTIVES) -> None:
+    study.set_metric_names(metric_names(objectives))
 
 
 def _system_attr(study: optuna.Study, key: str) -> Any:
-    stored = study._storage.get_study_system_attrs(study._study_id)  # Study shows no system attributes
+    stored = study_system_attrs(study)
     return stored[key] if key in stored else study.user_attrs.get(key)
 
 
 def _set_system_attr(study: optuna.Study, key: str, value: Any) -> None:
-    study._storage.set_study_system_attr(study._study_id, key, value)
+    set_study_system_attr(study, key, value)
     if key in study.user_attrs:  # a study made before: its copy there would keep `optuna studies` wide
         study.set_user_attr(key, MOVED_NOTE)
 
@@ -264,7 +273,7 @@ def has_settings(study: optuna.Study) -> bool:
 def update_settings(study: optuna.Study, settings: StudySettings) -> None:
     """Store the settings, the objectives' names, and a short summary that `optuna studies` can show."""
     _set_system_attr(study, SETTINGS_ATTR, settings.to_json())
-    name_metrics(study)
+    name_metrics(study, settings.objective_metrics)
     for key, value in settings_summary(settings).items():
         study.set_user_attr(key, value)
 
@@ -402,6 +411,7 @@ def record_result(
     result: TaskResult,
     duration_s: float,
     constraints: Sequence[Constraint] = (),
+    objectives: Sequence[Metric] = OBJECTIVES,
 ) -> None:
     """Store a result and finish the trial: COMPLETE with objective values, or FAIL with its reason.
 
@@ -422,7 +432,7 @@ def record_result(
         trial.set_user_attr("stats", result.stats)
         for key, value in violations(constraints, result.metrics).items():
             trial.set_constraint(key, value)
-        study.tell(trial, [result.metrics[metric.name] for metric in OBJECTIVES])
+        study.tell(trial, [result.metrics[metric.name] for metric in objectives])
         return
     trial.set_user_attr("message", result.message)
     trial.set_user_attr(FAIL_REASON_ATTR, fail_reason(result.outcome.value, result.message))
@@ -452,10 +462,6 @@ def record_skip(study: optuna.Study, trial: optuna.Trial, config: Config, reason
     trial.set_user_attr("config", config)
     trial.set_user_attr("skipped", reason)
     study.tell(trial, state=TrialState.PRUNED)
-
-
-def pareto_numbers(study: optuna.Study) -> set[int]:
-    return {trial.number for trial in study.best_trials}
 
 
 def exclusions(study: optuna.Study) -> dict[str, dict[str, str]]:

@@ -15,6 +15,7 @@ from autotune import study as studies
 from autotune.claims import Claims
 from autotune.constraints import Constraint, parse_constraints
 from autotune.errors import UserError
+from autotune.pareto import front_numbers
 from autotune.paths import default_space_path
 from autotune.profiles import GpuProfile, Hardware, hardware_for, resolve_hardware
 from autotune.recovery import LogAttacher, recover_interrupted
@@ -22,7 +23,7 @@ from autotune.results import QualitySpec, WorkloadSpec
 from autotune.search.options import SearchEvents, SearchOptions
 from autotune.search.prepare import Prepared
 from autotune.space import Config, SearchSpace, config_key, load_space
-from autotune.study import StudySettings, TrialRecord
+from autotune.study import StudySettings
 
 
 @dataclass
@@ -195,7 +196,8 @@ def _enqueue_anchors(study: optuna.Study, prepared: Prepared) -> None:
 
 def _enqueue_warm_start(study: optuna.Study, previous: optuna.Study, space: SearchSpace, events: SearchEvents) -> None:
     """The front of another study (last night's, say) is measured first: the environment may have changed."""
-    configs = [space.normalize(TrialRecord.from_frozen(trial).config) for trial in previous.best_trials]
+    front = front_numbers(previous)
+    configs = [space.normalize(record.config) for record in studies.records(previous) if record.number in front]
     runnable = [config for config in configs if space.violation(config) is None]
     added = _enqueue_new(study, [(config, ["warm-start"]) for config in runnable])
     events.note(
