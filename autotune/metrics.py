@@ -29,6 +29,11 @@ class Metric:
     def heading(self) -> str:
         return self.short or self.label
 
+    @property
+    def axis_title(self) -> str:
+        unit = f" ({self.unit})" if self.unit else ""
+        return self.axis or f"{'log10 ' if self.log_floor else ''}{self.heading}{unit}"
+
     def on_scale(self, value: float) -> float:
         """The value on the scale it is compared on (log10 above its floor, or as it is)."""
         return math.log10(max(value, self.log_floor)) if self.log_floor else value

@@ -277,7 +277,9 @@ def parallel(
         ticks = [*values, NOT_APPLICABLE] if any(knob not in r.config for r in complete) else list(values)
         index = {str(value): i for i, value in enumerate(ticks)}
         axes.append(Axis(knob, [index[str(r.config.get(knob, NOT_APPLICABLE))] for r in complete], ticks))
-    axes += [Axis(metric.axis, [metric.on_scale(r.metrics[metric.name]) for r in complete]) for metric in objectives]
+    axes += [
+        Axis(metric.axis_title, [metric.on_scale(r.metrics[metric.name]) for r in complete]) for metric in objectives
+    ]
     first = objectives[0]
     return Parallel([r.number for r in complete], axes, [r.metrics[first.name] for r in complete])
 
