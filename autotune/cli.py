@@ -507,7 +507,7 @@ def measure(
         "stats": result.stats,
         "timings": result.timings,
         "environment": result.environment,
-        "serve": result.details.get("serve"),  # serve workload: the command that ran, figures per load level
+        "serve": result.details.serve,  # serve workload: the command that ran, figures per load level
     }
     if as_json:
         print(json.dumps(document))

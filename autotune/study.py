@@ -139,6 +139,51 @@ def find_study(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study 
 
 
 @dataclass
+class PreparedFacts:
+    """What the prepare step found on the machine that searched the study: the report shows them.
+
+    Stored in the settings under "extra", in the layout studies have always had; empty until the
+    first search has prepared the model.
+    """
+
+    model_path: str | None = None  # where the model loads from (the demo model's cache folder for `demo`)
+    model_info: dict[str, Any] = field(default_factory=dict)  # parameters, checkpoint dtype, default attention
+    environment: dict[str, Any] = field(default_factory=dict)  # versions, GPU
+    reference_config: dict[str, Any] | None = None
+    reference_perplexity: float | None = None
+    baseline_config: dict[str, Any] | None = None
+    device: str | None = None
+    hardware_note: str | None = None  # e.g. the profile names a smaller GPU than the one measured on
+
+    def to_json(self) -> dict[str, Any]:
+        if self == PreparedFacts():
+            return {}
+        return {
+            "model_info": self.model_info,
+            "model_path": self.model_path,
+            "environment": self.environment,
+            "reference": {"config": self.reference_config, "perplexity": self.reference_perplexity},
+            "baseline": {"config": self.baseline_config},
+            "device": self.device,
+            "hardware_note": self.hardware_note,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PreparedFacts:
+        reference, baseline = data.get("reference") or {}, data.get("baseline") or {}
+        return cls(
+            model_path=data.get("model_path"),
+            model_info=data.get("model_info") or {},
+            environment=data.get("environment") or {},
+            reference_config=reference.get("config"),
+            reference_perplexity=reference.get("perplexity"),
+            baseline_config=baseline.get("config"),
+            device=data.get("device"),
+            hardware_note=data.get("hardware_note"),
+        )
+
+
+@dataclass
 class StudySettings:
     """What a study is bound to: resuming with other values would mix figures that do not compare."""
 
@@ -149,7 +194,7 @@ class StudySettings:
     space: dict[str, Any]
     workload: dict[str, Any]
     quality: dict[str, Any]
-    extra: dict[str, Any] = field(default_factory=dict)  # model info, reference, baseline, environment
+    prepared: PreparedFacts = field(default_factory=PreparedFacts)  # stored as "extra"
     constraints: list[str] = field(default_factory=list)  # `search --constraint`, as str(Constraint)
     # metric names, in the order Optuna stores their values; studies stored before it have the default three
     objectives: list[str] = field(default_factory=lambda: [metric.name for metric in OBJECTIVES])
@@ -157,11 +202,13 @@ class StudySettings:
     BINDING = ("model", "revision", "space_fingerprint", "workload", "quality", "objectives")
 
     def to_json(self) -> dict[str, Any]:
-        return {key: getattr(self, key) for key in self.__dataclass_fields__}
+        data = {key: getattr(self, key) for key in self.__dataclass_fields__ if key != "prepared"}
+        return {**data, "extra": self.prepared.to_json()}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> StudySettings:
         values = {key: data.get(key) for key in cls.__dataclass_fields__}
+        values["prepared"] = PreparedFacts.from_json(data.get("extra") or {})
         values["constraints"] = list(data.get("constraints") or [])
         values["objectives"] = list(data.get("objectives") or [metric.name for metric in OBJECTIVES])
         return cls(**values)
@@ -424,10 +471,10 @@ def record_result(
     if result.environment:
         trial.set_user_attr("environment", result.environment)
     if result.ok:
-        if "plan" in result.details:  # the worker ran an adapted plan (e.g. another quantized-cache backend)
-            trial.set_user_attr("plan", result.details["plan"])
-        if "serve" in result.details:  # the serve command that ran and the figures of each load level
-            trial.set_user_attr("serve", result.details["serve"])
+        if result.details.plan is not None:  # the worker ran an adapted plan (e.g. another quantized-cache backend)
+            trial.set_user_attr("plan", result.details.plan)
+        if result.details.serve is not None:
+            trial.set_user_attr("serve", result.details.serve)
         trial.set_user_attr("metrics", result.metrics)
         trial.set_user_attr("stats", result.stats)
         for key, value in violations(constraints, result.metrics).items():

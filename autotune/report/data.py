@@ -174,7 +174,7 @@ def _with_role(records: list[TrialRecord], role: str) -> TrialRecord | None:
 def model_id_for_code(settings: StudySettings) -> str:
     """The id to paste: the user's hub id or path; the demo model's cached folder for `demo`."""
     if settings.model == "demo":
-        return settings.extra.get("model_path", "demo")
+        return settings.prepared.model_path or "demo"
     return settings.model
 
 
@@ -182,9 +182,9 @@ def card(record: TrialRecord, settings: StudySettings, baseline: TrialRecord | N
     """Figures against the baseline and the reference, and the snippets, for one measured configuration."""
     plan = Plan.from_json(record.plan) if record.plan else Plan()
     model_id = model_id_for_code(settings)
-    device = settings.extra.get("device", "cuda")
+    device = settings.prepared.device or "cuda"
     m = record.metrics
-    reference_perplexity = (settings.extra.get("reference") or {}).get("perplexity")
+    reference_perplexity = settings.prepared.reference_perplexity
     perplexity = m.get("perplexity")
     return ParetoCard(
         record=record,
@@ -377,19 +377,19 @@ def failure_groups(launched: list[TrialRecord]) -> list[FailureGroup]:
 
 def environment(settings: StudySettings, runs: list[dict[str, Any]], launched: list[TrialRecord]) -> dict[str, str]:
     """Device, versions, model, constraints and the budget used, as label -> text."""
-    extra = settings.extra
+    prepared = settings.prepared
     rows: dict[str, Any] = {
-        "device": extra.get("device"),
+        "device": prepared.device,
         "profile": f"{settings.profile['name']}: {settings.profile['description']}",
-        **(extra.get("environment") or {}),
-        "model parameters": (extra.get("model_info") or {}).get("parameters"),
-        "reference configuration": (extra.get("reference") or {}).get("config"),
-        "baseline configuration": (extra.get("baseline") or {}).get("config"),
+        **prepared.environment,
+        "model parameters": prepared.model_info.get("parameters"),
+        "reference configuration": prepared.reference_config,
+        "baseline configuration": prepared.baseline_config,
         "constraints": ", ".join(settings.constraints) or "none",
     }
     rows.update(budget_used(runs, launched))
-    if extra.get("hardware_note"):
-        rows["note"] = extra["hardware_note"]
+    if prepared.hardware_note:
+        rows["note"] = prepared.hardware_note
     return {key: str(value) for key, value in rows.items() if value is not None}
 
 

@@ -78,7 +78,7 @@ class Session:
         self.storage = storage
         self.artifact_store = artifacts.open_store(self.options.artifacts, self.storage_url)
         if not self.joining:
-            self.settings.extra.update(prepared.extra())
+            self.settings.prepared = prepared.facts()
             self.settings.space = self.space.to_json()
             studies.update_settings(study, self.settings)
         self.claims = Claims(storage.engine, storage.get_study_id_from_name(self.name))
@@ -170,7 +170,7 @@ def join_session(options: SearchOptions, events: SearchEvents) -> tuple[Session,
     storage = studies.open_storage(options.storage)
     session = Session(options, hardware, space, options.study_name, options.storage, storage, study, stored, True)
     artifacts.check_location(options.artifacts, options.storage)
-    return session, stored.extra["reference"]["config"]
+    return session, stored.prepared.reference_config
 
 
 def _check_model_argument(model: str) -> None:
