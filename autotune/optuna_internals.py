@@ -20,10 +20,13 @@ class OptunaInternalsError(RuntimeError):
     """A private Optuna API autotune relies on is gone in the installed version."""
 
 
+WRITTEN_FOR = "5.0"  # the Optuna version these were read against
+
+
 def missing_api(what: str) -> OptunaInternalsError:
     return OptunaInternalsError(
-        f"Optuna {optuna.__version__} has no {what}, which autotune uses; install the Optuna version "
-        "pyproject.toml names, or adapt autotune/optuna_internals.py"
+        f"Optuna {optuna.__version__} has no {what}, which autotune uses; install Optuna {WRITTEN_FOR}, "
+        "or adapt autotune/optuna_internals.py to this version"
     )
 
 

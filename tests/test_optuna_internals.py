@@ -17,7 +17,7 @@ from autotune import study as studies
 
 PACKAGE = Path(internals.__file__).parent
 # An import from a private Optuna module, or a private attribute reached on one of its objects.
-PRIVATE_USE = re.compile(r"optuna(\.\w+)*\._\w+|\._(trial_id|study_id|storage|get_stale_trial_ids)\b")
+PRIVATE_USE = re.compile(r"optuna(\.\w+)*\._(?!_)\w+|\._(trial_id|study_id|storage|get_stale_trial_ids)\b")
 
 
 @pytest.fixture
