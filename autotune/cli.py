@@ -624,7 +624,8 @@ def best(
     stored = studies.load_stored_study(url, study)
     settings = studies.stored_settings(stored)
     records = studies.records(stored)
-    chosen = pick(records, parse_constraints([*settings.constraints, *map(str, asked)]), goal)
+    constraints = parse_constraints([*settings.constraints, *map(str, asked)])
+    chosen = pick(records, constraints, goal, settings.objective_metrics)
     if chosen.chosen is None:
         raise NothingSatisfiesError(chosen.why_none())
     baseline = next((r for r in records if "baseline" in r.roles and r.complete), None)
