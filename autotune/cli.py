@@ -192,6 +192,7 @@ def compare(
     from autotune import study as studies
     from autotune.compare import DEFAULT_TOLERANCES, Tolerances
     from autotune.compare import compare as compare_studies
+    from autotune.pareto import front_numbers
 
     url_a = storage or studies.default_storage(study_a)
     url_b = storage_b or storage or studies.default_storage(study_b)
@@ -202,9 +203,7 @@ def compare(
         memory=_fraction(memory_tolerance, "--memory-tolerance") if memory_tolerance else defaults.memory,
         kl=_fraction(kl_tolerance, "--kl-tolerance") if kl_tolerance else defaults.kl,
     )
-    comparison = compare_studies(
-        studies.records(a), studies.pareto_numbers(a), studies.records(b), studies.pareto_numbers(b), tolerances
-    )
+    comparison = compare_studies(studies.records(a), front_numbers(a), studies.records(b), front_numbers(b), tolerances)
     print_comparison(study_a, study_b, comparison, as_json)
     if comparison.regressed:
         raise typer.Exit(3)
@@ -257,7 +256,7 @@ def measure(
         "stats": result.stats,
         "timings": result.timings,
         "environment": result.environment,
-        "serve": result.details.get("serve"),  # serve workload: the command that ran, figures per load level
+        "serve": result.details.serve,  # serve workload: the command that ran, figures per load level
     }
     print_measurement(document, as_json)
     if not result.ok:
@@ -335,7 +334,8 @@ def best(
     stored = studies.load_stored_study(url, study)
     settings = studies.stored_settings(stored)
     records = studies.records(stored)
-    chosen = pick(records, parse_constraints([*settings.constraints, *map(str, asked)]), goal)
+    constraints = parse_constraints([*settings.constraints, *map(str, asked)])
+    chosen = pick(records, constraints, goal, settings.objective_metrics)
     if chosen.chosen is None:
         raise NothingSatisfiesError(chosen.why_none())
     baseline = next((r for r in records if "baseline" in r.roles and r.complete), None)

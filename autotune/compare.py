@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from autotune.metrics import KL_DIVERGENCE, PEAK_MEMORY, THROUGHPUT
-from autotune.pareto import KL_FLOOR  # KL values below it are noise around zero: compare as equal
+from autotune.metrics import KL_DIVERGENCE, KL_FLOOR, PEAK_MEMORY, THROUGHPUT  # KL below its floor: equal
 from autotune.study import TrialRecord
 
 MOVED = (THROUGHPUT.name, "ttft_s", "tpot_s", PEAK_MEMORY.name, KL_DIVERGENCE.name)

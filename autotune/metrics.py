@@ -1,7 +1,14 @@
-"""The figures a trial reports, and the three the study optimises."""
+"""The figures a trial reports, and the objectives a study optimises (by default three of them).
+
+A metric is data: its name in a trial's figures, label, unit, direction, and how it becomes a loss
+on the common scale the Pareto front and the hypervolume use (lower is better; figures that span
+decades, such as KL, compared on a log scale). Any metric with a direction can be an objective.
+"""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -14,13 +21,42 @@ class Metric:
     label: str
     unit: str
     direction: Direction | None = None
+    log_floor: float | None = None  # compared as log10(max(value, floor)): it spans decades
+    short: str = ""  # its name in table headers and legends
+    axis: str = ""  # its axis title in the report's charts, on the scale it is compared on
+
+    @property
+    def heading(self) -> str:
+        return self.short or self.label
+
+    @property
+    def axis_title(self) -> str:
+        unit = f" ({self.unit})" if self.unit else ""
+        return self.axis or f"{'log10 ' if self.log_floor else ''}{self.heading}{unit}"
+
+    def on_scale(self, value: float) -> float:
+        """The value on the scale it is compared on (log10 above its floor, or as it is)."""
+        return math.log10(max(value, self.log_floor)) if self.log_floor else value
+
+    def minimised(self, value: float) -> float:
+        """As Optuna compares it: negated when higher is better (dominance, ties)."""
+        if self.direction is None:
+            raise ValueError(f"{self.name} has no direction, so it cannot be an objective")
+        return -value if self.direction == "maximize" else value
+
+    def loss(self, value: float) -> float:
+        """As the hypervolume compares it: minimised, on its own scale."""
+        return self.minimised(self.on_scale(value))
 
 
-THROUGHPUT = Metric("throughput_tok_s", "decode throughput", "tok/s", "maximize")
-PEAK_MEMORY = Metric("peak_memory_gb", "peak memory", "GB", "minimize")
-KL_DIVERGENCE = Metric("kl_divergence", "KL divergence vs reference", "nats/token", "minimize")
+THROUGHPUT = Metric("throughput_tok_s", "decode throughput", "tok/s", "maximize", short="throughput", axis="tokens/s")
+PEAK_MEMORY = Metric("peak_memory_gb", "peak memory", "GB", "minimize", short="peak memory", axis="peak memory (GB)")
+KL_FLOOR = 1e-6  # the reference's KL is 0; below this, KL is noise around zero
+KL_DIVERGENCE = Metric(
+    "kl_divergence", "KL divergence vs reference", "nats/token", "minimize", KL_FLOOR, short="KL", axis="log10 KL"
+)
 
-# The study's objectives, in the order Optuna stores their values.
+# The default objectives, in the order Optuna stores their values: every study before issue 17 has these.
 OBJECTIVES: tuple[Metric, ...] = (THROUGHPUT, PEAK_MEMORY, KL_DIVERGENCE)
 
 REPORTED: tuple[Metric, ...] = (
@@ -55,3 +91,14 @@ REPORTED: tuple[Metric, ...] = (
 )
 
 METRICS: dict[str, Metric] = {metric.name: metric for metric in REPORTED}
+
+
+def objectives_named(names: Sequence[str]) -> tuple[Metric, ...]:
+    """The metrics a study optimises, from their names as its settings store them."""
+    unknown = [name for name in names if name not in METRICS or METRICS[name].direction is None]
+    if unknown:
+        raise ValueError(f"not an objective: {', '.join(unknown)}; known: {', '.join(OBJECTIVE_CHOICES)}")
+    return tuple(METRICS[name] for name in names)
+
+
+OBJECTIVE_CHOICES = tuple(name for name, metric in METRICS.items() if metric.direction is not None)

@@ -12,12 +12,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-from optuna.study._multi_objective import _is_pareto_front
-
 from autotune.constraints import Constraint, failed, metric_name
 from autotune.errors import UserError
-from autotune.metrics import KL_DIVERGENCE, OBJECTIVES, PEAK_MEMORY, THROUGHPUT, Metric
+from autotune.metrics import OBJECTIVES, THROUGHPUT, Metric
+from autotune.pareto import non_dominated
 from autotune.study import TrialRecord
 
 
@@ -69,15 +67,20 @@ class Pick:
         return f"none of the {self.considered} complete trials satisfies {asked}"
 
 
-def pick(records: Sequence[TrialRecord], constraints: Sequence[Constraint], goal: Goal = DEFAULT_GOAL) -> Pick:
+def pick(
+    records: Sequence[TrialRecord],
+    constraints: Sequence[Constraint],
+    goal: Goal = DEFAULT_GOAL,
+    objectives: Sequence[Metric] = OBJECTIVES,
+) -> Pick:
     complete = [record for record in records if record.complete and record.launched]
     feasible = [
         record
         for record in complete
         if not failed(constraints, record.metrics) and _finite(record.metrics.get(goal.metric.name))
     ]
-    chosen = min(feasible, key=lambda record: _rank(record, goal), default=None)
-    on_front = chosen is not None and chosen.number in front_numbers(feasible)
+    chosen = min(feasible, key=lambda record: _rank(record, goal, objectives), default=None)
+    on_front = chosen is not None and chosen.number in non_dominated(feasible, objectives)
     return Pick(goal, list(constraints), len(complete), feasible, chosen, on_front)
 
 
@@ -85,19 +88,8 @@ def _finite(value: float | None) -> bool:
     return value is not None and math.isfinite(value)
 
 
-def _rank(record: TrialRecord, goal: Goal) -> tuple[float, ...]:
+def _rank(record: TrialRecord, goal: Goal, objectives: Sequence[Metric]) -> tuple[float, ...]:
     m = record.metrics
     first = -m[goal.metric.name] if goal.maximize else m[goal.metric.name]
-    return (first, -m[THROUGHPUT.name], m[PEAK_MEMORY.name], m[KL_DIVERGENCE.name], record.number)
-
-
-def front_numbers(records: Sequence[TrialRecord]) -> set[int]:
-    """The non-dominated trials among these, by Optuna's own Pareto test (objectives as losses)."""
-    if not records:
-        return set()
-    sign = [-1.0 if metric.direction == "maximize" else 1.0 for metric in OBJECTIVES]
-    losses = np.array(
-        [[s * r.metrics[metric.name] for s, metric in zip(sign, OBJECTIVES, strict=True)] for r in records]
-    )
-    on_front = _is_pareto_front(losses, assume_unique_lexsorted=False)
-    return {record.number for record, is_on in zip(records, on_front, strict=True) if is_on}
+    ties = (metric.minimised(m[metric.name]) for metric in objectives)
+    return (first, *ties, record.number)

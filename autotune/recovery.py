@@ -19,10 +19,10 @@ import optuna
 import psutil
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages import fail_stale_trials
-from optuna.storages._heartbeat import is_heartbeat_enabled
 from optuna.trial import TrialState
 
 from autotune.claims import Claims
+from autotune.optuna_internals import heartbeat_enabled, stale_trial_ids, study_id, study_storage
 from autotune.study import FAIL_REASON_ATTR, TrialRecord, interrupted_message, records
 
 OWNER_ATTR = "owner"
@@ -44,7 +44,7 @@ def owner_alive(owner: dict[str, Any]) -> bool:
 
 def recover_interrupted(study: optuna.Study, claims: Claims, attach_log: LogAttacher | None = None) -> list[int]:
     """Fail the trials whose process died, queue their retry, release their claims; their numbers."""
-    storage = study._storage  # the study's RDBStorage: Optuna exposes no public accessor
+    storage = study_storage(study)
     host = socket.gethostname()
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         owner = trial.user_attrs.get(OWNER_ATTR)
@@ -61,7 +61,7 @@ def recover_interrupted(study: optuna.Study, claims: Claims, attach_log: LogAtta
 def _fail_and_retry(
     storage: optuna.storages.BaseStorage, study: optuna.Study, number: int, attach_log: LogAttacher | None
 ) -> None:
-    trial_id = storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
+    trial_id = storage.get_trial_id_from_study_id_trial_number(study_id(study), number)
     try:
         _explain(storage, trial_id, attach_log)
         if not storage.set_trial_state_values(trial_id, state=TrialState.FAIL):
@@ -75,9 +75,9 @@ def _fail_and_retry(
 
 def _explain_stale(storage: optuna.storages.RDBStorage, study: optuna.Study, attach_log: LogAttacher | None) -> None:
     """Give the trials that fail_stale_trials is about to fail their reason (Optuna asks none)."""
-    if not is_heartbeat_enabled(storage):
+    if not heartbeat_enabled(storage):
         return
-    for trial_id in storage._get_stale_trial_ids(study._study_id):  # the ids fail_stale_trials fails
+    for trial_id in stale_trial_ids(storage, study):
         try:
             _explain(storage, trial_id, attach_log)
         except UpdateFinishedTrialError:  # it finished meanwhile

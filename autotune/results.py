@@ -143,6 +143,35 @@ class TaskSpec:
 
 
 @dataclass
+class FoundReference:
+    """The reference outputs a prepare task computed, or found cached, for its most precise configuration."""
+
+    config: dict[str, Any]
+    path: str  # its log-probabilities on the evaluation text
+    greedy_path: str  # its greedy continuations of the workload's inputs
+    perplexity: float
+
+
+@dataclass
+class TaskDetails:
+    """What a task returns besides its figures; each field belongs to one kind of task, None elsewhere."""
+
+    model_path: str | None = None  # prepare: the folder the model loads from
+    model: dict[str, Any] | None = None  # prepare: parameters, checkpoint dtype, default attention, position limit
+    reference: FoundReference | None = None  # prepare
+    plan: dict[str, Any] | None = None  # trial: the plan that ran, when this installation changed the planned one
+    serve: dict[str, Any] | None = None  # serve trial: the command that ran and the figures of each load level
+
+    def to_json(self) -> dict[str, Any]:
+        return {key: value for key, value in asdict(self).items() if value is not None}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TaskDetails:
+        reference = data.get("reference")
+        return cls(**{**data, "reference": FoundReference(**reference) if reference else None})
+
+
+@dataclass
 class TaskResult:
     outcome: Outcome
     message: str = ""
@@ -151,7 +180,7 @@ class TaskResult:
     stats: dict[str, dict[str, float]] = field(default_factory=dict)  # spread of each timed figure
     timings: dict[str, float] = field(default_factory=dict)  # seconds per phase
     environment: dict[str, Any] = field(default_factory=dict)
-    details: dict[str, Any] = field(default_factory=dict)  # task-specific payload
+    details: TaskDetails = field(default_factory=TaskDetails)
     excludes: dict[str, Any] | None = None  # {"knob", "value"} that can never run in this environment
     pid: int | None = None
     exit_code: int | None = None
@@ -164,6 +193,7 @@ class TaskResult:
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["outcome"] = self.outcome.value
+        data["details"] = self.details.to_json()
         return data
 
     @classmethod
@@ -171,6 +201,7 @@ class TaskResult:
         known = {f.name for f in fields(cls)}
         values = {key: value for key, value in data.items() if key in known}
         values["outcome"] = Outcome(values["outcome"])
+        values["details"] = TaskDetails.from_json(values.get("details") or {})
         return cls(**values)
 
 

@@ -24,7 +24,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.constraints import Constraint, violations
 from autotune.errors import StudyMismatchError, UserError
-from autotune.metrics import OBJECTIVES
+from autotune.metrics import OBJECTIVES, Metric, objectives_named
+from autotune.optuna_internals import set_study_system_attr, study_system_attrs
 from autotune.results import Outcome, TaskResult
 from autotune.space import Config, SearchSpace, config_key
 
@@ -138,6 +139,51 @@ def find_study(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study 
 
 
 @dataclass
+class PreparedFacts:
+    """What the prepare step found on the machine that searched the study: the report shows them.
+
+    Stored in the settings under "extra", in the layout studies have always had; empty until the
+    first search has prepared the model.
+    """
+
+    model_path: str | None = None  # where the model loads from (the demo model's cache folder for `demo`)
+    model_info: dict[str, Any] = field(default_factory=dict)  # parameters, checkpoint dtype, default attention
+    environment: dict[str, Any] = field(default_factory=dict)  # versions, GPU
+    reference_config: dict[str, Any] | None = None
+    reference_perplexity: float | None = None
+    baseline_config: dict[str, Any] | None = None
+    device: str | None = None
+    hardware_note: str | None = None  # e.g. the profile names a smaller GPU than the one measured on
+
+    def to_json(self) -> dict[str, Any]:
+        if self == PreparedFacts():
+            return {}
+        return {
+            "model_info": self.model_info,
+            "model_path": self.model_path,
+            "environment": self.environment,
+            "reference": {"config": self.reference_config, "perplexity": self.reference_perplexity},
+            "baseline": {"config": self.baseline_config},
+            "device": self.device,
+            "hardware_note": self.hardware_note,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PreparedFacts:
+        reference, baseline = data.get("reference") or {}, data.get("baseline") or {}
+        return cls(
+            model_path=data.get("model_path"),
+            model_info=data.get("model_info") or {},
+            environment=data.get("environment") or {},
+            reference_config=reference.get("config"),
+            reference_perplexity=reference.get("perplexity"),
+            baseline_config=baseline.get("config"),
+            device=data.get("device"),
+            hardware_note=data.get("hardware_note"),
+        )
+
+
+@dataclass
 class StudySettings:
     """What a study is bound to: resuming with other values would mix figures that do not compare."""
 
@@ -148,18 +194,28 @@ class StudySettings:
     space: dict[str, Any]
     workload: dict[str, Any]
     quality: dict[str, Any]
-    extra: dict[str, Any] = field(default_factory=dict)  # model info, reference, baseline, environment
+    prepared: PreparedFacts = field(default_factory=PreparedFacts)  # stored as "extra"
     constraints: list[str] = field(default_factory=list)  # `search --constraint`, as str(Constraint)
+    # metric names, in the order Optuna stores their values; studies stored before it have the default three
+    objectives: list[str] = field(default_factory=lambda: [metric.name for metric in OBJECTIVES])
 
-    BINDING = ("model", "revision", "space_fingerprint", "workload", "quality")
+    BINDING = ("model", "revision", "space_fingerprint", "workload", "quality", "objectives")
 
     def to_json(self) -> dict[str, Any]:
-        return {key: getattr(self, key) for key in self.__dataclass_fields__}
+        data = {key: getattr(self, key) for key in self.__dataclass_fields__ if key != "prepared"}
+        return {**data, "extra": self.prepared.to_json()}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> StudySettings:
-        values = {key: data.get(key) for key in cls.__dataclass_fields__ if key not in ("extra", "constraints")}
-        return cls(**values, extra=data["extra"], constraints=list(data.get("constraints") or []))
+        values = {key: data.get(key) for key in cls.__dataclass_fields__}
+        values["prepared"] = PreparedFacts.from_json(data.get("extra") or {})
+        values["constraints"] = list(data.get("constraints") or [])
+        values["objectives"] = list(data.get("objectives") or [metric.name for metric in OBJECTIVES])
+        return cls(**values)
+
+    @property
+    def objective_metrics(self) -> tuple[Metric, ...]:
+        return objectives_named(self.objectives)
 
     def check_resumable(self, stored: StudySettings, name: str) -> None:
         """Refuse to resume a study created with other binding settings."""
@@ -199,7 +255,7 @@ def create_study(
         study = optuna.create_study(
             study_name=name,
             storage=storage,
-            directions=[metric.direction for metric in OBJECTIVES],
+            directions=[metric.direction for metric in settings.objective_metrics],
             sampler=make_sampler(seed),
         )
     except optuna.exceptions.DuplicatedStudyError:
@@ -215,22 +271,22 @@ def load_existing(storage: optuna.storages.BaseStorage, name: str, seed: int | N
     return study
 
 
-def metric_names() -> list[str]:
+def metric_names(objectives: Sequence[Metric] = OBJECTIVES) -> list[str]:
     """The objectives as Optuna's tools label them: what, and in which unit."""
-    return [f"{metric.label} [{metric.unit}]" for metric in OBJECTIVES]
+    return [f"{metric.label} [{metric.unit}]" for metric in objectives]
 
 
-def name_metrics(study: optuna.Study) -> None:
-    study.set_metric_names(metric_names())
+def name_metrics(study: optuna.Study, objectives: Sequence[Metric] = OBJECTIVES) -> None:
+    study.set_metric_names(metric_names(objectives))
 
 
 def _system_attr(study: optuna.Study, key: str) -> Any:
-    stored = study._storage.get_study_system_attrs(study._study_id)  # Study shows no system attributes
+    stored = study_system_attrs(study)
     return stored[key] if key in stored else study.user_attrs.get(key)
 
 
 def _set_system_attr(study: optuna.Study, key: str, value: Any) -> None:
-    study._storage.set_study_system_attr(study._study_id, key, value)
+    set_study_system_attr(study, key, value)
     if key in study.user_attrs:  # a study made before: its copy there would keep `optuna studies` wide
         study.set_user_attr(key, MOVED_NOTE)
 
@@ -264,7 +320,7 @@ def has_settings(study: optuna.Study) -> bool:
 def update_settings(study: optuna.Study, settings: StudySettings) -> None:
     """Store the settings, the objectives' names, and a short summary that `optuna studies` can show."""
     _set_system_attr(study, SETTINGS_ATTR, settings.to_json())
-    name_metrics(study)
+    name_metrics(study, settings.objective_metrics)
     for key, value in settings_summary(settings).items():
         study.set_user_attr(key, value)
 
@@ -402,6 +458,7 @@ def record_result(
     result: TaskResult,
     duration_s: float,
     constraints: Sequence[Constraint] = (),
+    objectives: Sequence[Metric] = OBJECTIVES,
 ) -> None:
     """Store a result and finish the trial: COMPLETE with objective values, or FAIL with its reason.
 
@@ -414,15 +471,15 @@ def record_result(
     if result.environment:
         trial.set_user_attr("environment", result.environment)
     if result.ok:
-        if "plan" in result.details:  # the worker ran an adapted plan (e.g. another quantized-cache backend)
-            trial.set_user_attr("plan", result.details["plan"])
-        if "serve" in result.details:  # the serve command that ran and the figures of each load level
-            trial.set_user_attr("serve", result.details["serve"])
+        if result.details.plan is not None:  # the worker ran an adapted plan (e.g. another quantized-cache backend)
+            trial.set_user_attr("plan", result.details.plan)
+        if result.details.serve is not None:
+            trial.set_user_attr("serve", result.details.serve)
         trial.set_user_attr("metrics", result.metrics)
         trial.set_user_attr("stats", result.stats)
         for key, value in violations(constraints, result.metrics).items():
             trial.set_constraint(key, value)
-        study.tell(trial, [result.metrics[metric.name] for metric in OBJECTIVES])
+        study.tell(trial, [result.metrics[metric.name] for metric in objectives])
         return
     trial.set_user_attr("message", result.message)
     trial.set_user_attr(FAIL_REASON_ATTR, fail_reason(result.outcome.value, result.message))
@@ -452,10 +509,6 @@ def record_skip(study: optuna.Study, trial: optuna.Trial, config: Config, reason
     trial.set_user_attr("config", config)
     trial.set_user_attr("skipped", reason)
     study.tell(trial, state=TrialState.PRUNED)
-
-
-def pareto_numbers(study: optuna.Study) -> set[int]:
-    return {trial.number for trial in study.best_trials}
 
 
 def exclusions(study: optuna.Study) -> dict[str, dict[str, str]]:

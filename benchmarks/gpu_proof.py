@@ -292,7 +292,7 @@ class Evidence:
 
     @property
     def baseline_config(self) -> Config:
-        return self.settings.extra["baseline"]["config"]
+        return self.settings.prepared.baseline_config
 
     @property
     def baseline(self) -> TrialRecord | None:
@@ -568,7 +568,7 @@ ALWAYS_SHOWN = ("driver", "torch", "transformers", "bitsandbytes", "kernels")
 
 
 def environment_rows(ev: Evidence) -> list[list[str]]:
-    environment = ev.settings.extra.get("environment") or {}
+    environment = ev.settings.prepared.environment
     rows = []
     for key in (*ENVIRONMENT_KEYS, *sorted(set(environment) - set(ENVIRONMENT_KEYS))):
         value = environment.get(key)
@@ -579,22 +579,22 @@ def environment_rows(ev: Evidence) -> list[list[str]]:
         rows.append([key, "not recorded" if value is None else str(value)])
     profile = ev.settings.profile
     rows.append(["profile", f"{profile['name']}: {profile['description']}, {profile['bandwidth_gb_s']} GB/s peak"])
-    if ev.settings.extra.get("hardware_note"):
-        rows.append(["note", ev.settings.extra["hardware_note"]])
+    if ev.settings.prepared.hardware_note:
+        rows.append(["note", ev.settings.prepared.hardware_note])
     return rows
 
 
 def model_rows(ev: Evidence) -> list[list[str]]:
-    info = ev.settings.extra.get("model_info") or {}
+    info = ev.settings.prepared.model_info
     workload = ev.settings.workload
     latency = next((d["workload"] for d in ev.latency.values() if d is not None), None)
     return [
-        ["model", f"{ev.settings.model} ({ev.settings.extra.get('model_path')})"],
+        ["model", f"{ev.settings.model} ({ev.settings.prepared.model_path})"],
         ["architecture", f"{info.get('architecture')}, {info.get('parameters', 0):,} parameters, "
          f"checkpoint {info.get('checkpoint_dtype')}"],
         ["search workload", _workload(workload)],
         ["batch-1 workload (measure)", _workload(latency) if latency else "not measured"],
-        ["reference", _describe_change(ev.settings.extra["reference"]["config"], {})],
+        ["reference", _describe_change(ev.settings.prepared.reference_config, {})],
         ["baseline", _describe_change(ev.baseline_config, {})],
     ]  # fmt: skip
 

@@ -17,7 +17,7 @@ from autotune import study as studies
 from autotune.paths import PACKAGED_SPACE
 from autotune.profiles import PROFILES
 from autotune.space import Target, build_plan, config_key, load_space
-from autotune.study import StudySettings
+from autotune.study import PreparedFacts, StudySettings
 
 SPACE = load_space(PACKAGED_SPACE)
 SCRIPT = "<script>alert(1)</script>"
@@ -64,13 +64,14 @@ def settings(constraints: list[str] | None = None, model: str = "org/model") -> 
         space=SPACE.to_json(),
         workload={"batch_size": 8, "input_len": 128, "output_len": 64},
         quality={},
-        extra={
-            "device": "cuda",
-            "reference": {"config": REFERENCE, "perplexity": 10.0},
-            "baseline": {"config": BASELINE},
-            "environment": {"torch": "2.13.0", "transformers": "5.22.2", "gpu": "NVIDIA A10G"},
-            "model_info": {"parameters": 1_000_000},
-        },
+        prepared=PreparedFacts(
+            device="cuda",
+            reference_config=REFERENCE,
+            reference_perplexity=10.0,
+            baseline_config=BASELINE,
+            environment={"torch": "2.13.0", "transformers": "5.22.2", "gpu": "NVIDIA A10G"},
+            model_info={"parameters": 1_000_000},
+        ),
         constraints=constraints or [],
     )
 

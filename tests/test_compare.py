@@ -9,6 +9,7 @@ import pytest
 
 from autotune import study as studies
 from autotune.compare import DEFAULT_TOLERANCES, Tolerances, compare
+from autotune.pareto import front_numbers
 
 from . import fakes
 from .conftest import run_cli
@@ -35,8 +36,8 @@ def test_figures_moved_and_levels_of_the_front():
     with tempfile.TemporaryDirectory() as folder:
         a, _ = nightly(Path(folder) / "a.db", "a")
         b, _ = nightly(Path(folder) / "b.db", "b", speed=0.8)
-        result = compare(studies.records(a), studies.pareto_numbers(a), studies.records(b),
-                         studies.pareto_numbers(b), GPU)  # fmt: skip
+        result = compare(studies.records(a), front_numbers(a), studies.records(b),
+                         front_numbers(b), GPU)  # fmt: skip
     compiled = next(m for m in result.movements if m.config == fakes.COMPILED)
     assert compiled.on_front == ("A", "B")
     assert compiled.change["throughput_tok_s"] == pytest.approx(-0.2)
@@ -49,8 +50,8 @@ def test_figures_moved_and_levels_of_the_front():
 def test_a_faster_but_bigger_configuration_does_not_hide_a_regression(tmp_path):
     a, _ = nightly(tmp_path / "a.db", "a")
     b, _ = nightly(tmp_path / "b.db", "b", speed=1.5, memory=1.5)  # faster, but 50% more memory everywhere
-    result = compare(studies.records(a), studies.pareto_numbers(a), studies.records(b),
-                     studies.pareto_numbers(b), GPU)  # fmt: skip
+    result = compare(studies.records(a), front_numbers(a), studies.records(b),
+                     front_numbers(b), GPU)  # fmt: skip
     assert result.regressed  # nothing in B fits A's memory levels
     assert {level.regressed_figure(GPU) for level in result.regressed} == {"memory"}
     miss = result.regressed[0].nearest_miss

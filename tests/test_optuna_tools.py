@@ -25,6 +25,7 @@ from optuna.trial import TrialState
 from autotune import artifacts
 from autotune import study as studies
 from autotune.claims import Claims
+from autotune.optuna_internals import study_id
 from autotune.recovery import OWNER_ATTR, recover_interrupted, this_process
 from autotune.results import Outcome, TaskResult
 from autotune.worker.demo_model import ensure_demo_model
@@ -98,7 +99,7 @@ def test_an_interrupted_trial_gets_its_reason_and_log_and_its_retry_neither(tmp_
 
     storage = studies.open_storage(url)
     study = optuna.load_study(study_name="fake", storage=storage)
-    recover_interrupted(study, Claims(storage.engine, study._study_id), attach_log)
+    recover_interrupted(study, Claims(storage.engine, study_id(study)), attach_log)
     trials = study.get_trials(deepcopy=False)
     failed = trials[trial.number]
     assert failed.state == TrialState.FAIL

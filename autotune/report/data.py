@@ -11,17 +11,19 @@ from __future__ import annotations
 import math
 import warnings
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
 import optuna
+from optuna.trial import FrozenTrial
 
 from autotune import study as studies
 from autotune.constraints import Constraint, parse_constraints
-from autotune.metrics import KL_DIVERGENCE, OBJECTIVES, PEAK_MEMORY, THROUGHPUT
-from autotune.pareto import hypervolume, log_kl, scaled_losses
+from autotune.metrics import KL_DIVERGENCE, OBJECTIVES, PEAK_MEMORY, THROUGHPUT, Metric
+from autotune.pareto import hypervolume, scaled_losses, study_front
 from autotune.report.snippets import json_snippet, python_snippet, serve_command
 from autotune.space.plan import Plan
 from autotune.study import StudySettings, TrialRecord
@@ -82,7 +84,7 @@ class Parallel:
 
     numbers: list[int]
     axes: list[Axis]
-    colour: list[float]  # throughput
+    colour: list[float]  # the first objective
 
 
 @dataclass(frozen=True)
@@ -138,7 +140,8 @@ def collect(study: optuna.Study, storage_url: str) -> ReportData:
     settings = studies.stored_settings(study)
     all_records = studies.records(study)
     launched = [record for record in all_records if record.launched and record.outcome is not None]
-    front = pareto_front(study, launched)
+    objectives = settings.objective_metrics
+    front = study_front(study, launched, objectives)
     baseline = _with_role(launched, "baseline")
     reference = _with_role(launched, "reference")
     return ReportData(
@@ -153,9 +156,9 @@ def collect(study: optuna.Study, storage_url: str) -> ReportData:
         reference=reference,
         outcomes=dict(Counter(record.outcome for record in launched)),
         constraints=parse_constraints(settings.constraints),
-        importances=importances(study),
-        parallel=parallel(launched, settings.space),
-        progress=progress(launched),
+        importances=importances(study, objectives),
+        parallel=parallel(launched, settings.space, objectives),
+        progress=progress(launched, objectives),
         failures=failure_groups(launched),
         environment=environment(settings, studies.search_runs(study), launched),
     )
@@ -168,18 +171,10 @@ def _with_role(records: list[TrialRecord], role: str) -> TrialRecord | None:
 # --------------------------------------------------------------------------------- front and cards
 
 
-def pareto_front(study: optuna.Study, launched: list[TrialRecord]) -> list[TrialRecord]:
-    """Optuna's front (`study.best_trials`: feasible trials only when the study has constraints)."""
-    by_number = {record.number: record for record in launched}
-    numbers = {trial.number for trial in study.best_trials}
-    front = [by_number[number] for number in sorted(numbers) if number in by_number]
-    return sorted(front, key=lambda record: -record.metrics[THROUGHPUT.name])
-
-
 def model_id_for_code(settings: StudySettings) -> str:
     """The id to paste: the user's hub id or path; the demo model's cached folder for `demo`."""
     if settings.model == "demo":
-        return settings.extra.get("model_path", "demo")
+        return settings.prepared.model_path or "demo"
     return settings.model
 
 
@@ -187,9 +182,9 @@ def card(record: TrialRecord, settings: StudySettings, baseline: TrialRecord | N
     """Figures against the baseline and the reference, and the snippets, for one measured configuration."""
     plan = Plan.from_json(record.plan) if record.plan else Plan()
     model_id = model_id_for_code(settings)
-    device = settings.extra.get("device", "cuda")
+    device = settings.prepared.device or "cuda"
     m = record.metrics
-    reference_perplexity = (settings.extra.get("reference") or {}).get("perplexity")
+    reference_perplexity = settings.prepared.reference_perplexity
     perplexity = m.get("perplexity")
     return ParetoCard(
         record=record,
@@ -220,23 +215,19 @@ def _saving(record: TrialRecord, baseline: TrialRecord | None) -> float | None:
     return None if ratio is None else 1 - ratio
 
 
-def objective_values(record: TrialRecord) -> dict[str, Any]:
-    return {metric.name: record.metrics.get(metric.name) for metric in OBJECTIVES}
-
-
 # ------------------------------------------------------------------------------------- importances
 
-# Targets for PED-ANOVA, which takes lower as better: throughput is negated.
-_TARGETS = {
-    THROUGHPUT.name: lambda trial: -trial.values[0],
-    PEAK_MEMORY.name: lambda trial: trial.values[1],
-    KL_DIVERGENCE.name: lambda trial: trial.values[2],
-}
+
+def _target(metric: Metric, index: int) -> Callable[[FrozenTrial], float]:
+    """PED-ANOVA's target, which takes lower as better: the objective's value, negated when maximised."""
+    return lambda trial: metric.minimised(trial.values[index])
+
+
 MIN_TRIALS_FOR_IMPORTANCE = 3
 FEW_TRIALS = 20
 
 
-def importances(study: optuna.Study) -> Importances:
+def importances(study: optuna.Study, objectives: Sequence[Metric] = OBJECTIVES) -> Importances:
     """`optuna.importance.get_param_importances` per objective, over the complete trials.
 
     PED-ANOVA (the default evaluator) compares the best trials with all of them, and takes conditional
@@ -255,15 +246,15 @@ def importances(study: optuna.Study) -> Importances:
     by_objective = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # small-sample notices; the note below says how far to trust them
-        for name, target in _TARGETS.items():
+        for index, metric in enumerate(objectives):
             try:
                 raw = optuna.importance.get_param_importances(
-                    study, evaluator=evaluator, params=sorted(varied), target=target, normalize=False
+                    study, evaluator=evaluator, params=sorted(varied), target=_target(metric, index), normalize=False
                 )
             except (ValueError, RuntimeError) as error:  # the report must render even so
                 return Importances({}, n, f"not computed: {error}")
             total = sum(raw.values())
-            by_objective[name] = {knob: value / total for knob, value in raw.items()} if total > 0 else {}
+            by_objective[metric.name] = {knob: value / total for knob, value in raw.items()} if total > 0 else {}
     note = f"PED-ANOVA over {n} complete trials (top {quantile:.0%} against all)"
     if n < FEW_TRIALS:
         note += f"; with fewer than {FEW_TRIALS} trials, read them as hints"
@@ -273,7 +264,9 @@ def importances(study: optuna.Study) -> Importances:
 # ---------------------------------------------------------------------------- parallel coordinates
 
 
-def parallel(launched: list[TrialRecord], space: dict[str, Any] | None) -> Parallel | None:
+def parallel(
+    launched: list[TrialRecord], space: dict[str, Any] | None, objectives: Sequence[Metric] = OBJECTIVES
+) -> Parallel | None:
     """One line per complete trial; knobs as categorical axes (`n/a` where a knob does not apply)."""
     complete = [record for record in launched if record.complete]
     if not complete:
@@ -285,11 +278,10 @@ def parallel(launched: list[TrialRecord], space: dict[str, Any] | None) -> Paral
         index = {str(value): i for i, value in enumerate(ticks)}
         axes.append(Axis(knob, [index[str(r.config.get(knob, NOT_APPLICABLE))] for r in complete], ticks))
     axes += [
-        Axis("tokens/s", [r.metrics[THROUGHPUT.name] for r in complete]),
-        Axis("peak memory (GB)", [r.metrics[PEAK_MEMORY.name] for r in complete]),
-        Axis("log10 KL", [log_kl(r.metrics[KL_DIVERGENCE.name]) for r in complete]),
+        Axis(metric.axis_title, [metric.on_scale(r.metrics[metric.name]) for r in complete]) for metric in objectives
     ]
-    return Parallel([r.number for r in complete], axes, [r.metrics[THROUGHPUT.name] for r in complete])
+    first = objectives[0]
+    return Parallel([r.number for r in complete], axes, [r.metrics[first.name] for r in complete])
 
 
 def _knob_values(complete: list[TrialRecord], space: dict[str, Any] | None) -> dict[str, list[str]]:
@@ -312,17 +304,17 @@ def _knob_values(complete: list[TrialRecord], space: dict[str, Any] | None) -> d
 # ----------------------------------------------------------------------------------------- progress
 
 
-def loss_vectors(records: list[TrialRecord]) -> np.ndarray:
+def loss_vectors(records: list[TrialRecord], objectives: Sequence[Metric] = OBJECTIVES) -> np.ndarray:
     """Objectives as losses (all minimised), scaled to [0, 1] over these trials; KL on a log scale."""
-    return scaled_losses([record.metrics for record in records])
+    return scaled_losses([record.metrics for record in records], objectives)
 
 
-def progress(launched: list[TrialRecord]) -> Progress | None:
+def progress(launched: list[TrialRecord], objectives: Sequence[Metric] = OBJECTIVES) -> Progress | None:
     """Hypervolume (Optuna's WFG) of the feasible complete trials after each launched trial."""
     if not launched:
         return None
     usable = [r for r in launched if r.complete and r.feasible]
-    scaled = dict(zip((r.number for r in usable), loss_vectors(usable), strict=True))
+    scaled = dict(zip((r.number for r in usable), loss_vectors(usable, objectives), strict=True))
     numbers, times, volumes = [], [], []
     best_tps: list[float | None] = []
     best_mem: list[float | None] = []
@@ -385,19 +377,19 @@ def failure_groups(launched: list[TrialRecord]) -> list[FailureGroup]:
 
 def environment(settings: StudySettings, runs: list[dict[str, Any]], launched: list[TrialRecord]) -> dict[str, str]:
     """Device, versions, model, constraints and the budget used, as label -> text."""
-    extra = settings.extra
+    prepared = settings.prepared
     rows: dict[str, Any] = {
-        "device": extra.get("device"),
+        "device": prepared.device,
         "profile": f"{settings.profile['name']}: {settings.profile['description']}",
-        **(extra.get("environment") or {}),
-        "model parameters": (extra.get("model_info") or {}).get("parameters"),
-        "reference configuration": (extra.get("reference") or {}).get("config"),
-        "baseline configuration": (extra.get("baseline") or {}).get("config"),
+        **prepared.environment,
+        "model parameters": prepared.model_info.get("parameters"),
+        "reference configuration": prepared.reference_config,
+        "baseline configuration": prepared.baseline_config,
         "constraints": ", ".join(settings.constraints) or "none",
     }
     rows.update(budget_used(runs, launched))
-    if extra.get("hardware_note"):
-        rows["note"] = extra["hardware_note"]
+    if prepared.hardware_note:
+        rows["note"] = prepared.hardware_note
     return {key: str(value) for key, value in rows.items() if value is not None}
 
 

@@ -13,14 +13,12 @@ from pathlib import Path
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
-from autotune.metrics import KL_DIVERGENCE, PEAK_MEMORY, THROUGHPUT
-from autotune.pareto import KL_FLOOR, log_kl
+from autotune.metrics import KL_DIVERGENCE, KL_FLOOR, METRICS, PEAK_MEMORY, THROUGHPUT
+from autotune.pareto import log_kl
 from autotune.report.data import FailureGroup, ParetoCard, ReportData
 from autotune.report.serving import load_facts, load_table
 from autotune.study import TrialRecord
 from autotune.units import format_bytes, format_duration
-
-OBJECTIVE_LABELS = {THROUGHPUT.name: "throughput", PEAK_MEMORY.name: "peak memory", KL_DIVERGENCE.name: "KL"}
 
 
 def write_report(data: ReportData, path: Path) -> Path:
@@ -313,13 +311,14 @@ def _importance_figure(by_objective: dict[str, dict[str, float]]) -> go.Figure:
     knobs = sorted({knob for shares in by_objective.values() for knob in shares})
     figure = go.Figure()
     for objective, shares in by_objective.items():
+        label = METRICS[objective].heading
         figure.add_trace(
             go.Bar(
                 y=knobs,
                 x=[shares.get(knob, 0.0) for knob in knobs],
                 orientation="h",
-                name=OBJECTIVE_LABELS.get(objective, objective),
-                hovertemplate="%{y}: %{x:.0%}<extra>" + escape(OBJECTIVE_LABELS.get(objective, objective)) + "</extra>",
+                name=label,
+                hovertemplate="%{y}: %{x:.0%}<extra>" + escape(label) + "</extra>",
             )
         )
     figure.update_layout(

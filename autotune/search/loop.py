@@ -16,6 +16,7 @@ from optuna.trial import TrialState
 from autotune import artifacts, phases
 from autotune import study as studies
 from autotune.interrupts import Interrupted, deferred
+from autotune.optuna_internals import trial_id
 from autotune.recovery import OWNER_ATTR, this_process
 from autotune.results import Outcome, TaskResult
 from autotune.runner import Limits, run_task
@@ -176,7 +177,7 @@ class TrialLoop:
             trial.set_user_attr(OWNER_ATTR, this_process())
             if self.request.run_id:
                 trial.set_user_attr("run_id", self.request.run_id)
-            self.session.storage.record_heartbeat(trial._trial_id)  # Optuna's Trial has no public id accessor
+            self.session.storage.record_heartbeat(trial_id(trial))
         return trial
 
     def _roles(self, trial: optuna.Trial) -> list[str]:
@@ -208,7 +209,7 @@ class TrialLoop:
         if (fault := _injected_fault(self.launched)) is not None:
             spec.fault = fault
         storage = self.session.storage
-        heartbeat = _throttled(lambda: storage.record_heartbeat(trial._trial_id), HEARTBEAT_EVERY_S)
+        heartbeat = _throttled(lambda: storage.record_heartbeat(trial_id(trial)), HEARTBEAT_EVERY_S)
         workdir = self.session.trial_workdir(trial.number)
         started = time.monotonic()
         limits = Limits(self.request.budget.trial_timeout_s, self.deadline)
@@ -220,7 +221,9 @@ class TrialLoop:
         duration = time.monotonic() - started
         artifacts.attach(self.session.artifact_store, trial, workdir / "worker.log", artifacts.LOG_MIMETYPE)
         with deferred():
-            studies.record_result(self.study, trial, result, duration, self.session.constraints)
+            studies.record_result(
+                self.study, trial, result, duration, self.session.constraints, self.session.settings.objective_metrics
+            )
             self.current = None
             if result.outcome == Outcome.BUDGET:
                 self._release(config, trial.number)  # never measured: a later run may take it
@@ -241,7 +244,7 @@ class TrialLoop:
         if trial is None:
             return
         storage = self.session.storage
-        unfinished = storage.get_trial(trial._trial_id)  # as it was launched: what the retry copies
+        unfinished = storage.get_trial(trial_id(trial))  # as it was launched: what the retry copies
         if unfinished.state != TrialState.RUNNING:  # skipped before the signal came
             return
         config = unfinished.user_attrs.get("config") or dict(unfinished.params)

@@ -14,6 +14,7 @@ from autotune.runner import Limits, run_task
 from autotune.search.options import SearchError
 from autotune.space import Config, SearchSpace, Target, build_plan
 from autotune.specs import SearchRequest
+from autotune.study import PreparedFacts
 
 MODEL_PHASES = ("resolve", "tokenizer")  # a failure there is the model argument's: bad input
 REFERENCE_DTYPES = ("float32", "bfloat16", "float16")  # most precise first
@@ -41,16 +42,17 @@ class Prepared:
     baseline_config: Config
     hardware: Hardware
 
-    def extra(self) -> dict[str, Any]:
-        return {
-            "model_info": self.model_info,
-            "model_path": self.model.path,
-            "environment": self.environment,
-            "reference": {"config": self.reference_config, "perplexity": self.reference_perplexity},
-            "baseline": {"config": self.baseline_config},
-            "device": self.hardware.device,
-            "hardware_note": self.hardware.note,
-        }
+    def facts(self) -> PreparedFacts:
+        return PreparedFacts(
+            model_path=self.model.path,
+            model_info=self.model_info,
+            environment=self.environment,
+            reference_config=self.reference_config,
+            reference_perplexity=self.reference_perplexity,
+            baseline_config=self.baseline_config,
+            device=self.hardware.device,
+            hardware_note=self.hardware.note,
+        )
 
 
 def prepare(
@@ -87,19 +89,19 @@ def prepare(
     if not result.ok:
         raise _prepare_error(request.model.id, result)
     details = result.details
-    model.path = details["model_path"]
-    found = details["reference"]
-    info = details["model"]
+    assert details.model_path and details.model is not None and details.reference is not None  # a prepare's
+    model.path = details.model_path
+    found, info = details.reference, details.model
     attention = info["default_attn_implementation"]
     baseline = baseline_config(space, info["checkpoint_dtype"], profile, request.workload.kind, attention)
     return Prepared(
         model,
         info,
         result.environment,
-        space.including(found["config"]).normalize(found["config"]),
-        found["path"],
-        found["greedy_path"],
-        found["perplexity"],
+        space.including(found.config).normalize(found.config),
+        found.path,
+        found.greedy_path,
+        found.perplexity,
         baseline,
         hardware,
     )

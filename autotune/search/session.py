@@ -15,6 +15,7 @@ from autotune import study as studies
 from autotune.claims import Claims
 from autotune.constraints import Constraint, parse_constraints
 from autotune.errors import UserError
+from autotune.pareto import front_numbers
 from autotune.paths import default_space_path
 from autotune.profiles import GpuProfile, Hardware, hardware_for, resolve_hardware
 from autotune.recovery import LogAttacher, recover_interrupted
@@ -78,7 +79,7 @@ class Session:
         self.storage = storage
         self.artifact_store = artifacts.open_store(self.request.storage.artifacts, self.storage_url)
         if not self.joining:
-            self.settings.extra.update(prepared.extra())
+            self.settings.prepared = prepared.facts()
             self.settings.space = self.space.to_json()
             studies.update_settings(study, self.settings)
         self.claims = Claims(storage.engine, storage.get_study_id_from_name(self.name))
@@ -168,7 +169,7 @@ def join_session(worker: WorkerRequest, events: SearchEvents) -> tuple[Session, 
     storage = studies.open_storage(url)
     session = Session(_joined(worker, stored), hardware, space, name, url, storage, study, stored, True)
     artifacts.check_location(worker.storage.artifacts, url)
-    return session, stored.extra["reference"]["config"]
+    return session, stored.prepared.reference_config
 
 
 def _joined(worker: WorkerRequest, stored: StudySettings) -> SearchRequest:
@@ -208,7 +209,8 @@ def _enqueue_anchors(study: optuna.Study, prepared: Prepared) -> None:
 
 def _enqueue_warm_start(study: optuna.Study, previous: optuna.Study, space: SearchSpace, events: SearchEvents) -> None:
     """The front of another study (last night's, say) is measured first: the environment may have changed."""
-    configs = [space.normalize(TrialRecord.from_frozen(trial).config) for trial in previous.best_trials]
+    front = front_numbers(previous)
+    configs = [space.normalize(record.config) for record in studies.records(previous) if record.number in front]
     runnable = [config for config in configs if space.violation(config) is None]
     added = _enqueue_new(study, [(config, ["warm-start"]) for config in runnable])
     events.note(

@@ -17,7 +17,7 @@ from typing import Any
 
 import psutil
 
-from autotune.results import Outcome, ServeSpec, TaskResult, TaskSpec
+from autotune.results import Outcome, ServeSpec, TaskDetails, TaskResult, TaskSpec
 from autotune.serving.figures import serve_figures
 from autotune.serving.load import RequestRecord, Target, run_load
 from autotune.serving.server import (
@@ -78,8 +78,8 @@ def serve_trial(spec: TaskSpec, phases: Any) -> TaskResult:
         metrics |= compare_with_reference(model, load_reference(Path(spec.reference_path)))
     metrics |= _memory(peak) | energy_figures(joules, _generated_tokens(records))
     metrics |= {"client_cpu_share": client_cpu, "warmup_s": phases.timings["load"]}
-    details = {"serve": _details(argv, load, levels, server_cores, client_cores)}
-    details["serve"]["server_pid"] = server.process.pid if server.process else None
+    serve = _details(argv, load, levels, server_cores, client_cores)
+    details = TaskDetails(serve={**serve, "server_pid": server.process.pid if server.process else None})
     return TaskResult(Outcome.OK, metrics=metrics, stats=stats, environment=environment(spec.device), details=details)
 
 

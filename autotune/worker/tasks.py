@@ -29,7 +29,17 @@ from autotune.measurement import (
     roofline,
     speed_figures,
 )
-from autotune.results import Candidate, ModelSpec, Outcome, TaskResult, TaskSpec, WorkloadSpec, write_json_atomically
+from autotune.results import (
+    Candidate,
+    FoundReference,
+    ModelSpec,
+    Outcome,
+    TaskDetails,
+    TaskResult,
+    TaskSpec,
+    WorkloadSpec,
+    write_json_atomically,
+)
 from autotune.space.plan import Plan
 from autotune.timing import repeat_until
 from autotune.validate import context_problem, position_limit
@@ -119,7 +129,7 @@ def _prepare(spec: TaskSpec, phases: Phases) -> TaskResult:
             raise ValueError(problem)
     with phases("reference"):
         reference = _ensure_reference(spec, model, tokenizer, info)
-    details = {"model_path": model.path, "model": info, "reference": reference}
+    details = TaskDetails(model_path=model.path, model=info, reference=reference)
     return TaskResult(Outcome.OK, details=details, environment=environment(spec.device))
 
 
@@ -172,7 +182,7 @@ def _model_files_fingerprint(path: Path) -> list[tuple[str, int]]:
     return sorted((item.name, item.stat().st_size) for item in path.iterdir() if item.is_file())
 
 
-def _ensure_reference(spec: TaskSpec, model: ModelSpec, tokenizer: Any, info: dict[str, Any]) -> dict[str, Any]:
+def _ensure_reference(spec: TaskSpec, model: ModelSpec, tokenizer: Any, info: dict[str, Any]) -> FoundReference:
     """Reference outputs from the most precise candidate that runs, cached across studies.
 
     Two files: teacher-forced log-probabilities on the evaluation text, and greedy continuations of
@@ -192,12 +202,8 @@ def _ensure_reference(spec: TaskSpec, model: ModelSpec, tokenizer: Any, info: di
                 failures.append(f"{candidate.config}: {error}")
                 torch.cuda.empty_cache()
                 continue
-        return {
-            "config": candidate.config,
-            "path": str(logprobs_path),
-            "greedy_path": str(greedy_path),
-            "perplexity": load_reference(logprobs_path)["perplexity"],
-        }
+        perplexity = load_reference(logprobs_path)["perplexity"]
+        return FoundReference(candidate.config, str(logprobs_path), str(greedy_path), perplexity)
     raise RuntimeError(f"no reference configuration fits in memory: {'; '.join(failures)}")
 
 
@@ -273,7 +279,7 @@ def _trial(spec: TaskSpec, phases: Phases) -> TaskResult:
     metrics["peak_memory_gb"] = peak / 1e9
     metrics["warmup_s"] = phases.timings["warmup"]
     metrics |= energy_figures(joules, sum(len(row) for i in iterations for row in i.generated))
-    details = {"plan": plan.to_json()} if plan != planned else {}  # what ran, when this installation differs
+    details = TaskDetails(plan=plan.to_json() if plan != planned else None)  # what ran, when this installation differs
     return TaskResult(Outcome.OK, metrics=metrics, stats=stats, environment=environment(spec.device), details=details)
 
 
