@@ -21,6 +21,7 @@ from autotune.metrics import KL_DIVERGENCE, THROUGHPUT
 from autotune.progress import ProgressDisplay
 from autotune.results import QualitySpec, WorkloadSpec
 from autotune.space import Config
+from autotune.space.knobs import short_name
 from autotune.units import format_bytes, format_duration, parse_duration
 
 if TYPE_CHECKING:
@@ -51,11 +52,9 @@ Constraints = Annotated[
     ),
 ]
 
-SHORT_NAMES = {"attn_implementation": "attn", "cache_implementation": "cache", "quantization": "quant"}
-
 
 def _knobs(config: Config) -> str:
-    return " ".join(f"{SHORT_NAMES.get(name, name)}={value}" for name, value in config.items())
+    return " ".join(f"{short_name(name)}={value}" for name, value in config.items())
 
 
 class TrialPrinter:

@@ -13,17 +13,9 @@ from autotune.results import Candidate, ModelSpec, Outcome, TaskResult, TaskSpec
 from autotune.runner import Limits, run_task
 from autotune.search.options import SearchError, SearchOptions
 from autotune.space import Config, SearchSpace, Target, build_plan
+from autotune.space.knobs import AttentionKnob, DtypeKnob, WorkloadKnob, knob_defaults
 
 MODEL_PHASES = ("resolve", "tokenizer")  # a failure there is the model argument's: bad input
-REFERENCE_DTYPES = ("float32", "bfloat16", "float16")  # most precise first
-# No attn_implementation: loaded without one, transformers picks what the architecture supports
-# (sdpa for most, eager for those that refuse sdpa); the worker reports its pick.
-DEFAULTS = {
-    "quantization": "none",
-    "batching": "generate",
-    "cache_implementation": "dynamic",
-    "execution_mode": "no_grad",  # generate() as it is; left out by normalize() where the space lacks the knob
-}
 
 
 @dataclass
@@ -123,11 +115,16 @@ def _prepare_error(model: str, result: TaskResult) -> Exception:
 
 
 def _precise_dtypes(profile: GpuProfile) -> list[str]:
-    return [dtype for dtype in REFERENCE_DTYPES if profile.why_not_value("dtype", dtype) is None]
+    return [dtype for dtype in DtypeKnob.by_precision if profile.why_not_value(DtypeKnob.name, dtype) is None]
 
 
 def _defaults(dtype: str, workload: str) -> Config:
-    return {"dtype": dtype, **DEFAULTS, "workload": workload}
+    """Every knob at its transformers default, left out by normalize() where the space lacks it.
+
+    No attention: loaded without one, transformers picks what the architecture supports (sdpa for
+    most, eager for those that refuse sdpa); the worker reports its pick.
+    """
+    return {DtypeKnob.name: dtype, **knob_defaults(), WorkloadKnob.name: workload}
 
 
 def plan_target(profile: GpuProfile, workload: WorkloadSpec) -> Target:
@@ -148,7 +145,7 @@ def baseline_config(
     transformers picks for the architecture (sdpa for most), dynamic cache."""
     dtypes = _precise_dtypes(profile)
     dtype = checkpoint_dtype if checkpoint_dtype in dtypes else dtypes[-1]
-    defaults = {**_defaults(dtype, workload), "attn_implementation": attention}
+    defaults = {**_defaults(dtype, workload), AttentionKnob.name: attention}
     return space.including(defaults).normalize(defaults)
 
 

@@ -59,6 +59,11 @@ class Plan:
     not_servable: list[str] = field(default_factory=list)
     execution_mode: ExecutionMode = "no_grad"  # inference_mode: generate() runs inside torch.inference_mode()
 
+    @property
+    def compiles(self) -> bool:
+        """generate() compiles the decoding step (a compile knob asked for it)."""
+        return "compile_config" in self.generate
+
     def to_json(self) -> dict[str, Any]:
         return {
             "execution_mode": self.execution_mode,

@@ -1,0 +1,102 @@
+"""What each knob handler says about itself, and that the study and the worker read it from the registry."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune.cli import _knobs
+from autotune.results import Outcome
+from autotune.search import expected_duration_s
+from autotune.search.strategy import ruled_out, trial_cost
+from autotune.space import KNOBS, Plan, Target, build_plan
+from autotune.space.knobs import knob_defaults, short_name
+from autotune.study import TrialRecord
+from autotune.worker.failures import _COMMON_VALUES, classify
+
+BASELINE = {"dtype": "bfloat16", "attn_implementation": "sdpa", "quantization": "none", "batching": "generate"}
+
+
+def test_the_defaults_are_what_transformers_does_with_no_arguments():
+    """A plan of every default passes nothing to from_pretrained, generate or serve."""
+    defaults = knob_defaults()
+    assert defaults, "some knob has a default"
+    assert all(KNOBS[name].accepts(value) for name, value in defaults.items())
+    plan = build_plan(defaults, Target("cpu"))
+    assert (plan.load, plan.generate, plan.continuous, plan.serve_flags, plan.not_servable) == ({}, {}, {}, [], [])
+    assert plan.batching == Plan().batching
+
+
+def test_knobs_whose_default_depends_on_the_model_have_none():
+    assert KNOBS["dtype"].default is None  # the checkpoint's
+    assert KNOBS["attn_implementation"].default is None  # what transformers picks for the architecture
+
+
+def test_memory_ordered_knobs_rank_every_value_they_take():
+    ordered = [knob for knob in KNOBS.values() if knob.orders_memory()]
+    assert {"dtype", "quantization", "max_batch_tokens"} <= {knob.name for knob in ordered}
+    for knob in ordered:
+        for value in knob.choices or (256, 2048):
+            assert isinstance(knob.memory_rank(value), int), (knob.name, value)
+    assert KNOBS["dtype"].memory_rank("float32") > KNOBS["dtype"].memory_rank("bfloat16")
+    assert KNOBS["quantization"].memory_rank("bnb-4bit") < KNOBS["quantization"].memory_rank("bnb-8bit")
+    assert KNOBS["max_batch_tokens"].memory_rank(2048) > KNOBS["max_batch_tokens"].memory_rank(256)
+    assert KNOBS["cache_implementation"].memory_rank("static") is None  # not ordered: an OOM says nothing of it
+
+
+@pytest.mark.parametrize("name", [name for name, knob in KNOBS.items() if knob.memory_ranks])
+def test_an_oom_rules_out_the_heavier_values_of_each_ranked_knob(name):
+    knob = KNOBS[name]
+    by_memory = sorted(knob.memory_ranks, key=lambda value: knob.memory_ranks[value])
+    lightest, heaviest = by_memory[0], by_memory[-1]
+    history = [(3, {**BASELINE, name: lightest}, Outcome.OOM)]
+    assert "trial #3" in (ruled_out({**BASELINE, name: heaviest}, history) or "")
+    assert ruled_out({**BASELINE, name: heaviest}, [(3, {**BASELINE, name: heaviest}, Outcome.OOM)]) is not None
+    assert ruled_out({**BASELINE, name: lightest}, [(3, {**BASELINE, name: heaviest}, Outcome.OOM)]) is None
+
+
+def test_compiled_values_cost_most_and_continuous_batching_next():
+    assert KNOBS["compile"].cost("default") > KNOBS["batching"].cost("continuous") > 0
+    assert KNOBS["compile"].cost("off") == KNOBS["batching"].cost("generate") == 0
+    assert all(knob.cost(knob.default) == 0 for knob in KNOBS.values() if knob.default is not None)
+    compiled = {**BASELINE, "cache_implementation": "static", "compile": "default"}
+    assert trial_cost(compiled) > trial_cost({**BASELINE, "batching": "continuous"}) > trial_cost(BASELINE)
+
+
+def test_trials_that_compile_batch_and_quantize_alike_are_expected_to_take_alike():
+    def record(config: dict, seconds: float) -> TrialRecord:
+        return TrialRecord(
+            number=0, state="COMPLETE", config=config, roles=(), outcome="ok", message="", phase=None, metrics={},
+            timings={}, environment={}, plan=None, skipped=None, duration_s=seconds, pid=None, log_tail="",
+        )  # fmt: skip
+
+    compiled = {**BASELINE, "cache_implementation": "static", "compile": "default"}
+    history = [record(compiled, 60.0), record(BASELINE, 10.0), record({**BASELINE, "quantization": "bnb-8bit"}, 30.0)]
+    assert expected_duration_s({**compiled, "compile": "max-autotune"}, history) == 60.0  # any mode compiles
+    assert expected_duration_s({**BASELINE, "dtype": "float32"}, history) == 10.0  # dtype does not matter
+    assert expected_duration_s({**BASELINE, "quantization": "bnb-8bit"}, history) == 30.0
+
+
+@pytest.mark.parametrize("name", [name for name, knob in KNOBS.items() if knob.failure_words])
+def test_each_knobs_failure_words_blame_it_when_it_is_set_off_its_default(name):
+    knob = KNOBS[name]
+    unusual = next(value for value in knob.choices or () if value not in _COMMON_VALUES)
+    for word in knob.failure_words:
+        classified = classify(ImportError(f"this needs the {word} package"), {**BASELINE, name: unusual})
+        assert (classified.outcome, classified.knob) == (Outcome.UNSUPPORTED, name), word
+    at_default = classify(ImportError(f"needs {knob.failure_words[0]}"), {**BASELINE, name: knob.default or "sdpa"})
+    assert at_default.knob is None
+
+
+def test_a_refusal_blames_its_knob_whatever_the_value():
+    refusal = ValueError("GPTJForCausalLM does not support an attention implementation through sdpa yet")
+    assert [name for name, knob in KNOBS.items() if knob.refusals] == ["attn_implementation"]
+    assert classify(refusal, BASELINE).knob == "attn_implementation"
+    assert classify(refusal, {"dtype": "float32"}).knob is None  # the knob is not set: nothing to exclude
+
+
+def test_short_names_are_unique_and_used_in_trial_lines():
+    labels = [short_name(name) for name in KNOBS]
+    assert len(set(labels)) == len(labels)
+    assert short_name("attn_implementation") == "attn" and short_name("dtype") == "dtype"
+    assert short_name("not_a_knob") == "not_a_knob"
+    assert _knobs({"attn_implementation": "sdpa", "quantization": "none"}) == "attn=sdpa quant=none"
