@@ -100,3 +100,21 @@ def test_short_names_are_unique_and_used_in_trial_lines():
     assert short_name("attn_implementation") == "attn" and short_name("dtype") == "dtype"
     assert short_name("not_a_knob") == "not_a_knob"
     assert _knobs({"attn_implementation": "sdpa", "quantization": "none"}) == "attn=sdpa quant=none"
+
+
+def test_the_plan_says_which_workload_measures_it_and_old_plans_still_load():
+    assert build_plan(BASELINE, Target("cpu")).workload == "throughput"
+    assert build_plan(BASELINE, Target("cpu", workload="serve")).workload == "serve"
+    plan = build_plan({**BASELINE, "workload": "latency"}, Target("cpu", workload="serve"))  # the knob wins
+    assert plan.workload == "latency" and "latency" not in plan.serve_flags  # measured so, deployed the same
+    assert Plan.from_json(plan.to_json()) == plan
+    stored_before = {key: value for key, value in plan.to_json().items() if key != "workload"}
+    assert Plan.from_json(stored_before).workload is None  # the worker then takes the study's workload
+
+
+def test_the_plan_says_whether_generate_compiles_and_whether_the_kv_cache_is_quantized():
+    static = {**BASELINE, "cache_implementation": "static"}
+    assert build_plan({**static, "compile": "default"}, Target("cpu")).compiles
+    assert not build_plan({**static, "compile": "off"}, Target("cpu")).compiles
+    assert build_plan({**BASELINE, "cache_implementation": "quantized"}, Target("cpu")).quantized_kv_cache
+    assert not build_plan(static, Target("cpu")).quantized_kv_cache

@@ -129,7 +129,7 @@ def _defaults(dtype: str, workload: str) -> Config:
 
 def plan_target(profile: GpuProfile, workload: WorkloadSpec) -> Target:
     """What plans are built for: the profile's device type and the workload's largest shape."""
-    return Target(profile.device_type, workload.batch_size, workload.input_len + workload.output_len)
+    return Target(profile.device_type, workload.batch_size, workload.input_len + workload.output_len, workload.kind)
 
 
 def _candidate(space: SearchSpace, config: Config, target: Target) -> Candidate:

@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
+from autotune.results import WorkloadKind
 from autotune.space.plan import Call, Plan, Ref
 
 DeviceType = Literal["cpu", "cuda"]
@@ -32,6 +33,7 @@ class Target:
     device_type: DeviceType
     requests: int = 8
     tokens_per_request: int = 192  # prompt + generated tokens
+    workload: WorkloadKind = "throughput"  # the study's; a workload knob in the space overrides it
 
 
 class Knob:
@@ -105,8 +107,8 @@ def short_name(name: str) -> str:
 
 
 def build_plan(config: dict[str, Value], target: Target) -> Plan:
-    """Apply the knobs of a configuration, in registry order, to an empty plan."""
-    plan = Plan()
+    """Apply the knobs of a configuration, in registry order, to a plan of the target's workload."""
+    plan = Plan(workload=target.workload)
     for name, knob in KNOBS.items():
         if name in config:
             knob.apply(config[name], plan, target)
@@ -343,4 +345,5 @@ class WorkloadKnob(Knob):
     choices = ("throughput", "latency", "serve")
 
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
-        """The workload changes how a configuration is measured, not how it is deployed."""
+        """How the configuration is measured; what is deployed stays the same."""
+        plan.workload = value  # type: ignore[assignment] - accepts() allows only WorkloadKind values

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from autotune.results import WorkloadKind
+
 Batching = Literal["generate", "continuous"]
 ExecutionMode = Literal["no_grad", "inference_mode"]
 
@@ -58,6 +60,11 @@ class Plan:
     serve_flags: list[str] = field(default_factory=list)
     not_servable: list[str] = field(default_factory=list)
     execution_mode: ExecutionMode = "no_grad"  # inference_mode: generate() runs inside torch.inference_mode()
+    workload: WorkloadKind | None = None  # how the trial measures it; None in plans stored before it was here
+
+    @property
+    def quantized_kv_cache(self) -> bool:
+        return self.generate.get("cache_implementation") == "quantized"
 
     @property
     def compiles(self) -> bool:
@@ -73,6 +80,7 @@ class Plan:
             "continuous": encode(self.continuous),
             "serve_flags": list(self.serve_flags),
             "not_servable": list(self.not_servable),
+            "workload": self.workload,
         }
 
     @classmethod
@@ -85,6 +93,7 @@ class Plan:
             serve_flags=list(data.get("serve_flags", [])),
             not_servable=list(data.get("not_servable", [])),
             execution_mode=data.get("execution_mode", "no_grad"),  # plans stored before the knob existed
+            workload=data.get("workload"),
         )
 
 
