@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import ast
+import json
+
 import pytest
 
 from autotune.cli import _knobs
-from autotune.results import Outcome
+from autotune.report.snippets import json_snippet, python_snippet
+from autotune.results import Outcome, WorkloadSpec
 from autotune.search import expected_duration_s
+from autotune.search.prepare import _with_defaults
 from autotune.search.strategy import ruled_out, trial_cost
-from autotune.space import KNOBS, Plan, Target, build_plan
+from autotune.space import KNOBS, Call, Plan, Ref, Target, build_plan, parse_space
 from autotune.space.knobs import knob_defaults, short_name
 from autotune.study import TrialRecord
 from autotune.worker.failures import _COMMON_VALUES, classify
@@ -118,3 +123,52 @@ def test_the_plan_says_whether_generate_compiles_and_whether_the_kv_cache_is_qua
     assert not build_plan({**static, "compile": "off"}, Target("cpu")).compiles
     assert build_plan({**BASELINE, "cache_implementation": "quantized"}, Target("cpu")).quantized_kv_cache
     assert not build_plan(static, Target("cpu")).quantized_kv_cache
+
+
+MATH_ONLY = Call("torch.nn.attention.sdpa_kernel", {"backends": Ref("torch.nn.attention.SDPBackend.MATH")})
+
+
+def test_a_plans_contexts_are_entered_around_generate_in_the_snippet_outermost_first():
+    plan = build_plan({**BASELINE, "execution_mode": "inference_mode"}, Target("cpu"))
+    plan.contexts.append(MATH_ONLY)
+    code = python_snippet("org/model", plan, "cpu", 8)
+    ast.parse(code)
+    header = "with torch.inference_mode(), torch.nn.attention.sdpa_kernel(backends=torch.nn.attention.SDPBackend.MATH):"
+    assert code.startswith("import torch\n") and f"\n{header}\n    outputs = model.generate(\n" in code
+    assert json.loads(json_snippet("org/model", {}, plan))["contexts"] == [
+        {"class": "torch.inference_mode"},
+        {"class": "torch.nn.attention.sdpa_kernel", "backends": "torch.nn.attention.SDPBackend.MATH"},
+    ]
+    assert Plan.from_json(json.loads(json.dumps(plan.to_json()))) == plan
+
+
+def test_a_context_from_the_plan_is_the_real_one_and_an_enum_member_resolves():
+    import torch
+
+    from autotune.worker.loading import materialize
+
+    assert materialize(Ref("torch.nn.attention.SDPBackend.MATH")) is torch.nn.attention.SDPBackend.MATH
+    flash_before = torch.backends.cuda.flash_sdp_enabled()
+    with materialize(MATH_ONLY):
+        assert torch.backends.cuda.math_sdp_enabled() and not torch.backends.cuda.flash_sdp_enabled()
+    assert torch.backends.cuda.flash_sdp_enabled() == flash_before
+
+
+def test_continuous_batching_refuses_a_plan_with_contexts_it_cannot_reach():
+    from autotune.worker.failures import UnsupportedError
+    from autotune.worker.workload import make_workload
+
+    plan = build_plan({**BASELINE, "batching": "continuous"}, Target("cpu"))
+    plan.contexts.append(MATH_ONLY)
+    with pytest.raises(UnsupportedError, match="its own thread") as refused:
+        make_workload(None, plan, [[1, 2]], WorkloadSpec(), pad_id=0)
+    assert refused.value.combination  # no single knob value is to blame
+
+
+def test_the_reference_gets_the_defaults_of_knobs_its_picked_attention_makes_apply():
+    only_with_sdpa = {"values": ["inference_mode", "no_grad"], "when": {"attn_implementation": "sdpa"}}
+    knobs = {"dtype": ["float32"], "attn_implementation": ["sdpa", "eager"], "execution_mode": only_with_sdpa}
+    space = parse_space({"knobs": knobs}, "test")
+    found = {"dtype": "float32", "attn_implementation": "sdpa"}  # the worker added the attention it picked
+    assert _with_defaults(space, found) == {**found, "execution_mode": "no_grad"}
+    assert _with_defaults(space, {**found, "attn_implementation": "eager"}) == {**found, "attn_implementation": "eager"}

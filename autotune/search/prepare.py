@@ -87,7 +87,7 @@ def prepare(
         model,
         info,
         result.environment,
-        space.including(found["config"]).normalize(found["config"]),
+        _with_defaults(space, found["config"]),
         found["path"],
         found["greedy_path"],
         found["perplexity"],
@@ -125,6 +125,13 @@ def _defaults(dtype: str, workload: str) -> Config:
     most, eager for those that refuse sdpa); the worker reports its pick.
     """
     return {DtypeKnob.name: dtype, **knob_defaults(), WorkloadKnob.name: workload}
+
+
+def _with_defaults(space: SearchSpace, config: Config) -> Config:
+    """`config` with the knobs that apply to it at their defaults where it has none (the attention the worker
+    picked can make a knob apply), so that it is measured as it ran, not with sampled values."""
+    full = {**knob_defaults(), **config}
+    return space.including(full).normalize(full)
 
 
 def plan_target(profile: GpuProfile, workload: WorkloadSpec) -> Target:

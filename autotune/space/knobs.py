@@ -330,8 +330,8 @@ class ExecutionModeKnob(Knob):
     default = "no_grad"  # generate() as it is
 
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
-        plan.execution_mode = "inference_mode" if value == "inference_mode" else "no_grad"
         if value == "inference_mode":
+            plan.contexts.append(Call("torch.inference_mode"))
             plan.not_servable.append("execution_mode=inference_mode (serve calls generate() as it is)")
 
 
