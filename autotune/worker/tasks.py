@@ -30,6 +30,7 @@ from autotune.measurement import (
     speed_figures,
 )
 from autotune.results import Candidate, ModelSpec, Outcome, TaskResult, TaskSpec, WorkloadSpec, write_json_atomically
+from autotune.space.knobs import AttentionKnob
 from autotune.space.plan import Plan
 from autotune.timing import repeat_until
 from autotune.validate import context_problem, position_limit
@@ -206,9 +207,9 @@ def _with_default_attention(candidate: Candidate, info: dict[str, Any]) -> Candi
 
     Its plan stays without attn_implementation, so loading picks what the architecture supports.
     """
-    if "attn_implementation" in candidate.config:
+    if AttentionKnob.name in candidate.config:
         return candidate
-    return Candidate({**candidate.config, "attn_implementation": info["default_attn_implementation"]}, candidate.plan)
+    return Candidate({**candidate.config, AttentionKnob.name: info["default_attn_implementation"]}, candidate.plan)
 
 
 def _inputs_key(inputs: list[list[int]], output_len: int) -> str:
