@@ -174,6 +174,35 @@ class AttentionKnob(Knob):
 
 
 @register
+class SdpaBackendKnob(Knob):
+    name = "sdpa_backend"
+    help = "the kernel behind sdpa attention: auto (torch picks per call), or one forced with sdpa_kernel"
+    choices = ("auto", "flash", "efficient", "cudnn", "math")
+    default = "auto"
+
+    def needs(self, value: Value) -> Needs:
+        if value in _SDPA_CUDA_KERNELS:
+            return Needs(cuda=True, why=f"the {value} sdpa kernel is a CUDA kernel")
+        return Needs()
+
+    def apply(self, value: Value, plan: Plan, target: Target) -> None:
+        if value == "auto":
+            return
+        backend = Ref(f"torch.nn.attention.SDPBackend.{_SDPA_BACKENDS[str(value)]}")
+        plan.contexts.append(Call("torch.nn.attention.sdpa_kernel", {"backends": backend}))
+        plan.not_servable.append(f"sdpa_backend={value} (serve lets torch pick the sdpa kernel)")
+
+
+_SDPA_BACKENDS = {
+    "flash": "FLASH_ATTENTION",
+    "efficient": "EFFICIENT_ATTENTION",
+    "cudnn": "CUDNN_ATTENTION",
+    "math": "MATH",
+}
+_SDPA_CUDA_KERNELS = ("flash", "efficient", "cudnn")
+
+
+@register
 class QuantizationKnob(Knob):
     name = "quantization"
     help = "weight quantization applied while loading"
