@@ -50,8 +50,6 @@ app = typer.Typer(
     help="Search transformers inference configurations for the fastest, leanest one that keeps quality.",
 )
 
-SHORT_NAMES = {"attn_implementation": "attn", "cache_implementation": "cache", "quantization": "quant"}
-
 
 @app.callback()
 def _root(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log what the library does.")] = False):

@@ -12,6 +12,7 @@ from rich.table import Table
 from autotune.metrics import KL_DIVERGENCE, THROUGHPUT
 from autotune.progress import ProgressDisplay
 from autotune.space import Config
+from autotune.space.knobs import short_name
 from autotune.units import format_bytes, format_duration
 
 if TYPE_CHECKING:
@@ -27,9 +28,8 @@ if not out.is_terminal:  # piped or logged: do not squeeze tables into 80 column
 
 
 def knobs_line(config: Config) -> str:
-    from autotune.cli import SHORT_NAMES  # the CLI's table of short knob names (moving to the knob registry)
 
-    return " ".join(f"{SHORT_NAMES.get(name, name)}={value}" for name, value in config.items())
+    return " ".join(f"{short_name(name)}={value}" for name, value in config.items())
 
 
 class TrialPrinter:

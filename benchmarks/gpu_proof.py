@@ -43,9 +43,9 @@ from autotune.metrics import KL_DIVERGENCE, PEAK_MEMORY, THROUGHPUT
 from autotune.paths import PACKAGED_SPACE, default_cache_dir, demo_model_path
 from autotune.profiles import GpuProfile, resolve_hardware
 from autotune.search import baseline_config
-from autotune.search.prepare import REFERENCE_DTYPES
 from autotune.search.strategy import ruled_out, warm_up_set
 from autotune.space import Config, SearchSpace, config_key, load_space
+from autotune.space.knobs import DtypeKnob
 from autotune.study import StudySettings, TrialRecord
 from autotune.units import format_bytes, format_duration, parse_duration
 from benchmarks.llama_1b import DEFAULT_TRAIN_STEPS, model_folder
@@ -175,13 +175,13 @@ def planned_trials(space_path: Path, profile: GpuProfile, dtype: str | None, sto
     loop queues them, less those the study already has. With the checkpoint dtype unknown, the most
     that any dtype the profile runs would need."""
     space = load_space(space_path).prune(profile.why_not_value)
-    dtypes = [dtype] if dtype else [d for d in REFERENCE_DTYPES if profile.why_not_value("dtype", d) is None]
+    dtypes = [dtype] if dtype else [d for d in DtypeKnob.by_precision if profile.why_not_value("dtype", d) is None]
     measured = set(_existing_keys(storage))
     return max(len(_anchor_and_warm_up_keys(space, profile, d) - measured) for d in dtypes)
 
 
 def _anchor_and_warm_up_keys(space: SearchSpace, profile: GpuProfile, checkpoint: str) -> set[str]:
-    precise = next(d for d in REFERENCE_DTYPES if profile.why_not_value("dtype", d) is None)
+    precise = next(d for d in DtypeKnob.by_precision if profile.why_not_value("dtype", d) is None)
     reference = baseline_config(space, precise, profile, "throughput")  # the defaults at the most precise dtype
     baseline = baseline_config(space, checkpoint, profile, "throughput")
     warm_up = warm_up_set(space.including(reference).including(baseline), baseline)

@@ -10,17 +10,21 @@ from autotune.paths import PACKAGED_SPACE, demo_model_path
 from autotune.report.snippets import json_snippet, python_snippet, serve_command
 from autotune.results import ModelSpec, WorkloadSpec
 from autotune.space import Target, build_plan, load_space
-from autotune.space.plan import Plan
+from autotune.space.plan import Call, Plan
 
 BASE = {"dtype": "float32", "attn_implementation": "sdpa", "quantization": "none", "batching": "generate"}
 
 
-def test_the_knob_sets_the_plan_and_an_old_plan_reads_as_no_grad():
+def test_the_knob_sets_the_plan_and_old_plans_read_as_they_ran():
     plan = build_plan({**BASE, "execution_mode": "inference_mode"}, Target("cpu"))
-    assert plan.execution_mode == "inference_mode"
+    assert plan.contexts == [Call("torch.inference_mode")]
     assert Plan.from_json(json.loads(json.dumps(plan.to_json()))) == plan
-    stored_before_the_knob = {key: value for key, value in plan.to_json().items() if key != "execution_mode"}
-    assert Plan.from_json(stored_before_the_knob).execution_mode == "no_grad"
+    newer = {key: value for key, value in plan.to_json().items() if key != "contexts"}
+    assert (
+        Plan.from_json({**newer, "execution_mode": "inference_mode"}).contexts == plan.contexts
+    )  # stored by an older version
+    assert Plan.from_json({**newer, "execution_mode": "no_grad"}).contexts == []
+    assert Plan.from_json(newer).contexts == []  # stored before the knob existed
     assert build_plan({**BASE, "execution_mode": "no_grad"}, Target("cpu")) == build_plan(BASE, Target("cpu"))
 
 
@@ -31,7 +35,7 @@ def test_the_snippet_wraps_generate_in_inference_mode_and_serve_says_it_has_no_f
     ast.parse(code)
     assert "import torch\n" in code and "with torch.inference_mode():\n    outputs = model.generate(\n" in code
     assert "\n    )\nprint(" in code  # the call, and only the call, is inside the block
-    assert json.loads(json_snippet("org/model", {}, plan))["execution_mode"] == "inference_mode"
+    assert json.loads(json_snippet("org/model", {}, plan))["contexts"] == [{"class": "torch.inference_mode"}]
     assert "execution_mode=inference_mode" in serve_command("org/model", plan, "cpu").splitlines()[1]
     assert "inference_mode" not in python_snippet("org/model", build_plan(BASE, Target("cpu")), "cpu", 16)
 
@@ -61,7 +65,7 @@ def test_the_worker_generates_inside_inference_mode_only_when_asked(cache_dir):
         plan = build_plan({**BASE, "execution_mode": mode}, Target("cpu"))
         model = load_model(ModelSpec("demo", path=path), plan, "cpu")
         workload = GenerateWorkload(model, plan, inputs, spec, tokenizer.pad_token_id)
-        with workload.execution_mode():
+        with workload.contexts():
             output = workload._generate(TokenClock(workload.synchronize))
         assert output.is_inference() is expected, mode
         assert len(workload.run().generated[0]) == 4

@@ -14,12 +14,12 @@ EXAMPLE_PROMPT = "In the beginning God created the heaven and the earth."
 def python_snippet(model_id: str, plan: Plan, device: str, max_new_tokens: int) -> str:
     """Load the model with the plan's knobs and generate, as in the trial that measured it."""
     generate_kwargs, setup = _hoist_configured_objects(plan.generate)
-    values = [*plan.load.values(), *plan.generate.values(), *plan.continuous.values()]
+    values = [*plan.load.values(), *plan.generate.values(), *plan.continuous.values(), *plan.contexts]
     names = {"AutoModelForCausalLM", "AutoTokenizer"} | imports_of(values)
     if plan.batching == "continuous":
         names |= {"ContinuousBatchingConfig", "GenerationConfig"}
     lines = []
-    if uses_torch(values) or plan.execution_mode == "inference_mode":
+    if uses_torch(values):
         lines.append("import torch")
     lines += [f"from transformers import {', '.join(sorted(names))}", "", f"model_id = {model_id!r}"]
     lines.append('tokenizer = AutoTokenizer.from_pretrained(model_id, padding_side="left")')
@@ -30,16 +30,17 @@ def python_snippet(model_id: str, plan: Plan, device: str, max_new_tokens: int) 
         call = _continuous_lines(plan, max_new_tokens)
     else:
         call = _generate_lines(generate_kwargs, max_new_tokens)
-    lines += _inside_inference_mode(call) if plan.execution_mode == "inference_mode" else call
+    lines += _inside_contexts(call, plan.contexts) if plan.contexts else call
     return "\n".join(lines) + "\n"
 
 
-def _inside_inference_mode(lines: list[str]) -> list[str]:
-    """The generating call (from `outputs = ` to its closing parenthesis) inside torch.inference_mode()."""
+def _inside_contexts(lines: list[str], contexts: list[Call]) -> list[str]:
+    """The generating call (from `outputs = ` to its closing parenthesis) inside the plan's context managers."""
     first = next(i for i, line in enumerate(lines) if line.startswith("outputs = "))
     last = lines.index(")", first)
     inside = [f"    {line}" for line in lines[first : last + 1]]
-    return [*lines[:first], "with torch.inference_mode():", *inside, *lines[last + 1 :]]
+    header = f"with {', '.join(render(call) for call in contexts)}:"
+    return [*lines[:first], header, *inside, *lines[last + 1 :]]
 
 
 def _hoist_configured_objects(kwargs: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -99,7 +100,7 @@ def json_snippet(model_id: str, config: dict[str, Any], plan: Plan) -> str:
         "from_pretrained": plain(plan.load),
         "generate": plain(plan.generate),
         "batching": plan.batching,
-        "execution_mode": plan.execution_mode,
+        "contexts": plain(plan.contexts),
         "continuous_batching": plain(plan.continuous),
         "serve_flags": plan.serve_flags,
     }

@@ -24,7 +24,7 @@ from autotune.search.options import SearchEvents
 from autotune.search.prepare import Prepared, plan_target, trial_spec
 from autotune.search.session import Session, recover
 from autotune.search.strategy import next_queued, ruled_out, warm_up_set
-from autotune.space import Config, SearchSpace, build_plan, config_key
+from autotune.space import KNOBS, Config, SearchSpace, build_plan, config_key
 from autotune.study import TrialRecord
 
 MAX_CONSECUTIVE_SKIPS = 50
@@ -203,7 +203,8 @@ class TrialLoop:
 
     def _measure(self, trial: optuna.Trial, config: Config, roles: list[str]) -> TaskResult:
         self.events.trial_started(trial.number, config, roles)
-        plan = build_plan(config, plan_target(self.session.profile, self.request.workload)).to_json()
+        built = build_plan(config, plan_target(self.session.profile, self.request.workload))
+        plan = built.to_json()
         studies.record_launch(trial, config, plan, roles)
         spec = trial_spec(self.request, self.prepared, config, plan)
         if (fault := _injected_fault(self.launched)) is not None:
@@ -214,7 +215,7 @@ class TrialLoop:
         started = time.monotonic()
         limits = Limits(self.request.budget.trial_timeout_s, self.deadline)
         on_start = lambda pid: trial.set_user_attr("worker_pid", pid)  # noqa: E731 - which process measures it
-        compiles = config.get("compile", "off") != "off"
+        compiles = built.compiles
         on_phase = lambda name: self.events.progress(f"trial #{trial.number}: {phases.label(name, compiles)}")  # noqa: E731
         self.started = started
         result = run_task(spec, workdir, limits, on_tick=heartbeat, on_start=on_start, on_phase=on_phase)
@@ -276,7 +277,7 @@ def expected_duration_s(config: Config, history: list[TrialRecord]) -> float | N
     finished = [r for r in history if r.duration_s is not None and r.outcome not in cut_short]
 
     def kind(values: Config) -> tuple:
-        return values.get("compile", "off") != "off", values.get("batching"), values.get("quantization")
+        return tuple(knob.duration_group(values.get(name)) for name, knob in KNOBS.items())
 
     alike = [r.duration_s for r in finished if kind(r.config) == kind(config)]
     durations = alike or [r.duration_s for r in finished]

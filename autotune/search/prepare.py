@@ -13,19 +13,11 @@ from autotune.results import Candidate, ModelSpec, Outcome, TaskResult, TaskSpec
 from autotune.runner import Limits, run_task
 from autotune.search.options import SearchError
 from autotune.space import Config, SearchSpace, Target, build_plan
+from autotune.space.knobs import AttentionKnob, DtypeKnob, WorkloadKnob, knob_defaults
 from autotune.specs import SearchRequest
 from autotune.study import PreparedFacts
 
 MODEL_PHASES = ("resolve", "tokenizer")  # a failure there is the model argument's: bad input
-REFERENCE_DTYPES = ("float32", "bfloat16", "float16")  # most precise first
-# No attn_implementation: loaded without one, transformers picks what the architecture supports
-# (sdpa for most, eager for those that refuse sdpa); the worker reports its pick.
-DEFAULTS = {
-    "quantization": "none",
-    "batching": "generate",
-    "cache_implementation": "dynamic",
-    "execution_mode": "no_grad",  # generate() as it is; left out by normalize() where the space lacks the knob
-}
 
 
 @dataclass
@@ -98,7 +90,7 @@ def prepare(
         model,
         info,
         result.environment,
-        space.including(found.config).normalize(found.config),
+        _with_defaults(space, found.config),
         found.path,
         found.greedy_path,
         found.perplexity,
@@ -126,16 +118,28 @@ def _prepare_error(model: str, result: TaskResult) -> Exception:
 
 
 def _precise_dtypes(profile: GpuProfile) -> list[str]:
-    return [dtype for dtype in REFERENCE_DTYPES if profile.why_not_value("dtype", dtype) is None]
+    return [dtype for dtype in DtypeKnob.by_precision if profile.why_not_value(DtypeKnob.name, dtype) is None]
 
 
 def _defaults(dtype: str, workload: str) -> Config:
-    return {"dtype": dtype, **DEFAULTS, "workload": workload}
+    """Every knob at its transformers default, left out by normalize() where the space lacks it.
+
+    No attention: loaded without one, transformers picks what the architecture supports (sdpa for
+    most, eager for those that refuse sdpa); the worker reports its pick.
+    """
+    return {DtypeKnob.name: dtype, **knob_defaults(), WorkloadKnob.name: workload}
+
+
+def _with_defaults(space: SearchSpace, config: Config) -> Config:
+    """`config` with the knobs that apply to it at their defaults where it has none (the attention the worker
+    picked can make a knob apply), so that it is measured as it ran, not with sampled values."""
+    full = {**knob_defaults(), **config}
+    return space.including(full).normalize(full)
 
 
 def plan_target(profile: GpuProfile, workload: WorkloadSpec) -> Target:
     """What plans are built for: the profile's device type and the workload's largest shape."""
-    return Target(profile.device_type, workload.batch_size, workload.input_len + workload.output_len)
+    return Target(profile.device_type, workload.batch_size, workload.input_len + workload.output_len, workload.kind)
 
 
 def _candidate(space: SearchSpace, config: Config, target: Target) -> Candidate:
@@ -151,7 +155,7 @@ def baseline_config(
     transformers picks for the architecture (sdpa for most), dynamic cache."""
     dtypes = _precise_dtypes(profile)
     dtype = checkpoint_dtype if checkpoint_dtype in dtypes else dtypes[-1]
-    defaults = {**_defaults(dtype, workload), "attn_implementation": attention}
+    defaults = {**_defaults(dtype, workload), AttentionKnob.name: attention}
     return space.including(defaults).normalize(defaults)
 
 

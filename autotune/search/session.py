@@ -24,7 +24,7 @@ from autotune.search.options import SearchEvents
 from autotune.search.prepare import Prepared
 from autotune.space import Config, SearchSpace, config_key, load_space
 from autotune.specs import HardwareSpec, SearchRequest, WorkerRequest
-from autotune.study import StudySettings, TrialRecord
+from autotune.study import StudySettings
 
 
 @dataclass

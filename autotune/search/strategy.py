@@ -25,15 +25,7 @@ import numpy as np
 
 from autotune.pareto import contributions, hypervolume, raw_losses, scaled, scaled_losses
 from autotune.results import Outcome
-from autotune.space import Config, SearchSpace, config_key
-
-# Knobs whose values order the memory a configuration needs, all else equal (higher needs more).
-MEMORY_RANK: dict[str, dict[str | int, int]] = {
-    "dtype": {"float32": 2, "bfloat16": 1, "float16": 1},
-    "quantization": {"none": 2, "bnb-8bit": 1, "bnb-4bit": 0},
-}
-NUMERIC_MEMORY_KNOBS = ("max_batch_tokens",)
-
+from autotune.space import KNOBS, Config, SearchSpace, config_key
 
 Measured = tuple[Config, Mapping[str, float]]  # a complete trial's configuration and figures
 
@@ -58,8 +50,8 @@ def warm_up_set(space: SearchSpace, baseline: Config) -> list[Planned]:
 
 
 def trial_cost(config: Config) -> int:
-    """A rough order of trial durations: compiled trials are the slowest, continuous batching next."""
-    return 2 * (config.get("compile", "off") != "off") + (config.get("batching") == "continuous")
+    """A rough order of trial durations, the sum of the knobs' costs (compiling is the slowest)."""
+    return sum(KNOBS[name].cost(value) for name, value in config.items() if name in KNOBS)
 
 
 def _with_value(space: SearchSpace, base: Config, name: str, value: str | int) -> Config | None:
@@ -168,12 +160,10 @@ def _needs_at_least_as_much_memory(config: Config, other: Config) -> bool:
     if set(config) != set(other):
         return False
     for name in config:
-        if name in MEMORY_RANK:
-            ranks = MEMORY_RANK[name]
-            if config[name] not in ranks or other[name] not in ranks or ranks[config[name]] < ranks[other[name]]:
-                return False
-        elif name in NUMERIC_MEMORY_KNOBS:
-            if int(config[name]) < int(other[name]):
+        knob = KNOBS.get(name)
+        if knob is not None and knob.orders_memory():
+            rank, other_rank = knob.memory_rank(config[name]), knob.memory_rank(other[name])
+            if rank is None or other_rank is None or rank < other_rank:
                 return False
         elif config[name] != other[name]:
             return False

@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
+from autotune.results import WorkloadKind
 from autotune.space.plan import Call, Plan, Ref
 
 DeviceType = Literal["cpu", "cuda"]
@@ -32,12 +33,48 @@ class Target:
     device_type: DeviceType
     requests: int = 8
     tokens_per_request: int = 192  # prompt + generated tokens
+    workload: WorkloadKind = "throughput"  # the study's; a workload knob in the space overrides it
 
 
 class Knob:
+    """A knob's handler: everything the rest of autotune needs to know about the knob is said here."""
+
     name: ClassVar[str]
     help: ClassVar[str]
+    short_name: ClassVar[str] = ""  # in one-line tables; the name itself when empty
     choices: ClassVar[tuple[Value, ...] | None] = None  # None: accepts() decides
+    # What from_pretrained + generate do with no argument, the baseline's value; None: it depends on
+    # the model (the checkpoint's dtype, the attention transformers picks) or has no fixed value.
+    default: ClassVar[Value | None] = None
+    # Words of a failure message (missing package, refusal) that point at this knob when it is set
+    # to a value other than a common default.
+    failure_words: ClassVar[tuple[str, ...]] = ()
+    # Phrases of a failure message that blame this knob whatever its value (even the default).
+    refusals: ClassVar[tuple[str, ...]] = ()
+    # Values ordered by the memory they need, all else equal (higher needs more); empty: not ordered.
+    memory_ranks: ClassVar[dict[Value, int]] = {}
+
+    @property
+    def label(self) -> str:
+        return self.short_name or self.name
+
+    def memory_rank(self, value: Value) -> int | None:
+        """Orders the memory a value needs, all else equal (higher needs more); None: not ordered."""
+        return self.memory_ranks.get(value)
+
+    def orders_memory(self) -> bool:
+        return bool(self.memory_ranks)
+
+    def cost(self, value: Value) -> int:
+        """A rough order of trial durations: 0 runs as fast as the baseline, higher takes longer."""
+        return 0
+
+    def duration_group(self, value: Value | None) -> object:
+        """Trials whose knobs give the same groups take about as long; None for knobs that do not matter.
+
+        `value` is None when the configuration leaves the knob out.
+        """
+        return None
 
     def accepts(self, value: Value) -> bool:
         return self.choices is not None and value in self.choices
@@ -60,9 +97,18 @@ def register(cls: type[Knob]) -> type[Knob]:
     return cls
 
 
+def knob_defaults() -> dict[str, Value]:
+    """Every knob's transformers default, where it has one that does not depend on the model."""
+    return {name: knob.default for name, knob in KNOBS.items() if knob.default is not None}
+
+
+def short_name(name: str) -> str:
+    return KNOBS[name].label if name in KNOBS else name
+
+
 def build_plan(config: dict[str, Value], target: Target) -> Plan:
-    """Apply the knobs of a configuration, in registry order, to an empty plan."""
-    plan = Plan()
+    """Apply the knobs of a configuration, in registry order, to a plan of the target's workload."""
+    plan = Plan(workload=target.workload)
     for name, knob in KNOBS.items():
         if name in config:
             knob.apply(config[name], plan, target)
@@ -74,6 +120,8 @@ class DtypeKnob(Knob):
     name = "dtype"
     help = "precision the weights are loaded in"
     choices = ("float32", "bfloat16", "float16")
+    by_precision = ("float32", "bfloat16", "float16")  # most precise first: the reference takes the first that runs
+    memory_ranks: ClassVar[dict[Value, int]] = {"float32": 2, "bfloat16": 1, "float16": 1}
 
     def needs(self, value: Value) -> Needs:
         if value == "bfloat16":
@@ -92,7 +140,11 @@ _HUB_KERNEL = re.compile(r"^[\w.-]+/[\w.-]+(@[\w.-]+)?(:[\w.-]+)?$")
 class AttentionKnob(Knob):
     name = "attn_implementation"
     help = "attention backend; a hub kernel is written <namespace>/<repo>[@revision][:name]"
+    short_name = "attn"
     choices = ("eager", "sdpa", "flex_attention", "flash_attention_2", "flash_attention_3", "flash_attention_4")
+    failure_words = ("flash", "attention", "attn", "kernels")
+    # What from_pretrained says when an architecture refuses an attention backend (sdpa, flex, flash).
+    refusals = ("does not support an attention implementation",)
 
     def accepts(self, value: Value) -> bool:
         return value in self.choices or (isinstance(value, str) and bool(_HUB_KERNEL.match(value)))
@@ -122,10 +174,46 @@ class AttentionKnob(Knob):
 
 
 @register
+class SdpaBackendKnob(Knob):
+    name = "sdpa_backend"
+    help = "the kernel behind sdpa attention: auto (torch picks per call), or one forced with sdpa_kernel"
+    choices = ("auto", "flash", "efficient", "cudnn", "math")
+    default = "auto"
+
+    def needs(self, value: Value) -> Needs:
+        if value in _SDPA_CUDA_KERNELS:
+            return Needs(cuda=True, why=f"the {value} sdpa kernel is a CUDA kernel")
+        return Needs()
+
+    def apply(self, value: Value, plan: Plan, target: Target) -> None:
+        if value == "auto":
+            return
+        backend = Ref(f"torch.nn.attention.SDPBackend.{_SDPA_BACKENDS[str(value)]}")
+        plan.contexts.append(Call("torch.nn.attention.sdpa_kernel", {"backends": backend}))
+        plan.not_servable.append(f"sdpa_backend={value} (serve lets torch pick the sdpa kernel)")
+
+
+_SDPA_BACKENDS = {
+    "flash": "FLASH_ATTENTION",
+    "efficient": "EFFICIENT_ATTENTION",
+    "cudnn": "CUDNN_ATTENTION",
+    "math": "MATH",
+}
+_SDPA_CUDA_KERNELS = ("flash", "efficient", "cudnn")
+
+
+@register
 class QuantizationKnob(Knob):
     name = "quantization"
     help = "weight quantization applied while loading"
+    short_name = "quant"
     choices = ("none", "bnb-8bit", "bnb-4bit")
+    default = "none"
+    failure_words = ("bitsandbytes", "bnb", "quantiz")
+    memory_ranks: ClassVar[dict[Value, int]] = {"none": 2, "bnb-8bit": 1, "bnb-4bit": 0}
+
+    def duration_group(self, value: Value | None) -> object:
+        return value
 
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         if value == "none":
@@ -144,6 +232,13 @@ class BatchingKnob(Knob):
     name = "batching"
     help = "generate(): one padded batch; continuous: generate_batch() with a paged cache"
     choices = ("generate", "continuous")
+    default = "generate"
+
+    def cost(self, value: Value) -> int:
+        return 1 if value == "continuous" else 0
+
+    def duration_group(self, value: Value | None) -> object:
+        return value
 
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         plan.batching = "continuous" if value == "continuous" else "generate"
@@ -172,7 +267,10 @@ SPARE_PAGES = 2
 class CacheKnob(Knob):
     name = "cache_implementation"
     help = "KV cache of generate(); quantized stores keys and values in fp8"
+    short_name = "cache"
     choices = ("dynamic", "static", "offloaded", "offloaded_static", "quantized")
+    default = "dynamic"
+    failure_words = ("cache", "quanto", "hqq", "offload")
 
     def needs(self, value: Value) -> Needs:
         if str(value).startswith("offloaded"):
@@ -203,6 +301,14 @@ class CompileKnob(Knob):
     name = "compile"
     help = "torch.compile of the decoding step, through generate()'s compile_config"
     choices = ("off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+    default = "off"
+    failure_words = ("compile", "inductor", "dynamo", "triton")
+
+    def cost(self, value: Value) -> int:
+        return 2 if value != "off" else 0  # compiled trials are the slowest
+
+    def duration_group(self, value: Value | None) -> object:
+        return value not in (None, "off")
 
     def needs(self, value: Value) -> Needs:
         if value in _CUDA_GRAPH_MODES:
@@ -234,6 +340,12 @@ class MaxBatchTokensKnob(Knob):
     def describe_values(self) -> str:
         return "a positive integer"
 
+    def memory_rank(self, value: Value) -> int | None:
+        return int(value)  # more tokens per forward pass, larger activations
+
+    def orders_memory(self) -> bool:
+        return True
+
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         plan.continuous["max_batch_tokens"] = value
         plan.serve_flags += ["--cb-max-batch-tokens", str(value)]
@@ -244,10 +356,11 @@ class ExecutionModeKnob(Knob):
     name = "execution_mode"
     help = "no_grad: generate() as it is (it runs under torch.no_grad); inference_mode: inside torch.inference_mode()"
     choices = ("no_grad", "inference_mode")
+    default = "no_grad"  # generate() as it is
 
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
-        plan.execution_mode = "inference_mode" if value == "inference_mode" else "no_grad"
         if value == "inference_mode":
+            plan.contexts.append(Call("torch.inference_mode"))
             plan.not_servable.append("execution_mode=inference_mode (serve calls generate() as it is)")
 
 
@@ -261,4 +374,5 @@ class WorkloadKnob(Knob):
     choices = ("throughput", "latency", "serve")
 
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
-        """The workload changes how a configuration is measured, not how it is deployed."""
+        """How the configuration is measured; what is deployed stays the same."""
+        plan.workload = value  # type: ignore[assignment] - accepts() allows only WorkloadKind values

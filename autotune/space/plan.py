@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from autotune.results import WorkloadKind
+
 Batching = Literal["generate", "continuous"]
-ExecutionMode = Literal["no_grad", "inference_mode"]
 
 # Only names from these modules may be referenced: a plan read from storage can never import or call
 # anything else.
@@ -57,17 +58,28 @@ class Plan:
     continuous: dict[str, Any] = field(default_factory=dict)
     serve_flags: list[str] = field(default_factory=list)
     not_servable: list[str] = field(default_factory=list)
-    execution_mode: ExecutionMode = "no_grad"  # inference_mode: generate() runs inside torch.inference_mode()
+    contexts: list[Call] = field(default_factory=list)  # context managers generate() runs inside, outermost first
+    workload: WorkloadKind | None = None  # how the trial measures it; None in plans stored before it was here
+
+    @property
+    def quantized_kv_cache(self) -> bool:
+        return self.generate.get("cache_implementation") == "quantized"
+
+    @property
+    def compiles(self) -> bool:
+        """generate() compiles the decoding step (a compile knob asked for it)."""
+        return "compile_config" in self.generate
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "execution_mode": self.execution_mode,
+            "contexts": encode(self.contexts),
             "load": encode(self.load),
             "generate": encode(self.generate),
             "batching": self.batching,
             "continuous": encode(self.continuous),
             "serve_flags": list(self.serve_flags),
             "not_servable": list(self.not_servable),
+            "workload": self.workload,
         }
 
     @classmethod
@@ -79,8 +91,14 @@ class Plan:
             continuous=decode(data["continuous"]),
             serve_flags=list(data.get("serve_flags", [])),
             not_servable=list(data.get("not_servable", [])),
-            execution_mode=data.get("execution_mode", "no_grad"),  # plans stored before the knob existed
+            contexts=decode(data["contexts"]) if "contexts" in data else _contexts_before_they_were_general(data),
+            workload=data.get("workload"),
         )
+
+
+def _contexts_before_they_were_general(data: dict[str, Any]) -> list[Call]:
+    """Plans stored by older versions said `execution_mode` (or nothing, before that knob existed)."""
+    return [Call("torch.inference_mode")] if data.get("execution_mode") == "inference_mode" else []
 
 
 def encode(value: Any) -> Any:
@@ -128,12 +146,17 @@ def render(value: Any) -> str:
         return value.path
     if isinstance(value, Call):
         args = ", ".join(f"{key}={render(item)}" for key, item in value.kwargs.items())
-        return f"{value.path.rsplit('.', 1)[1]}({args})"
+        return f"{_callable_name(value.path)}({args})"
     if isinstance(value, dict):
         return "{" + ", ".join(f"{key!r}: {render(item)}" for key, item in value.items()) + "}"
     if isinstance(value, list | tuple):
         return "[" + ", ".join(render(item) for item in value) + "]"
     return repr(value)
+
+
+def _callable_name(path: str) -> str:
+    """transformers names are imported by name (see imports_of); torch ones are written in full after `import torch`."""
+    return path.split(".", 1)[1] if path.startswith("transformers.") else path
 
 
 def imports_of(values: list[Any]) -> set[str]:
@@ -154,6 +177,8 @@ def imports_of(values: list[Any]) -> set[str]:
 def uses_torch(values: list[Any]) -> bool:
     for value in values:
         if isinstance(value, Ref) and value.path.startswith("torch."):
+            return True
+        if isinstance(value, Call) and value.path.startswith("torch."):
             return True
         if isinstance(value, Call) and uses_torch(list(value.kwargs.values()) + list(value.attrs.values())):
             return True

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from autotune.results import Outcome
+from autotune.space.knobs import KNOBS
 
 _OOM_MARKERS = (
     "out of memory",
@@ -31,15 +32,6 @@ _UNSUPPORTED_MARKERS = (
     "failed to resolve",
     "localentrynotfound",
     "not in the local cache",
-)
-# What from_pretrained says when an architecture refuses an attention backend (sdpa, flex, flash).
-_REFUSED_ATTENTION = "does not support an attention implementation"
-# Which knob a missing package or refusal points to, by words in the message.
-_KNOB_HINTS = (
-    ("attn_implementation", ("flash", "attention", "attn", "kernels")),
-    ("quantization", ("bitsandbytes", "bnb", "quantiz")),
-    ("cache_implementation", ("cache", "quanto", "hqq", "offload")),
-    ("compile", ("compile", "inductor", "dynamo", "triton")),
 )
 
 
@@ -82,15 +74,18 @@ def classify(error: BaseException, config: dict[str, Any] | None = None) -> Clas
 
 
 def _blamed_knob(lowered: str, config: dict[str, Any]) -> str | None:
-    """The knob whose value the message names, else the first whose words it uses, among the knobs set."""
-    if _REFUSED_ATTENTION in lowered and "attn_implementation" in config:
-        return "attn_implementation"  # even sdpa: this architecture refuses it at load time
-    for knob, value in config.items():
+    """The knob that refuses whatever its value, else the knob whose value the message names, else the first
+    (in registry order) whose words it uses, among the knobs set."""
+    for name, knob in KNOBS.items():
+        if name in config and any(phrase in lowered for phrase in knob.refusals):
+            return name  # e.g. even sdpa: this architecture refuses it at load time
+    for name, value in config.items():
         if isinstance(value, str) and len(value) > 4 and value.lower() in lowered and value not in _COMMON_VALUES:
-            return knob
-    for knob, words in _KNOB_HINTS:
-        if knob in config and config[knob] not in _COMMON_VALUES and any(word in lowered for word in words):
-            return knob
+            return name
+    for name, knob in KNOBS.items():
+        words = knob.failure_words
+        if name in config and config[name] not in _COMMON_VALUES and any(word in lowered for word in words):
+            return name
     return None
 
 

@@ -28,8 +28,20 @@ def materialize(value: Any) -> Any:
 
 
 def _resolve(path: str) -> Any:
-    module, name = path.rsplit(".", 1)
-    return getattr(importlib.import_module(module), name)
+    """The object a dotted path names: a module's attribute, or an attribute of one (an enum member)."""
+    parts = path.split(".")
+    for split in range(len(parts) - 1, 0, -1):
+        module_name = ".".join(parts[:split])
+        try:
+            found = importlib.import_module(module_name)
+        except ModuleNotFoundError as error:
+            if error.name != module_name:
+                raise  # the module exists but needs a package that is missing
+            continue
+        for name in parts[split:]:
+            found = getattr(found, name)
+        return found
+    raise ModuleNotFoundError(f"no module in {path!r}")
 
 
 def load_model(model: ModelSpec, plan: Plan, device: str) -> torch.nn.Module:

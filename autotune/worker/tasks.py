@@ -40,6 +40,7 @@ from autotune.results import (
     WorkloadSpec,
     write_json_atomically,
 )
+from autotune.space.knobs import AttentionKnob
 from autotune.space.plan import Plan
 from autotune.timing import repeat_until
 from autotune.validate import context_problem, position_limit
@@ -212,9 +213,9 @@ def _with_default_attention(candidate: Candidate, info: dict[str, Any]) -> Candi
 
     Its plan stays without attn_implementation, so loading picks what the architecture supports.
     """
-    if "attn_implementation" in candidate.config:
+    if AttentionKnob.name in candidate.config:
         return candidate
-    return Candidate({**candidate.config, "attn_implementation": info["default_attn_implementation"]}, candidate.plan)
+    return Candidate({**candidate.config, AttentionKnob.name: info["default_attn_implementation"]}, candidate.plan)
 
 
 def _inputs_key(inputs: list[list[int]], output_len: int) -> str:
@@ -247,7 +248,7 @@ def _compute_reference(
 def _trial(spec: TaskSpec, phases: Phases) -> TaskResult:
     assert spec.candidate is not None and spec.reference_path is not None
     planned = Plan.from_json(spec.candidate.plan)
-    workload_spec = replace(spec.workload, kind=spec.candidate.config.get("workload", spec.workload.kind))
+    workload_spec = replace(spec.workload, kind=planned.workload or spec.workload.kind)
     if workload_spec.kind == "serve":
         return serve_trial(replace(spec, workload=workload_spec), phases)
     with phases("load"):
@@ -274,7 +275,8 @@ def _trial(spec: TaskSpec, phases: Phases) -> TaskResult:
     with phases("quality"):
         quality = _quality(spec, model, iterations[-1].generated)
     speed, stats = speed_figures(iterations, warmup[0])
-    metrics = {**speed, **quality, **memory.details(), **_roofline_and_cost(spec, model, workload_spec, speed)}
+    figures = _roofline_and_cost(spec, model, plan, workload_spec, speed)
+    metrics = {**speed, **quality, **memory.details(), **figures}
     metrics["peak_memory_bytes"] = float(peak)
     metrics["peak_memory_gb"] = peak / 1e9
     metrics["warmup_s"] = phases.timings["warmup"]
@@ -297,13 +299,12 @@ def _quality(spec: TaskSpec, model: Any, generated: list[list[int]]) -> dict[str
     return quality
 
 
-def _roofline_and_cost(spec: TaskSpec, model: Any, workload: WorkloadSpec, speed: dict[str, float]) -> dict:
+def _roofline_and_cost(spec: TaskSpec, model: Any, plan: Plan, workload: WorkloadSpec, speed: dict[str, float]) -> dict:
     weight_bytes = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
     config = model.config.get_text_config(decoder=True)
     heads = config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-    quantized_cache = spec.candidate is not None and spec.candidate.config.get("cache_implementation") == "quantized"
-    element_bytes = 1 if quantized_cache else torch.finfo(model.dtype).bits // 8
+    element_bytes = 1 if plan.quantized_kv_cache else torch.finfo(model.dtype).bits // 8
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
     kv = kv_bytes_per_token(config.num_hidden_layers, kv_heads, head_dim, element_bytes)
     per_step = decode_bytes_per_step(weight_bytes, kv, workload.requests, workload.input_len, workload.output_len)

@@ -16,7 +16,7 @@ from autotune.measurement import Iteration
 from autotune.results import WorkloadSpec
 from autotune.space.plan import Plan
 from autotune.worker.compat import continuous_batching_config
-from autotune.worker.failures import BrokenOutputError
+from autotune.worker.failures import BrokenOutputError, UnsupportedError
 from autotune.worker.loading import materialize
 
 
@@ -98,16 +98,20 @@ class GenerateWorkload:
         self.pad_id = pad_id
         self.kwargs = materialize(plan.generate)  # once: a new CompileConfig per call would recompile
         self.synchronize = _synchronizer(model.device)
-        # generate() runs under torch.no_grad by itself; inference_mode is the knob's other value.
-        self.execution_mode = (
-            torch.inference_mode if plan.execution_mode == "inference_mode" else contextlib.nullcontext
-        )
+        self.plan_contexts = plan.contexts  # generate() runs under torch.no_grad by itself, inside these
+
+    def contexts(self) -> contextlib.ExitStack:
+        """The plan's context managers, entered (made anew each call: some cannot be entered twice)."""
+        stack = contextlib.ExitStack()
+        for call in self.plan_contexts:
+            stack.enter_context(materialize(call))
+        return stack
 
     def run(self) -> Iteration:
         clock = TokenClock(self.synchronize)
         self.synchronize()
         start = time.perf_counter()
-        with self.execution_mode():
+        with self.contexts():
             output = self._generate(clock)
         self.synchronize()
         end = time.perf_counter()
@@ -212,5 +216,11 @@ def _check_complete(outputs: list[Any], expected: int, length: int) -> None:
 
 def make_workload(model: Any, plan: Plan, inputs: list[list[int]], spec: WorkloadSpec, pad_id: int) -> Workload:
     if plan.batching == "continuous":
+        if plan.contexts:
+            names = ", ".join(call.path for call in plan.contexts)
+            raise UnsupportedError(
+                f"continuous batching generates in its own thread, which {names} entered here does not reach",
+                combination=True,
+            )
         return ContinuousWorkload(model, plan, inputs, spec)
     return GenerateWorkload(model, plan, inputs, spec, pad_id)
