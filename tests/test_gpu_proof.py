@@ -35,11 +35,12 @@ knobs:
 def test_first_search_covers_the_reference_baseline_and_warm_up_set() -> None:
     """The first search's --trials, as the strategy queues trials (the reference doubles as a warm-up trial)."""
     missing = "sqlite:////nonexistent/study.db"
-    # cpu: 14 warm-up changes of the bfloat16 baseline, one of them (dtype=float32) the reference itself.
-    assert planned_trials(DEFAULT_SPACE, PROFILES["cpu"], "bfloat16", missing) == 15
-    assert planned_trials(DEFAULT_SPACE, PROFILES["h100"], "bfloat16", missing) == 22
+    # cpu: 15 warm-up changes of the bfloat16 baseline, one of them (dtype=float32) the reference itself;
+    # sdpa_backend adds one on cpu (math) and four on an h100 (flash, efficient, cudnn, math).
+    assert planned_trials(DEFAULT_SPACE, PROFILES["cpu"], "bfloat16", missing) == 16
+    assert planned_trials(DEFAULT_SPACE, PROFILES["h100"], "bfloat16", missing) == 26
     # A float32 checkpoint: one anchor (the baseline is the reference), and two dtype changes in the warm-up.
-    assert planned_trials(DEFAULT_SPACE, PROFILES["cpu"], "float32", missing) == 15
+    assert planned_trials(DEFAULT_SPACE, PROFILES["cpu"], "float32", missing) == 16
     # The checkpoint dtype unknown (a hub model not in the cache): the most any dtype would need.
     assert planned_trials(DEFAULT_SPACE, PROFILES["t4"], None, missing) == 19
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from autotune.cli import _knobs
+from autotune.printers import knobs_line
 from autotune.report.snippets import json_snippet, python_snippet
 from autotune.results import Outcome, WorkloadSpec
 from autotune.search import expected_duration_s
@@ -104,7 +104,7 @@ def test_short_names_are_unique_and_used_in_trial_lines():
     assert len(set(labels)) == len(labels)
     assert short_name("attn_implementation") == "attn" and short_name("dtype") == "dtype"
     assert short_name("not_a_knob") == "not_a_knob"
-    assert _knobs({"attn_implementation": "sdpa", "quantization": "none"}) == "attn=sdpa quant=none"
+    assert knobs_line({"attn_implementation": "sdpa", "quantization": "none"}) == "attn=sdpa quant=none"
 
 
 def test_the_plan_says_which_workload_measures_it_and_old_plans_still_load():
