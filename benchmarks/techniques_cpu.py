@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -48,6 +49,7 @@ class Context:
         from autotune.worker.demo_model import ensure_demo_model
 
         torch.manual_seed(0)
+        self.inference_mode = True  # generate() under torch.inference_mode(), else under torch.no_grad()
         self.model_path = ensure_demo_model(default_cache_dir())
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         prompts = load_prompts()[:PROMPT_COUNT]
@@ -74,7 +76,7 @@ class Context:
         import torch
 
         encoded = self.tokenizer.pad({"input_ids": batch}, return_tensors="pt", padding_side="left")
-        with torch.inference_mode():
+        with torch.inference_mode() if self.inference_mode else torch.no_grad():
             output = model.generate(
                 **encoded,
                 max_new_tokens=NEW_TOKENS,
@@ -170,6 +172,13 @@ def _quantized_weights(make_config: Callable[[], Any], dtype_name: str = "bfloat
     return run
 
 
+def _bfloat16(ctx: Context) -> str:
+    import torch
+
+    outputs, seconds = timed(lambda: ctx.generate_each(ctx.load(dtype=torch.bfloat16)))
+    return f"{ctx.agreement(outputs)}, {seconds:.2f} s (what the weight-only rows in bfloat16 compare to)"
+
+
 def _torchao(config_name: str, **options: Any) -> Callable[[], Any]:
     def make() -> Any:
         import torchao.quantization
@@ -187,6 +196,14 @@ def _quanto(weights: str) -> Callable[[], Any]:
         return QuantoConfig(weights=weights)
 
     return make
+
+
+def _without_inference_mode(run: Callable[[Context], str]) -> Callable[[Context], str]:
+    def run_under_no_grad(ctx: Context) -> str:
+        ctx.inference_mode = False
+        return run(ctx)
+
+    return run_under_no_grad
 
 
 def _torchao_compiled(ctx: Context) -> str:
@@ -233,23 +250,34 @@ def _continuous_batching(attn: str, **cb_options: Any) -> Callable[[Context], st
         by_prompt = sorted(results.values(), key=lambda r: ctx.prompts.index(list(r.prompt_ids)))
         outputs = [list(r.generated_tokens)[:NEW_TOKENS] for r in by_prompt]
         used = model.config._attn_implementation
-        graphs = cb_config.use_cuda_graph
-        return f"{ctx.agreement(outputs)}, {seconds:.2f} s; attention used: {used}; cuda graph: {graphs}"
+        return f"{ctx.agreement(outputs)}, {seconds:.2f} s; attention after the run: {used}"
 
     return run
 
 
 def _kernels(ctx: Context) -> str:
     model = ctx.load(use_kernels=True)
-    outputs = ctx.generate_each(model)
-    return ctx.agreement(outputs)
+    return f"{ctx.agreement(ctx.generate_each(model))}; {_hub_kernel_layers(model)}"
 
 
-def _kernelize(ctx: Context) -> str:
-    from kernels import Mode, kernelize
+def _kernelize(use_fallback: bool) -> Callable[[Context], str]:
+    def run(ctx: Context) -> str:
+        from kernels import Mode, kernelize
+        from transformers.integrations.hub_kernels import register_kernel_mapping_transformers
 
-    model = kernelize(ctx.load(), mode=Mode.INFERENCE, device="cpu")
-    return ctx.agreement(ctx.generate_each(model))
+        register_kernel_mapping_transformers()  # the layer-to-hub-repo mapping transformers uses for use_kernels
+        model = kernelize(ctx.load(), mode=Mode.INFERENCE, device="cpu", use_fallback=use_fallback)
+        return f"{ctx.agreement(ctx.generate_each(model))}; {_hub_kernel_layers(model)}"
+
+    return run
+
+
+def _hub_kernel_layers(model: Any) -> str:
+    """How many layers can take a hub kernel, and how many run something other than their own forward."""
+    layers = [module for module in model.modules() if hasattr(type(module), "kernel_layer_name")]
+    swapped = [m for m in layers if getattr(m.forward, "__func__", None) is not type(m).forward]
+    names = sorted({type(m).kernel_layer_name for m in layers})
+    return f"{len(layers)} kernel-capable layers ({', '.join(names)}), {len(swapped)} running a hub kernel"
 
 
 def _tensor_parallel(ctx: Context) -> str:
@@ -263,7 +291,9 @@ def _tensor_parallel(ctx: Context) -> str:
     if done.returncode != 0 or len(rows) != 2:
         raise RuntimeError(f"torchrun exit {done.returncode}: {_last_error_line(done.stderr)}")
     plain = ctx.agreement(rows[0]["outputs"])
-    return f"2 ranks, world size {rows[0]['world']}: rank 0 {plain}; ranks agree: {rows[0] == rows[1] or 'no'}"
+    agree = rows[0]["outputs"] == rows[1]["outputs"]
+    shard = rows[0]["shard"]
+    return f"world size {rows[0]['world']}: rank 0 {plain}; ranks agree: {agree}; rank 0 holds q_proj {shard}"
 
 
 def _tp_rank() -> None:
@@ -272,7 +302,10 @@ def _tp_rank() -> None:
     ctx = Context()  # the baseline is computed on each rank before the tensor-parallel load
     model = ctx.load(tp_plan="auto")
     outputs = ctx.generate_each(model)
-    print(json.dumps({"outputs": outputs, "world": dist.get_world_size()}), flush=True)
+    weight = model.model.layers[0].self_attn.q_proj.weight
+    local = weight.to_local() if hasattr(weight, "to_local") else weight
+    row = {"outputs": outputs, "world": dist.get_world_size(), "shard": f"{list(local.shape)} of {list(weight.shape)}"}
+    print(json.dumps(row), flush=True)
     dist.destroy_process_group()
 
 
@@ -293,6 +326,7 @@ TECHNIQUES: dict[str, Technique] = {
         f"sdpa-{name.lower()}": Technique(f"with sdpa_kernel(SDPBackend.{name}): generate()", _sdpa_backend(name))
         for name in ("MATH", "FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "OVERRIDEABLE")
     },
+    "reference-bfloat16": Technique("from_pretrained(dtype=torch.bfloat16)", _bfloat16),
     "torchao-int8": Technique(
         "TorchAoConfig(Int8WeightOnlyConfig())", _quantized_weights(_torchao("Int8WeightOnlyConfig"))
     ),
@@ -300,10 +334,13 @@ TECHNIQUES: dict[str, Technique] = {
         "TorchAoConfig(Int4WeightOnlyConfig(group_size=32))",
         _quantized_weights(_torchao("Int4WeightOnlyConfig", group_size=32)),
     ),
-    "torchao-int4-opaque": Technique(
-        'TorchAoConfig(Int4WeightOnlyConfig(group_size=32, int4_packing_format="opaque"))',
-        _quantized_weights(_torchao("Int4WeightOnlyConfig", group_size=32, int4_packing_format="opaque")),
-    ),
+    **{
+        f"torchao-int4-{packing}": Technique(
+            f'TorchAoConfig(Int4WeightOnlyConfig(group_size=32, int4_packing_format="{packing}"))',
+            _quantized_weights(_torchao("Int4WeightOnlyConfig", group_size=32, int4_packing_format=packing)),
+        )
+        for packing in ("tile_packed_to_4d", "plain_int32", "opaque")
+    },
     "torchao-fp8": Technique(
         "TorchAoConfig(Float8WeightOnlyConfig())", _quantized_weights(_torchao("Float8WeightOnlyConfig"))
     ),
@@ -316,6 +353,10 @@ TECHNIQUES: dict[str, Technique] = {
         )
         for weights in ("int8", "int4", "float8")
     },
+    "quanto-int4-no-grad": Technique(
+        'QuantoConfig(weights="int4"), generate() under no_grad, not inference_mode',
+        _without_inference_mode(_quantized_weights(_quanto("int4"), "float32")),
+    ),
     "kv-quanto": Technique(
         'cache_implementation="quantized", cache_config={"backend": "quanto", "nbits": 4, "residual_length": 8}',
         _quantized_cache("quanto", nbits=4, residual_length=8),
@@ -342,7 +383,10 @@ TECHNIQUES: dict[str, Technique] = {
         "generate_batch(), sdpa, default_compile_level=1", _continuous_batching("sdpa", default_compile_level=1)
     ),
     "use-kernels": Technique("from_pretrained(use_kernels=True), HF_HUB_OFFLINE=1", _kernels),
-    "kernelize": Technique("kernels.kernelize(model, mode=Mode.INFERENCE, device='cpu')", _kernelize),
+    "kernelize": Technique("kernels.kernelize(model, mode=Mode.INFERENCE, device='cpu')", _kernelize(True)),
+    "kernelize-no-fallback": Technique(
+        "kernels.kernelize(model, mode=Mode.INFERENCE, device='cpu', use_fallback=False)", _kernelize(False)
+    ),
     "tp-auto-gloo": Technique('torchrun --nproc-per-node 2: from_pretrained(tp_plan="auto")', _tensor_parallel),
 }
 
@@ -378,7 +422,12 @@ def run_isolated(name: str) -> str:
     rows = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if not rows:
         return f"crashed (exit {done.returncode}): {_last_error_line(done.stderr)}"
-    return json.loads(rows[-1])["result"]
+    result = json.loads(rows[-1])["result"]
+    if "CONVERSION" in result:  # transformers logs why each weight failed to convert and raises a summary
+        lines = re.findall(r"^(\w+(?:Error|Exception): .*)$", done.stderr, flags=re.MULTILINE)
+        causes = [line for line in lines if "CONVERSION" not in line]
+        result += f" Cause logged: {causes[0]}" if causes else ""
+    return result
 
 
 def main() -> None:
