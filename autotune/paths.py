@@ -8,6 +8,7 @@ from pathlib import Path
 PACKAGED_SPACE = Path(__file__).parent / "spaces" / "default.yaml"
 DEFAULT_SPACE = Path("search_spaces/default.yaml")
 DEMO_VERSION = "demo-v1"
+DRAFT_VERSION = "demo-draft-v1"  # the demo's speculative-decoding draft: same tokenizer, far smaller
 DEMO_MAX_POSITIONS = 512  # the demo model's context (max_position_embeddings)
 
 
@@ -21,3 +22,7 @@ def default_space_path() -> Path:
 
 def demo_model_path(cache_dir: Path) -> Path:
     return cache_dir / "models" / DEMO_VERSION
+
+
+def demo_draft_path(cache_dir: Path) -> Path:
+    return cache_dir / "models" / DRAFT_VERSION

@@ -3,6 +3,9 @@
 Built offline in well under a minute on two CPU cores, then cached. Its predictions are peaked, so
 quantization and lower precision visibly move the quality figures. Weights are saved in bfloat16,
 like most hub checkpoints, so the transformers default (dtype="auto") differs from the fp32 reference.
+
+Beside it, `demo-draft` is a much smaller Llama with the demo's own tokenizer, trained on the same
+corpus: the assistant model for speculative decoding (`assistant_model=`), offline.
 """
 
 from __future__ import annotations
@@ -10,12 +13,14 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from autotune.data import CORPUS
-from autotune.paths import DEMO_MAX_POSITIONS, DEMO_VERSION, demo_model_path
+from autotune.paths import DEMO_MAX_POSITIONS, DEMO_VERSION, DRAFT_VERSION, demo_draft_path, demo_model_path
 
 log = logging.getLogger(__name__)
 
@@ -33,12 +38,25 @@ def demo_model_built(cache_dir: Path) -> bool:
 def ensure_demo_model(cache_dir: Path) -> Path:
     """Build the demo model unless it is cached; concurrent builders race safely to one rename."""
     target = demo_model_path(cache_dir)
-    if demo_model_built(cache_dir):
-        return target
+    if not demo_model_built(cache_dir):
+        _build_once(target, DEMO_VERSION, build_demo_model)
+    return target
+
+
+def ensure_demo_draft(cache_dir: Path) -> Path:
+    """Build the demo's draft model (and the demo model, whose tokenizer it shares) unless cached."""
+    demo = ensure_demo_model(cache_dir)
+    target = demo_draft_path(cache_dir)
+    if not (target / "config.json").exists():
+        _build_once(target, DRAFT_VERSION, lambda staging: build_demo_draft(staging, demo))
+    return target
+
+
+def _build_once(target: Path, version: str, build: Callable[[Path], None]) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{DEMO_VERSION}."))
+    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{version}."))
     try:
-        build_demo_model(staging)
+        build(staging)
         try:
             staging.rename(target)
         except OSError:
@@ -46,27 +64,34 @@ def ensure_demo_model(cache_dir: Path) -> Path:
                 raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return target
 
 
 def build_demo_model(out: Path) -> None:
+    tokenizer = _train_tokenizer(CORPUS.read_text())
+    _build_llama(out, tokenizer, hidden_size=128, intermediate_size=384, num_hidden_layers=4, num_attention_heads=4)
+
+
+def build_demo_draft(out: Path, demo: Path) -> None:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(demo)
+    _build_llama(out, tokenizer, hidden_size=64, intermediate_size=192, num_hidden_layers=1, num_attention_heads=2)
+
+
+def _build_llama(out: Path, tokenizer: Any, **sizes: int) -> None:
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    tokenizer = _train_tokenizer(CORPUS.read_text())
     ids = torch.tensor(tokenizer(CORPUS.read_text(), add_special_tokens=False)["input_ids"])
     torch.manual_seed(0)
     config = LlamaConfig(
         vocab_size=VOCAB_SIZE,
-        hidden_size=128,
-        intermediate_size=384,
-        num_hidden_layers=4,
-        num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=DEMO_MAX_POSITIONS,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         tie_word_embeddings=False,
+        **sizes,
     )
     model = LlamaForCausalLM(config)
     _train(model, ids)
