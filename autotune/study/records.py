@@ -1,0 +1,185 @@
+"""Trials as autotune records: what was launched, what it measured, why it failed, which are on the front."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.constraints import Constraint, violations
+from autotune.metrics import OBJECTIVES, Metric
+from autotune.results import Outcome, TaskResult
+from autotune.space import Config, config_key
+
+log = logging.getLogger(__name__)
+FAIL_REASON_ATTR = "fail_reason"  # one line, on every failed trial, where Optuna's tools show it
+
+MAX_INTERRUPTIONS = 1  # an interrupted configuration is retried once, then never run again
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """One trial as autotune sees it, read back from storage."""
+
+    number: int
+    state: str
+    config: Config
+    roles: tuple[str, ...]
+    outcome: str | None  # None: skipped or still running
+    message: str
+    phase: str | None
+    metrics: dict[str, float]
+    timings: dict[str, float]
+    environment: dict[str, Any]
+    plan: dict[str, Any] | None
+    skipped: str | None
+    duration_s: float | None
+    pid: int | None
+    log_tail: str
+    config_key: str | None = None
+    interrupted: bool = False  # a signal stopped it, or its process died while it ran; retried once
+    run_id: str | None = None  # the `search --devices` run whose worker measured it
+    constraints: dict[str, float] = field(default_factory=dict)  # Optuna's values: feasible when all <= 0
+    finished_at: datetime | None = None
+    serve: dict[str, Any] | None = None  # serve workload: the command that ran, figures per load level
+
+    @property
+    def feasible(self) -> bool:
+        return all(value <= 0 for value in self.constraints.values())
+
+    @property
+    def launched(self) -> bool:
+        """Given to a worker: not skipped before launch, not still waiting in the queue."""
+        return self.skipped is None and self.state != "WAITING"
+
+    @property
+    def complete(self) -> bool:
+        return self.state == "COMPLETE"
+
+    @classmethod
+    def from_frozen(cls, trial: FrozenTrial) -> TrialRecord:
+        attrs = trial.user_attrs
+        duration = attrs.get("duration_s")
+        died = trial.state == TrialState.FAIL and "outcome" not in attrs and "config_key" in attrs
+        outcome, message = attrs.get("outcome"), attrs.get("message", "")
+        interrupted = died or outcome == Outcome.INTERRUPTED
+        if died:
+            outcome = Outcome.CRASHED.value
+            message = interrupted_message(attrs.get("owner") or {})
+        return cls(
+            number=trial.number,
+            state=trial.state.name,
+            config=attrs.get("config") or dict(trial.params),
+            roles=tuple(attrs.get("roles", ())),
+            outcome=outcome,
+            message=message,
+            phase=attrs.get("phase"),
+            metrics=attrs.get("metrics", {}),
+            timings=attrs.get("timings", {}),
+            environment=attrs.get("environment", {}),
+            plan=attrs.get("plan"),
+            skipped=attrs.get("skipped"),
+            duration_s=duration,
+            pid=attrs.get("pid"),
+            log_tail=attrs.get("log_tail", ""),
+            config_key=attrs.get("config_key"),
+            interrupted=interrupted,
+            run_id=attrs.get("run_id"),
+            constraints=dict(trial.constraints),
+            finished_at=trial.datetime_complete,
+            serve=attrs.get("serve"),
+        )
+
+
+def interrupted_message(owner: dict[str, Any]) -> str:
+    return (
+        f"interrupted: its process (pid {owner.get('pid')} on {owner.get('host')}) died or stopped "
+        "sending heartbeats before the trial finished; retried once"
+    )
+
+
+def records(study: optuna.Study) -> list[TrialRecord]:
+    return [TrialRecord.from_frozen(trial) for trial in study.get_trials(deepcopy=False)]
+
+
+def measured_keys(study: optuna.Study) -> dict[str, int]:
+    """Configurations already launched (or running elsewhere) -> the trial number that has them.
+
+    A trial stopped by the budget, or interrupted (a signal, the death of its process), does not
+    count: its configuration was never measured. An interrupted configuration is retried once; when
+    its retry is interrupted too, it counts, so neither the planner nor the sampler brings it back.
+    """
+    seen: dict[str, int] = {}
+    interruptions: dict[str, list[int]] = {}
+    for record in records(study):
+        if record.interrupted and record.config_key:
+            interruptions.setdefault(record.config_key, []).append(record.number)
+        unmeasured = record.outcome == Outcome.BUDGET or record.interrupted or record.skipped
+        if record.config_key and not unmeasured and record.state in ("COMPLETE", "FAIL", "RUNNING"):
+            seen.setdefault(record.config_key, record.number)
+    for key, numbers in interruptions.items():
+        if len(numbers) > MAX_INTERRUPTIONS:
+            seen.setdefault(key, numbers[-1])
+    return seen
+
+
+def record_launch(trial: optuna.Trial, config: Config, plan: dict[str, Any], roles: list[str]) -> None:
+    trial.set_user_attr("config", config)
+    trial.set_user_attr("config_key", config_key(config))
+    trial.set_user_attr("plan", plan)
+    trial.set_user_attr("roles", roles)
+
+
+def record_result(
+    study: optuna.Study,
+    trial: optuna.Trial,
+    result: TaskResult,
+    duration_s: float,
+    constraints: Sequence[Constraint] = (),
+    objectives: Sequence[Metric] = OBJECTIVES,
+) -> None:
+    """Store a result and finish the trial: COMPLETE with objective values, or FAIL with its reason.
+
+    A complete trial also gets one Optuna constraint value per constraint (feasible when <= 0).
+    """
+    trial.set_user_attr("outcome", result.outcome.value)
+    trial.set_user_attr("duration_s", duration_s)
+    trial.set_user_attr("timings", result.timings)
+    trial.set_user_attr("pid", result.pid)
+    if result.environment:
+        trial.set_user_attr("environment", result.environment)
+    if result.ok:
+        if result.details.plan is not None:  # the worker ran an adapted plan (e.g. another quantized-cache backend)
+            trial.set_user_attr("plan", result.details.plan)
+        if result.details.serve is not None:
+            trial.set_user_attr("serve", result.details.serve)
+        trial.set_user_attr("metrics", result.metrics)
+        trial.set_user_attr("stats", result.stats)
+        for key, value in violations(constraints, result.metrics).items():
+            trial.set_constraint(key, value)
+        study.tell(trial, [result.metrics[metric.name] for metric in objectives])
+        return
+    trial.set_user_attr("message", result.message)
+    trial.set_user_attr(FAIL_REASON_ATTR, fail_reason(result.outcome.value, result.message))
+    trial.set_user_attr("phase", result.phase)
+    trial.set_user_attr("log_tail", result.log_tail[-3000:])
+    study.tell(trial, state=TrialState.FAIL)
+
+
+def fail_reason(outcome: str, message: str) -> str:
+    """One short line: the outcome and the first line of its message."""
+    first = message.strip().splitlines()[0] if message.strip() else ""
+    line = f"{outcome}: {first}" if first else outcome
+    return line if len(line) <= 200 else line[:197] + "..."
+
+
+def record_skip(study: optuna.Study, trial: optuna.Trial, config: Config, reason: str) -> None:
+    """A sampled configuration that is never launched (a rule forbids it, or it was measured already)."""
+    trial.set_user_attr("config", config)
+    trial.set_user_attr("skipped", reason)
+    study.tell(trial, state=TrialState.PRUNED)

@@ -1,0 +1,221 @@
+"""What a study is bound to (model, workload, space, objectives), and the study-level records beside it."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+
+from autotune.errors import StudyMismatchError, UserError
+from autotune.metrics import OBJECTIVES, Metric, objectives_named
+from autotune.optuna_internals import set_study_system_attr, study_system_attrs
+from autotune.space import SearchSpace
+
+log = logging.getLogger(__name__)
+# autotune's own study records live in system attributes (Optuna's tools list user attributes in one row);
+# studies made before that keep them in user attributes, where they are still read.
+SETTINGS_ATTR = "autotune"
+
+RUNS_ATTR = "search_runs"
+
+EXCLUSIONS_ATTR = "exclusions"
+
+ARTIFACT_PREFIX = "artifacts:"  # Optuna's system attribute of each uploaded artifact
+
+
+@dataclass
+class PreparedFacts:
+    """What the prepare step found on the machine that searched the study: the report shows them.
+
+    Stored in the settings under "extra", in the layout studies have always had; empty until the
+    first search has prepared the model.
+    """
+
+    model_path: str | None = None  # where the model loads from (the demo model's cache folder for `demo`)
+    model_info: dict[str, Any] = field(default_factory=dict)  # parameters, checkpoint dtype, default attention
+    environment: dict[str, Any] = field(default_factory=dict)  # versions, GPU
+    reference_config: dict[str, Any] | None = None
+    reference_perplexity: float | None = None
+    baseline_config: dict[str, Any] | None = None
+    device: str | None = None
+    hardware_note: str | None = None  # e.g. the profile names a smaller GPU than the one measured on
+
+    def to_json(self) -> dict[str, Any]:
+        if self == PreparedFacts():
+            return {}
+        return {
+            "model_info": self.model_info,
+            "model_path": self.model_path,
+            "environment": self.environment,
+            "reference": {"config": self.reference_config, "perplexity": self.reference_perplexity},
+            "baseline": {"config": self.baseline_config},
+            "device": self.device,
+            "hardware_note": self.hardware_note,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PreparedFacts:
+        reference, baseline = data.get("reference") or {}, data.get("baseline") or {}
+        return cls(
+            model_path=data.get("model_path"),
+            model_info=data.get("model_info") or {},
+            environment=data.get("environment") or {},
+            reference_config=reference.get("config"),
+            reference_perplexity=reference.get("perplexity"),
+            baseline_config=baseline.get("config"),
+            device=data.get("device"),
+            hardware_note=data.get("hardware_note"),
+        )
+
+
+@dataclass
+class StudySettings:
+    """What a study is bound to: resuming with other values would mix figures that do not compare."""
+
+    model: str
+    revision: str | None
+    profile: dict[str, Any]
+    space_fingerprint: str
+    space: dict[str, Any]
+    workload: dict[str, Any]
+    quality: dict[str, Any]
+    prepared: PreparedFacts = field(default_factory=PreparedFacts)  # stored as "extra"
+    constraints: list[str] = field(default_factory=list)  # `search --constraint`, as str(Constraint)
+    # metric names, in the order Optuna stores their values; studies stored before it have the default three
+    objectives: list[str] = field(default_factory=lambda: [metric.name for metric in OBJECTIVES])
+
+    BINDING = ("model", "revision", "space_fingerprint", "workload", "quality", "objectives")
+
+    def to_json(self) -> dict[str, Any]:
+        data = {key: getattr(self, key) for key in self.__dataclass_fields__ if key != "prepared"}
+        return {**data, "extra": self.prepared.to_json()}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> StudySettings:
+        values = {key: data.get(key) for key in cls.__dataclass_fields__}
+        values["prepared"] = PreparedFacts.from_json(data.get("extra") or {})
+        values["constraints"] = list(data.get("constraints") or [])
+        values["objectives"] = list(data.get("objectives") or [metric.name for metric in OBJECTIVES])
+        return cls(**values)
+
+    @property
+    def objective_metrics(self) -> tuple[Metric, ...]:
+        return objectives_named(self.objectives)
+
+    def check_resumable(self, stored: StudySettings, name: str) -> None:
+        """Refuse to resume a study created with other binding settings."""
+        for key in self.BINDING:
+            if getattr(self, key) != getattr(stored, key):
+                label = {"space_fingerprint": "search space"}.get(key, key)
+                raise StudyMismatchError(
+                    f"study {name!r} was created with another {label} ({_short(getattr(stored, key))}, "
+                    f"now {_short(getattr(self, key))}); pass --study NEW_NAME to start a new study"
+                )
+        if self.profile["name"] != stored.profile["name"]:
+            raise StudyMismatchError(
+                f"study {name!r} was created for --gpu {stored.profile['name']}, not {self.profile['name']}; "
+                "pass --study NEW_NAME to start a new study"
+            )
+        if self.constraints and sorted(self.constraints) != sorted(stored.constraints):
+            # Optuna keeps each finished trial's constraint values as they were told; new ones would
+            # mix two feasible regions (a trial told without constraints counts as feasible).
+            was = ", ".join(stored.constraints) or "no constraints"
+            raise StudyMismatchError(
+                f"study {name!r} was searched with {was}, not {', '.join(self.constraints)}; repeat the same "
+                "--constraint flags or none to keep them, pass --study NEW_NAME to search with others, "
+                "or apply them afterwards with `autotune best`"
+            )
+
+
+def _short(value: Any) -> str:
+    text = str(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def metric_names(objectives: Sequence[Metric] = OBJECTIVES) -> list[str]:
+    """The objectives as Optuna's tools label them: what, and in which unit."""
+    return [f"{metric.label} [{metric.unit}]" for metric in objectives]
+
+
+def name_metrics(study: optuna.Study, objectives: Sequence[Metric] = OBJECTIVES) -> None:
+    study.set_metric_names(metric_names(objectives))
+
+
+def _system_attr(study: optuna.Study, key: str) -> Any:
+    stored = study_system_attrs(study)
+    return stored[key] if key in stored else study.user_attrs.get(key)
+
+
+def _set_system_attr(study: optuna.Study, key: str, value: Any) -> None:
+    set_study_system_attr(study, key, value)
+    if key in study.user_attrs:  # a study made before: its copy there would keep `optuna studies` wide
+        study.set_user_attr(key, MOVED_NOTE)
+
+
+MOVED_NOTE = "kept in the study's system attributes"
+
+
+def stored_settings(study: optuna.Study) -> StudySettings:
+    data = _system_attr(study, SETTINGS_ATTR)
+    if data is None:
+        raise UserError(f"study {study.study_name!r} was not created by autotune; pass another --study")
+    return StudySettings.from_json(data)
+
+
+def wait_for_settings(study: optuna.Study, timeout_s: float = 30.0) -> StudySettings:
+    """The settings of a study that another process has just created (it stores them right after)."""
+    deadline = time.monotonic() + timeout_s
+    while _system_attr(study, SETTINGS_ATTR) is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return stored_settings(study)
+
+
+def has_settings(study: optuna.Study) -> bool:
+    return _system_attr(study, SETTINGS_ATTR) is not None
+
+
+def update_settings(study: optuna.Study, settings: StudySettings) -> None:
+    """Store the settings, the objectives' names, and a short summary that `optuna studies` can show."""
+    _set_system_attr(study, SETTINGS_ATTR, settings.to_json())
+    name_metrics(study, settings.objective_metrics)
+    for key, value in settings_summary(settings).items():
+        study.set_user_attr(key, value)
+
+
+def settings_summary(settings: StudySettings) -> dict[str, str]:
+    workload = settings.workload
+    shape = f"{workload['batch_size']} prompts x {workload['input_len']} tokens -> {workload['output_len']} tokens"
+    return {
+        "model": settings.model + (f"@{settings.revision}" if settings.revision else ""),
+        "profile": settings.profile["name"],
+        "workload": f"{workload.get('kind', 'throughput')}, {shape}",
+        "constraints": ", ".join(settings.constraints) or "none",
+    }
+
+
+def record_search_run(study: optuna.Study, run: dict[str, Any]) -> None:
+    """Add one `autotune search` run (its elapsed time, budget, stop reason) to the study's history."""
+    _set_system_attr(study, RUNS_ATTR, [*search_runs(study), run])
+
+
+def search_runs(study: optuna.Study) -> list[dict[str, Any]]:
+    return list(_system_attr(study, RUNS_ATTR) or [])
+
+
+def exclusions(study: optuna.Study) -> dict[str, dict[str, str]]:
+    return _system_attr(study, EXCLUSIONS_ATTR) or {}
+
+
+def add_exclusion(study: optuna.Study, knob: str, value: Any, reason: str) -> None:
+    """Remember a knob value that can never run in this environment (e.g. a missing package)."""
+    current = exclusions(study)
+    current.setdefault(knob, {})[str(value)] = reason
+    _set_system_attr(study, EXCLUSIONS_ATTR, current)
+
+
+def space_with_exclusions(space: SearchSpace, study: optuna.Study) -> SearchSpace:
+    return space.forbidding(exclusions(study))

@@ -1,0 +1,144 @@
+"""Where a study lives: storage URLs, opening SQLite or PostgreSQL, creating, finding and loading studies."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import re
+import time
+from pathlib import Path
+
+import optuna
+import sqlalchemy.exc
+from optuna.storages import RetryHeartbeatStaleTrialCallback
+from optuna.trial import FrozenTrial
+
+from autotune.errors import UserError
+from autotune.study.records import FAIL_REASON_ATTR, MAX_INTERRUPTIONS
+from autotune.study.settings import StudySettings, name_metrics, update_settings
+
+log = logging.getLogger(__name__)
+HEARTBEAT_INTERVAL_S = 30
+
+GRACE_PERIOD_S = 120
+
+POSTGRES_CONNECT_TIMEOUT_S = 5
+
+
+def default_study_name(model: str, profile: str) -> str:
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "--", model.strip("/")).strip("-") or "model"
+    return f"{slug}-{profile}"
+
+
+def default_storage(study_name: str, studies_dir: Path = Path("studies")) -> str:
+    return f"sqlite:///{studies_dir / study_name}.db"
+
+
+def trial_folder(url: str, study_name: str, cache_dir: Path) -> Path:
+    """Where a study's prepare and trial files go: beside its SQLite file, else in the cache folder."""
+    if url.startswith("sqlite:///"):
+        return Path(url.removeprefix("sqlite:///")).parent / study_name
+    return cache_dir / "studies" / study_name
+
+
+def redact(url: str) -> str:
+    """A storage URL with its password replaced, for messages and the report."""
+    return re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", url)
+
+
+def open_storage(url: str) -> optuna.storages.RDBStorage:
+    if url.startswith("sqlite:///"):
+        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
+    if url.startswith("postgresql"):  # an unreachable server is an error in seconds, not after the OS gives up
+        engine_kwargs["connect_args"] = {"connect_timeout": POSTGRES_CONNECT_TIMEOUT_S}
+    for attempt in range(SCHEMA_RACE_ATTEMPTS):
+        try:
+            return optuna.storages.RDBStorage(
+                url,
+                engine_kwargs=engine_kwargs,
+                heartbeat_interval=HEARTBEAT_INTERVAL_S,
+                grace_period=GRACE_PERIOD_S,
+                heartbeat_stale_trial_callback=RetryInterrupted(max_retry=MAX_INTERRUPTIONS),
+            )
+        except sqlalchemy.exc.DatabaseError as error:
+            if not _lost_schema_race(error):
+                raise UserError(f"cannot open storage {redact(url)}: {_first_line(error)}; check --storage") from None
+            time.sleep(0.2 * (attempt + 1))  # another process created the schema meanwhile: it is there now
+        except Exception as error:  # SQLAlchemy raises many kinds: a bad URL, a missing driver, a refused connection
+            raise UserError(f"cannot open storage {redact(url)}: {_first_line(error)}; check --storage") from None
+    raise UserError(f"cannot open storage {redact(url)}: its schema could not be created; check --storage")
+
+
+class RetryInterrupted(RetryHeartbeatStaleTrialCallback):
+    """Optuna's retry, without the interrupted trial's failure reason and log (it copies every attribute)."""
+
+    def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        trial = copy.copy(trial)
+        trial.user_attrs = {key: value for key, value in trial.user_attrs.items() if key != FAIL_REASON_ATTR}
+        trial.system_attrs = {
+            key: value for key, value in trial.system_attrs.items() if not key.startswith("artifacts:")
+        }
+        super().__call__(study, trial)
+
+
+SCHEMA_RACE_ATTEMPTS = 5
+
+# What SQLite and PostgreSQL say when two processes create the same new schema at once.
+SCHEMA_RACE_MARKERS = ("already exists", "UNIQUE constraint failed", "duplicate key")
+
+
+def _lost_schema_race(error: Exception) -> bool:
+    return any(marker in str(error) for marker in SCHEMA_RACE_MARKERS)
+
+
+def _first_line(error: Exception) -> str:
+    return redact(str(error).splitlines()[0] if str(error) else type(error).__name__)
+
+
+def sqlite_file_missing(url: str) -> bool:
+    """True for an SQLite URL whose file does not exist yet (opening it would create it)."""
+    return url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists()
+
+
+def load_stored_study(url: str, name: str) -> optuna.Study:
+    """An existing study, without creating a database or a study when there is none."""
+    study = None if sqlite_file_missing(url) else find_study(open_storage(url), name)
+    if study is None:
+        raise UserError(f"no study named {name!r} in {redact(url)}; check --study and --storage")
+    return study
+
+
+def find_study(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study | None:
+    try:
+        return optuna.load_study(study_name=name, storage=storage)
+    except KeyError:
+        return None
+
+
+def create_study(
+    storage: optuna.storages.BaseStorage, name: str, settings: StudySettings, seed: int | None
+) -> optuna.Study | None:
+    """A new study with its settings; None when another process created one of that name first."""
+    try:
+        study = optuna.create_study(
+            study_name=name,
+            storage=storage,
+            directions=[metric.direction for metric in settings.objective_metrics],
+            sampler=make_sampler(seed),
+        )
+    except optuna.exceptions.DuplicatedStudyError:
+        return None
+    update_settings(study, settings)
+    return study
+
+
+def load_existing(storage: optuna.storages.BaseStorage, name: str, seed: int | None) -> optuna.Study:
+    study = optuna.load_study(study_name=name, storage=storage, sampler=make_sampler(seed))
+    if study.metric_names is None:  # created before autotune named them
+        name_metrics(study)
+    return study
+
+
+def make_sampler(seed: int | None) -> optuna.samplers.BaseSampler:
+    return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, constant_liar=True)
