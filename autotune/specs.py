@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from autotune.paths import default_cache_dir
-from autotune.results import ModelSpec, QualitySpec, WorkloadSpec
+from autotune.process.results import ModelSpec, QualitySpec, WorkloadSpec
 
 if TYPE_CHECKING:
-    from autotune.constraints import Constraint
+    from autotune.analysis.constraints import Constraint
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class StorageSpec:
 
     study_name: str | None = None  # None: <model>-<profile>
     url: str | None = None  # None: an SQLite file in studies_dir
-    artifacts: str | None = None  # where trial logs and reports go (autotune.artifacts); None: beside SQLite
+    artifacts: str | None = None  # where trial logs and reports go (autotune.study.artifacts); None: beside SQLite
     studies_dir: Path = Path("studies")
     cache_dir: Path = field(default_factory=default_cache_dir)
 

@@ -34,10 +34,10 @@ HERE = Path(__file__).parent
 def paired(args: argparse.Namespace, model_path: str) -> tuple[float, float]:
     from transformers import AutoTokenizer
 
-    from autotune.results import ModelSpec, WorkloadSpec
+    from autotune.analysis.stats import Summary
+    from autotune.process.results import ModelSpec, WorkloadSpec
     from autotune.space import Target, build_plan
     from autotune.space.plan import Plan
-    from autotune.stats import Summary
     from autotune.worker.loading import load_model
     from autotune.worker.workload import GenerateWorkload, build_inputs
 

@@ -15,10 +15,10 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from autotune.metrics import OBJECTIVES
+from autotune.analysis.metrics import OBJECTIVES
+from autotune.process.results import ModelSpec, WorkloadSpec, write_json_atomically
+from autotune.process.runner import Limits, run_task
 from autotune.profiles import resolve_hardware
-from autotune.results import ModelSpec, WorkloadSpec, write_json_atomically
-from autotune.runner import Limits, run_task
 from autotune.search import BudgetSpec, HardwareSpec, SearchRequest, plan_target, prepare, trial_spec
 from autotune.space import build_plan, config_key, load_space
 

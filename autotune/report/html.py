@@ -13,8 +13,8 @@ from pathlib import Path
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
-from autotune.metrics import KL_DIVERGENCE, KL_FLOOR, METRICS, PEAK_MEMORY, THROUGHPUT
-from autotune.pareto import log_kl
+from autotune.analysis.metrics import KL_DIVERGENCE, KL_FLOOR, METRICS, PEAK_MEMORY, THROUGHPUT
+from autotune.analysis.pareto import log_kl
 from autotune.report.data import FailureGroup, ParetoCard, ReportData
 from autotune.report.serving import load_facts, load_table
 from autotune.study import TrialRecord

@@ -13,19 +13,19 @@ from dataclasses import dataclass, field
 import optuna
 from optuna.trial import TrialState
 
-from autotune import artifacts, phases
 from autotune import study as studies
-from autotune.interrupts import Interrupted, deferred
-from autotune.optuna_internals import trial_id
-from autotune.recovery import OWNER_ATTR, this_process
-from autotune.results import Outcome, TaskResult
-from autotune.runner import Limits, run_task
+from autotune.process import phases
+from autotune.process.results import Outcome, TaskResult
+from autotune.process.runner import Limits, run_task
+from autotune.search.interrupts import Interrupted, deferred
 from autotune.search.options import SearchEvents
 from autotune.search.prepare import Prepared, plan_target, trial_spec
 from autotune.search.session import Session, recover
 from autotune.search.strategy import next_queued, ruled_out, warm_up_set
 from autotune.space import KNOBS, Config, SearchSpace, build_plan, config_key
-from autotune.study import TrialRecord
+from autotune.study import TrialRecord, artifacts
+from autotune.study.optuna_internals import trial_id
+from autotune.study.recovery import OWNER_ATTR, this_process
 
 MAX_CONSECUTIVE_SKIPS = 50
 HEARTBEAT_EVERY_S = 10.0

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import UserError
+from autotune.process.results import Candidate, ModelSpec, Outcome, TaskResult, TaskSpec, WorkloadSpec
+from autotune.process.runner import Limits, run_task
 from autotune.profiles import GpuProfile, Hardware
-from autotune.results import Candidate, ModelSpec, Outcome, TaskResult, TaskSpec, WorkloadSpec
-from autotune.runner import Limits, run_task
 from autotune.search.options import SearchError
 from autotune.space import Config, SearchSpace, Target, build_plan
 from autotune.space.knobs import AttentionKnob, DtypeKnob, WorkloadKnob, knob_defaults

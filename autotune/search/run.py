@@ -20,12 +20,12 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any
 
-from autotune import phases
 from autotune import study as studies
 from autotune.errors import UserError
-from autotune.interrupts import Interrupted, StudyPlace, deferred
+from autotune.process import phases
+from autotune.process.runner import PARENT_PID_VARIABLE
 from autotune.profiles import detect_gpu
-from autotune.runner import PARENT_PID_VARIABLE
+from autotune.search.interrupts import Interrupted, StudyPlace, deferred
 from autotune.search.loop import TrialLoop
 from autotune.search.options import SearchEvents, SearchSummary
 from autotune.search.prepare import Prepared, prepare

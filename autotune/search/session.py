@@ -10,21 +10,20 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from autotune import artifacts
 from autotune import study as studies
-from autotune.claims import Claims
-from autotune.constraints import Constraint, parse_constraints
+from autotune.analysis.constraints import Constraint, parse_constraints
+from autotune.analysis.pareto import front_numbers
 from autotune.errors import UserError
-from autotune.pareto import front_numbers
 from autotune.paths import default_space_path
+from autotune.process.results import ModelSpec, QualitySpec, WorkloadSpec
 from autotune.profiles import GpuProfile, Hardware, hardware_for, resolve_hardware
-from autotune.recovery import LogAttacher, recover_interrupted
-from autotune.results import ModelSpec, QualitySpec, WorkloadSpec
 from autotune.search.options import SearchEvents
 from autotune.search.prepare import Prepared
 from autotune.space import Config, SearchSpace, config_key, load_space
 from autotune.specs import HardwareSpec, SearchRequest, WorkerRequest
-from autotune.study import StudySettings
+from autotune.study import StudySettings, artifacts
+from autotune.study.claims import Claims
+from autotune.study.recovery import LogAttacher, recover_interrupted
 
 
 @dataclass
@@ -42,7 +41,7 @@ class Session:
     joining: bool = False  # a worker joining a study: it leaves the study's settings as they are
     claims: Claims | None = None
     noted_interruptions: set[int] = field(default_factory=set)  # interrupted trials this run has told of
-    artifact_store: Any = None  # trial logs go there (autotune.artifacts), None where there is none
+    artifact_store: Any = None  # trial logs go there (autotune.study.artifacts), None where there is none
 
     def trial_workdir(self, number: int) -> Path:
         return self.workdir / f"trial-{number:04d}"

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autotune.pareto import contributions, hypervolume, raw_losses, scaled, scaled_losses
-from autotune.results import Outcome
+from autotune.analysis.pareto import contributions, hypervolume, raw_losses, scaled, scaled_losses
+from autotune.process.results import Outcome
 from autotune.space import KNOBS, Config, SearchSpace, config_key
 
 Measured = tuple[Config, Mapping[str, float]]  # a complete trial's configuration and figures

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from autotune.analysis.stats import Summary, percentile
 from autotune.serving.load import RequestRecord
-from autotune.stats import Summary, percentile
 
 PERCENTILES = (50, 95, 99)
 

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from autotune.results import WorkloadKind
+from autotune.process.results import WorkloadKind
 from autotune.space.plan import Call, Plan, Ref
 
 DeviceType = Literal["cpu", "cuda"]

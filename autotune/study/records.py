@@ -11,9 +11,9 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.constraints import Constraint, violations
-from autotune.metrics import OBJECTIVES, Metric
-from autotune.results import Outcome, TaskResult
+from autotune.analysis.constraints import Constraint, violations
+from autotune.analysis.metrics import OBJECTIVES, Metric
+from autotune.process.results import Outcome, TaskResult
 from autotune.space import Config, config_key
 
 log = logging.getLogger(__name__)

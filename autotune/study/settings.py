@@ -10,10 +10,10 @@ from typing import Any
 
 import optuna
 
+from autotune.analysis.metrics import OBJECTIVES, Metric, objectives_named
 from autotune.errors import StudyMismatchError, UserError
-from autotune.metrics import OBJECTIVES, Metric, objectives_named
-from autotune.optuna_internals import set_study_system_attr, study_system_attrs
 from autotune.space import SearchSpace
+from autotune.study.optuna_internals import set_study_system_attr, study_system_attrs
 
 log = logging.getLogger(__name__)
 # autotune's own study records live in system attributes (Optuna's tools list user attributes in one row);

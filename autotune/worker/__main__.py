@@ -1,7 +1,7 @@
 """Entry point of a trial subprocess: python -m autotune.worker SPEC.json RESULT.json
 
 The study process writes the spec, waits with a timeout, and reads the result. This process is the
-only one that imports torch. The fork server (autotune.worker.forkserver) runs the same `run` in a
+only one that imports torch. The fork server (autotune.process.forkserver) runs the same `run` in a
 process it forks, so that the libraries are imported once per search instead of once per trial.
 """
 
@@ -42,7 +42,7 @@ def run(spec_path: Path, result_path: Path, started_at: float) -> None:
 
     import transformers  # noqa: F401 - imported here so that start-up time covers every library import
 
-    from autotune.results import TaskSpec, write_json_atomically
+    from autotune.process.results import TaskSpec, write_json_atomically
     from autotune.worker.tasks import run_task
 
     result = run_task(TaskSpec.from_json(raw_spec), time.time() - started_at)

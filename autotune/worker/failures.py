@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from autotune.results import Outcome
+from autotune.process.results import Outcome
 from autotune.space.knobs import KNOBS
 
 _OOM_MARKERS = (

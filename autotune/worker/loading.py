@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from autotune.results import ModelSpec
+from autotune.process.results import ModelSpec
 from autotune.space.plan import Call, Plan, Ref
 
 

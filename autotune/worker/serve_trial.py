@@ -17,7 +17,7 @@ from typing import Any
 
 import psutil
 
-from autotune.results import Outcome, ServeSpec, TaskDetails, TaskResult, TaskSpec
+from autotune.process.results import Outcome, ServeSpec, TaskDetails, TaskResult, TaskSpec
 from autotune.serving.figures import serve_figures
 from autotune.serving.load import RequestRecord, Target, run_load
 from autotune.serving.server import (
@@ -30,11 +30,11 @@ from autotune.serving.server import (
     tree_anonymous_bytes,
 )
 from autotune.space.plan import Plan
-from autotune.worker.energy import EnergyCounter, energy_figures
 from autotune.worker.environment import environment
 from autotune.worker.failures import UnsupportedError
 from autotune.worker.loading import load_model, load_tokenizer
-from autotune.worker.quality import compare_with_reference, load_reference
+from autotune.worker.measurement.energy import EnergyCounter, energy_figures
+from autotune.worker.measurement.quality import compare_with_reference, load_reference
 from autotune.worker.workload import build_inputs
 
 HEALTH_TIMEOUT_S = 600.0

@@ -18,18 +18,9 @@ from typing import Any
 
 import torch
 
-from autotune import phases as phase_lines
 from autotune.data import EVAL_TEXT
-from autotune.measurement import (
-    broken_reason,
-    cost_per_million_tokens,
-    decode_bytes_per_step,
-    kv_bytes_per_token,
-    prefix_agreement,
-    roofline,
-    speed_figures,
-)
-from autotune.results import (
+from autotune.process import phases as phase_lines
+from autotune.process.results import (
     Candidate,
     FoundReference,
     ModelSpec,
@@ -42,17 +33,26 @@ from autotune.results import (
 )
 from autotune.space.knobs import AttentionKnob
 from autotune.space.plan import Plan
-from autotune.timing import repeat_until
 from autotune.validate import context_problem, position_limit
 from autotune.worker.compat import adapt_plan
 from autotune.worker.demo_model import demo_model_built, ensure_demo_model
-from autotune.worker.energy import EnergyCounter, energy_figures
 from autotune.worker.environment import environment
 from autotune.worker.failures import BrokenOutputError, classify
 from autotune.worker.loading import load_model, load_tokenizer
-from autotune.worker.memory import PeakMemory
-from autotune.worker.quality import compare_with_reference, compute_reference, eval_windows, load_reference
-from autotune.worker.quality import save_reference as save_reference_file
+from autotune.worker.measurement.energy import EnergyCounter, energy_figures
+from autotune.worker.measurement.figures import (
+    broken_reason,
+    cost_per_million_tokens,
+    decode_bytes_per_step,
+    kv_bytes_per_token,
+    prefix_agreement,
+    roofline,
+    speed_figures,
+)
+from autotune.worker.measurement.memory import PeakMemory
+from autotune.worker.measurement.quality import compare_with_reference, compute_reference, eval_windows, load_reference
+from autotune.worker.measurement.quality import save_reference as save_reference_file
+from autotune.worker.measurement.timing import repeat_until
 from autotune.worker.serve_trial import serve_trial
 from autotune.worker.workload import GenerateWorkload, build_inputs, make_workload
 

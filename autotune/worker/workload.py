@@ -12,12 +12,12 @@ import torch
 
 from autotune.data import CORPUS, load_prompts
 from autotune.errors import UserError
-from autotune.measurement import Iteration
-from autotune.results import WorkloadSpec
+from autotune.process.results import WorkloadSpec
 from autotune.space.plan import Plan
 from autotune.worker.compat import continuous_batching_config
 from autotune.worker.failures import BrokenOutputError, UnsupportedError
 from autotune.worker.loading import materialize
+from autotune.worker.measurement.figures import Iteration
 
 
 class Workload(Protocol):

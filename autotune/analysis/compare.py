@@ -1,0 +1,183 @@
+"""Compare two studies (say last night's and tonight's): how each front configuration's figures moved,
+and whether the best throughput at equal-or-better memory and quality regressed.
+
+Each figure has its own tolerance, larger than its run-to-run noise, so that noise alone never raises a
+regression: a later configuration "fits" a level of the earlier front when its memory and KL are
+within their tolerances of the level's, and the level regressed when the best throughput that fits
+is lower by more than the throughput tolerance, or when nothing fits at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from autotune.analysis.metrics import KL_DIVERGENCE, KL_FLOOR, PEAK_MEMORY, THROUGHPUT  # KL below its floor: equal
+from autotune.study import TrialRecord
+
+MOVED = (THROUGHPUT.name, "ttft_s", "tpot_s", PEAK_MEMORY.name, KL_DIVERGENCE.name)
+
+
+@dataclass(frozen=True)
+class Tolerances:
+    """How far a figure may move before it counts, as a share of the earlier value."""
+
+    throughput: float
+    memory: float
+    kl: float
+
+
+# Run-to-run noise measured on this project's machines (README, "Comparing studies"): CPU throughput
+# swings about ±20% between runs on a shared VM and CPU peak memory (process RSS) about 10%; on a GPU,
+# throughput within a few percent and allocator peaks are nearly exact. KL is deterministic per stack.
+DEFAULT_TOLERANCES = {
+    "cuda": Tolerances(throughput=0.05, memory=0.05, kl=0.10),
+    "cpu": Tolerances(throughput=0.25, memory=0.15, kl=0.10),
+}
+
+
+@dataclass(frozen=True)
+class Movement:
+    """One configuration of either front: its figures in both studies, and their relative change."""
+
+    config: dict
+    on_front: tuple[str, ...]  # "A", "B" or both
+    before: dict[str, float] | None
+    after: dict[str, float] | None
+    change: dict[str, float]  # (after - before) / before, for figures measured in both
+
+
+@dataclass(frozen=True)
+class Miss:
+    """The later configuration nearest to fitting a level: its figures and the bounds it exceeds."""
+
+    config: dict
+    throughput: float
+    memory_gb: float
+    kl: float
+    over: dict[str, float]  # "memory" / "KL" -> how far over the level's own value, as a share of it
+
+
+@dataclass(frozen=True)
+class Level:
+    """A service level of study A's front: its memory and quality, and the best throughput B gives there."""
+
+    config: dict
+    throughput_before: float
+    memory_gb: float
+    kl: float
+    best_after: float | None  # B's best throughput at equal-or-better memory and quality (within tolerance)
+    config_after: dict | None
+    nearest_miss: Miss | None = None  # when nothing of B fits: what came nearest, and by how much it missed
+
+    def change(self) -> float | None:
+        """(after - before) / before of the best throughput that fits; None when nothing fits."""
+        if self.best_after is None:
+            return None
+        return (self.best_after - self.throughput_before) / self.throughput_before
+
+    def regression(self) -> float:
+        """Share of throughput lost at this level; 1.0 when B has no configuration that meets it."""
+        change = self.change()
+        return 1.0 if change is None else max(0.0, -change)
+
+    def regressed_figure(self, tolerances: Tolerances) -> str | None:
+        """What regressed here: "throughput", or the bounds nothing of B meets ("memory", "KL"); None if fine."""
+        if self.best_after is None:
+            missed = self.nearest_miss.over if self.nearest_miss else {}
+            return " and ".join(missed) or "throughput"  # no complete trial in B at all
+        return "throughput" if self.regression() > tolerances.throughput else None
+
+
+@dataclass
+class Comparison:
+    movements: list[Movement] = field(default_factory=list)
+    levels: list[Level] = field(default_factory=list)
+    tolerances: Tolerances = DEFAULT_TOLERANCES["cuda"]
+
+    @property
+    def threshold(self) -> float:
+        return self.tolerances.throughput
+
+    @property
+    def regressed(self) -> list[Level]:
+        return [level for level in self.levels if level.regressed_figure(self.tolerances)]
+
+
+def compare(before: list[TrialRecord], front_before: set[int], after: list[TrialRecord], front_after: set[int],
+            tolerances: Tolerances) -> Comparison:  # fmt: skip
+    """Compare study A (before) with study B (after)."""
+    complete_before = {_key(r): r for r in before if r.complete}
+    complete_after = {_key(r): r for r in after if r.complete}
+    on_front: dict[str, list[str]] = {}
+    for label, records, front in (("A", before, front_before), ("B", after, front_after)):
+        for record in records:
+            if record.number in front:
+                on_front.setdefault(_key(record), []).append(label)
+    comparison = Comparison(tolerances=tolerances)
+    for key, labels in on_front.items():
+        a, b = complete_before.get(key), complete_after.get(key)
+        config = (a or b).config
+        comparison.movements.append(Movement(config, tuple(labels), _figures(a), _figures(b), _changes(a, b)))
+    for record in (r for r in before if r.number in front_before and r.complete):
+        comparison.levels.append(_level(record, list(complete_after.values()), tolerances))
+    return comparison
+
+
+def _key(record: TrialRecord) -> str:
+    return record.config_key or str(sorted(record.config.items()))
+
+
+def _figures(record: TrialRecord | None) -> dict[str, float] | None:
+    if record is None:
+        return None
+    return {name: record.metrics[name] for name in MOVED if name in record.metrics}
+
+
+def _changes(a: TrialRecord | None, b: TrialRecord | None) -> dict[str, float]:
+    if a is None or b is None:
+        return {}
+    changes = {}
+    for name in MOVED:
+        old, new = a.metrics.get(name), b.metrics.get(name)
+        if old is None or new is None:
+            continue
+        if name == KL_DIVERGENCE.name:
+            old, new = max(old, KL_FLOOR), max(new, KL_FLOOR)
+        if old:
+            changes[name] = (new - old) / old
+    return changes
+
+
+def _excess(level: TrialRecord, candidate: TrialRecord, tolerances: Tolerances) -> dict[str, float]:
+    """The bounds of the level that the candidate exceeds beyond tolerance: name -> share over the level."""
+    memory, kl = level.metrics[PEAK_MEMORY.name], max(level.metrics[KL_DIVERGENCE.name], KL_FLOOR)
+    over = {
+        "memory": candidate.metrics[PEAK_MEMORY.name] / memory - 1,
+        "KL": max(candidate.metrics[KL_DIVERGENCE.name], KL_FLOOR) / kl - 1,
+    }
+    allowed = {"memory": tolerances.memory, "KL": tolerances.kl}
+    return {name: share for name, share in over.items() if share > allowed[name]}
+
+
+def _level(record: TrialRecord, candidates: list[TrialRecord], tolerances: Tolerances) -> Level:
+    excesses = [(candidate, _excess(record, candidate, tolerances)) for candidate in candidates]
+    fitting = [candidate for candidate, over in excesses if not over]
+    best = max(fitting, key=lambda c: c.metrics[THROUGHPUT.name], default=None)
+    return Level(
+        config=record.config,
+        throughput_before=record.metrics[THROUGHPUT.name],
+        memory_gb=record.metrics[PEAK_MEMORY.name],
+        kl=record.metrics[KL_DIVERGENCE.name],
+        best_after=best.metrics[THROUGHPUT.name] if best else None,
+        config_after=best.config if best else None,
+        nearest_miss=None if best else _nearest_miss(excesses),
+    )
+
+
+def _nearest_miss(excesses: list[tuple[TrialRecord, dict[str, float]]]) -> Miss | None:
+    """The candidate that misses by the least (largest excess), the faster one on a tie."""
+    if not excesses:
+        return None
+    candidate, over = min(excesses, key=lambda pair: (max(pair[1].values()), -pair[0].metrics[THROUGHPUT.name]))
+    m = candidate.metrics
+    return Miss(candidate.config, m[THROUGHPUT.name], m[PEAK_MEMORY.name], m[KL_DIVERGENCE.name], over)

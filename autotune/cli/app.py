@@ -1,0 +1,378 @@
+"""Command line: thin commands over the library. Bad input ends as one line on stderr and exit status 2."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from autotune.cli.flags import (
+    Artifacts,
+    AsJson,
+    Budget,
+    Constraints,
+    Device,
+    Hardware,
+    Model,
+    SpacePath,
+    Storage,
+    Study,
+    TrialTimeoutS,
+    TrustRemoteCode,
+    Workload,
+    with_groups,
+)
+from autotune.cli.printers import (
+    TrialPrinter,
+    best_document,
+    out,
+    print_best,
+    print_comparison,
+    print_front,
+    print_gpus,
+    print_measurement,
+    print_search_summary,
+    print_worker_summary,
+)
+from autotune.errors import NothingSatisfiesError, SearchError, UserError
+from autotune.search import interrupts
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Search transformers inference configurations for the fastest, leanest one that keeps quality.",
+)
+
+
+@app.callback()
+def _root(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log what the library does.")] = False):
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
+
+
+@app.command()
+@with_groups
+def search(
+    *,
+    model: Model,
+    hardware: Hardware,
+    budget: Budget,
+    space: SpacePath = None,
+    study: Annotated[str | None, typer.Option("--study", help="Study name.", show_default="<model>-<profile>")] = None,
+    storage: Storage = None,
+    report: Annotated[
+        Path | None, typer.Option("--report", help="HTML report.", show_default="reports/<study>.html")
+    ] = None,
+    workload: Workload,
+    seed: Annotated[int | None, typer.Option("--seed", help="Seed of the sampler.")] = None,
+    constraint: Constraints = None,
+    devices: Annotated[
+        str | None, typer.Option("--devices", help="One worker per GPU, e.g. 0,1,2,3 (cpu for CPU workers).")
+    ] = None,
+    warm_start: Annotated[
+        str | None, typer.Option("--warm-start", help="Measure this study's Pareto configurations first.")
+    ] = None,
+    artifacts: Artifacts = None,
+) -> None:
+    """Search configurations of MODEL and write the Pareto front to an HTML report.
+
+    Example: autotune search --model demo --trials 8 --constraint "kl<=0.01"
+    """
+    printer = TrialPrinter(out)  # progress from the first second: the imports below take a while
+    printer.progress("loading autotune's libraries (optuna, sqlalchemy)")
+    from autotune.analysis.constraints import parse_constraints
+    from autotune.report import build_report, default_report_path
+    from autotune.report.data import collect
+    from autotune.search import SearchRequest, StorageSpec, run_search
+    from autotune.study import load_stored_study
+    from autotune.study.artifacts import attach_report
+    from autotune.validate import check_search_inputs
+
+    if budget.budget_s is None and budget.max_trials is None:
+        raise UserError("give a budget (--budget 30m) or a number of trials (--trials 20), or both")
+    request = SearchRequest(
+        model,
+        hardware,
+        workload,
+        budget=budget,
+        storage=StorageSpec(study, storage, artifacts),
+        space_path=space,
+        seed=seed,
+        constraints=tuple(parse_constraints(constraint or [])),
+        devices=tuple(device.strip() for device in devices.split(",")) if devices else (),
+        warm_start=warm_start,
+    )
+    check_search_inputs(request, report)
+    interrupts.install()
+    summary = run_search(request, printer)
+    print_search_summary(summary)
+    stored = load_stored_study(summary.storage, summary.study_name)
+    print_front(summary.study_name, collect(stored, summary.storage).cards)
+    path = build_report(summary.study_name, summary.storage, report or default_report_path(summary.study_name))
+    out.print(f"report: {path}")
+    stored_in = attach_report(summary.study_name, summary.storage, artifacts, path)
+    if stored_in:
+        out.print(f"trial logs and the report are stored as Optuna artifacts in {stored_in}")
+
+
+@app.command()
+@with_groups
+def worker(
+    *,
+    study: Study,
+    storage: Annotated[str, typer.Option("--storage", help="The study's storage URL (shared by every worker).")],
+    device: Device = None,
+    budget: Budget,
+    trust_remote_code: TrustRemoteCode = False,
+    run_id: Annotated[str | None, typer.Option("--run-id", hidden=True)] = None,
+    artifacts: Artifacts = None,
+) -> None:
+    """Join an existing study as one more worker, on this machine's GPU (or CPU).
+
+    The study's model, space, workload and reference come from storage; reference outputs are computed once per machine.
+
+    Example: autotune worker --study qwen-h100 --storage postgresql://tuner@db/studies --device cuda:1
+    """
+    from autotune.process.runner import PARENT_PID_VARIABLE
+    from autotune.search import StorageSpec, WorkerRequest, join_study
+    from autotune.validate import check_device
+
+    check_device(device)
+    interrupts.install()
+    if PARENT_PID_VARIABLE in os.environ:  # started by `search --devices`: end with it
+        from autotune.worker.__main__ import die_with_parent
+
+        die_with_parent()
+    places = StorageSpec(study, storage, artifacts)
+    summary = join_study(WorkerRequest(places, device, budget, trust_remote_code, run_id), TrialPrinter(out))
+    print_worker_summary(summary)
+
+
+@app.command()
+def compare(
+    study_a: Annotated[str, typer.Argument(metavar="STUDY_A", help="The earlier study (e.g. last night's).")],
+    study_b: Annotated[str, typer.Argument(metavar="STUDY_B", help="The later study.")],
+    storage: Storage = None,
+    storage_b: Annotated[
+        str | None, typer.Option("--storage-b", help="Storage of STUDY_B.", show_default="--storage")
+    ] = None,
+    threshold: Annotated[
+        str | None,
+        typer.Option(
+            "--threshold", help="Throughput loss that is a regression: 5%, 0.05.", show_default="GPU 5%, CPU 25%"
+        ),
+    ] = None,
+    memory_tolerance: Annotated[
+        str | None,
+        typer.Option(
+            "--memory-tolerance", help="Extra peak memory that still meets a level.", show_default="GPU 5%, CPU 15%"
+        ),
+    ] = None,
+    kl_tolerance: Annotated[
+        str | None, typer.Option("--kl-tolerance", help="Extra KL that still meets a level.", show_default="10%")
+    ] = None,
+    as_json: AsJson = False,
+) -> None:
+    """Compare two studies: how each front configuration's figures moved; exit 3 on a regression.
+
+    A regression: at a point of STUDY_A's front, STUDY_B's best throughput at that memory and KL is lower.
+
+    Each figure has its own tolerance, by the device of STUDY_A, above that figure's run-to-run noise there.
+    """
+    from autotune import study as studies
+    from autotune.analysis.compare import DEFAULT_TOLERANCES, Tolerances
+    from autotune.analysis.compare import compare as compare_studies
+    from autotune.analysis.pareto import front_numbers
+
+    url_a = storage or studies.default_storage(study_a)
+    url_b = storage_b or storage or studies.default_storage(study_b)
+    a, b = studies.load_stored_study(url_a, study_a), studies.load_stored_study(url_b, study_b)
+    defaults = DEFAULT_TOLERANCES[studies.stored_settings(a).profile.get("kind", "cuda")]
+    tolerances = Tolerances(
+        throughput=_fraction(threshold, "--threshold") if threshold else defaults.throughput,
+        memory=_fraction(memory_tolerance, "--memory-tolerance") if memory_tolerance else defaults.memory,
+        kl=_fraction(kl_tolerance, "--kl-tolerance") if kl_tolerance else defaults.kl,
+    )
+    comparison = compare_studies(studies.records(a), front_numbers(a), studies.records(b), front_numbers(b), tolerances)
+    print_comparison(study_a, study_b, comparison, as_json)
+    if comparison.regressed:
+        raise typer.Exit(3)
+
+
+def _fraction(text: str, flag: str) -> float:
+    try:
+        value = float(text.rstrip("%")) / (100 if text.endswith("%") else 1)
+    except ValueError:
+        raise UserError(f"{flag} {text!r} is not a share: write it like 5% or 0.05") from None
+    if not 0 <= value < 1:
+        raise UserError(f"{flag} {text!r} must be between 0% and 100%")
+    return value
+
+
+@app.command()
+@with_groups
+def measure(
+    *,
+    model: Model,
+    settings: Annotated[
+        list[str] | None, typer.Option("--set", help="knob=value; unset knobs keep the transformers defaults.")
+    ] = None,
+    hardware: Hardware,
+    space: SpacePath = None,
+    workload: Workload,
+    trial_timeout_s: TrialTimeoutS,
+    as_json: AsJson = False,
+) -> None:
+    """Measure one configuration of MODEL, with no study, in the trial worker the search uses.
+
+    Example: autotune measure --model demo --set dtype=bfloat16 --set attn_implementation=sdpa --json
+    """
+    from autotune.search import BudgetSpec, SearchRequest
+    from autotune.search.measure import measure as measure_configuration
+    from autotune.search.measure import parse_settings
+    from autotune.validate import check_measure_inputs
+
+    budget = BudgetSpec(trial_timeout_s=trial_timeout_s)
+    request = SearchRequest(model, hardware, workload, budget=budget, space_path=space)
+    check_measure_inputs(request)
+    config, result = measure_configuration(request, parse_settings(settings or []))
+    document = {
+        "model": model.id,
+        "config": config,
+        "workload": workload.to_json(),
+        "outcome": result.outcome.value,
+        "message": result.message,
+        "metrics": result.metrics,
+        "stats": result.stats,
+        "timings": result.timings,
+        "environment": result.environment,
+        "serve": result.details.serve,  # serve workload: the command that ran, figures per load level
+    }
+    print_measurement(document, as_json)
+    if not result.ok:
+        raise typer.Exit(1)
+
+
+@app.command()
+def report(
+    study: Study,
+    storage: Storage = None,
+    out_path: Annotated[
+        Path | None, typer.Option("--out", help="HTML file.", show_default="reports/<study>.html")
+    ] = None,
+) -> None:
+    """Render the HTML report of a stored study again."""
+    from autotune.report import build_report, default_report_path
+    from autotune.study import default_storage
+
+    path = build_report(study, storage or default_storage(study), out_path or default_report_path(study))
+    out.print(f"report: {path}")
+
+
+class Format(str, Enum):
+    table = "table"
+    json = "json"
+    python = "python"
+    serve = "serve"
+
+
+@app.command()
+def best(
+    study: Study,
+    storage: Storage = None,
+    max_memory: Annotated[
+        str | None, typer.Option("--max-memory", help="Peak memory at most this: 20GB, 512MB (GB if bare).")
+    ] = None,
+    max_kl: Annotated[float | None, typer.Option("--max-kl", help="KL divergence vs the reference at most.")] = None,
+    min_throughput: Annotated[
+        float | None, typer.Option("--min-throughput", help="Decode throughput at least (tok/s).")
+    ] = None,
+    constraint: Constraints = None,
+    maximize: Annotated[
+        str | None, typer.Option("--maximize", help="What to maximize: throughput (default), top1, ...")
+    ] = None,
+    minimize: Annotated[
+        str | None, typer.Option("--minimize", help="What to minimize: memory, kl, ttft, cost...")
+    ] = None,
+    output: Annotated[Format, typer.Option("--format", help="table, json, python or serve.")] = Format.table,
+) -> None:
+    """Pick one configuration of a study under constraints and print it.
+
+    The study's own --constraint flags from `autotune search` apply too.
+
+    Exit status 3 when no complete trial satisfies them, so a nightly job can act on it.
+
+    Example: autotune best --study demo-cpu --max-memory 20GB --max-kl 0.01 --format json
+    """
+    from autotune import study as studies
+    from autotune.analysis.constraints import parse_constraint, parse_constraints
+    from autotune.analysis.pick import goal_from_flags, pick
+    from autotune.report.data import card
+
+    shortcuts = [
+        parse_constraint(f"{name}{op}{value}", f"{flag} {str(value)!r}")
+        for flag, name, op, value in (
+            ("--max-memory", "memory", "<=", max_memory),
+            ("--max-kl", "kl", "<=", max_kl),
+            ("--min-throughput", "throughput", ">=", min_throughput),
+        )
+        if value is not None
+    ]
+    asked = parse_constraints([*map(str, shortcuts), *(constraint or [])])
+    goal = goal_from_flags(maximize, minimize)
+    url = storage or studies.default_storage(study)
+    stored = studies.load_stored_study(url, study)
+    settings = studies.stored_settings(stored)
+    records = studies.records(stored)
+    constraints = parse_constraints([*settings.constraints, *map(str, asked)])
+    chosen = pick(records, constraints, goal, settings.objective_metrics)
+    if chosen.chosen is None:
+        raise NothingSatisfiesError(chosen.why_none())
+    baseline = next((r for r in records if "baseline" in r.roles and r.complete), None)
+    deploy = card(chosen.chosen, settings, baseline)
+    if output == Format.python:
+        typer.echo(deploy.python, nl=False)
+    elif output == Format.serve:
+        typer.echo(deploy.serve)
+    elif output == Format.json:
+        typer.echo(json.dumps(best_document(study, chosen, deploy), indent=2))
+    else:
+        print_best(study, chosen, deploy)
+
+
+@app.command()
+def gpus() -> None:
+    """List the hardware profiles and the GPU detected here."""
+    print_gpus()
+
+
+def main() -> None:
+    """Entry point: run the app; known errors become one line without a traceback."""
+    try:
+        code = app(standalone_mode=False)
+    except (UserError, typer.TyperException) as error:  # TyperException: click's usage errors
+        message = error.format_message() if isinstance(error, typer.TyperException) else str(error)
+        if message:  # empty after no_args_is_help printed the help
+            print(f"autotune: error: {message}", file=sys.stderr)
+        sys.exit(2)
+    except SearchError as error:
+        print(f"autotune: search stopped: {error}", file=sys.stderr)
+        sys.exit(1)
+    except NothingSatisfiesError as error:
+        print(f"autotune: nothing satisfies the constraints: {error}", file=sys.stderr)
+        sys.exit(NothingSatisfiesError.EXIT_STATUS)
+    except interrupts.Interrupted as interrupt:
+        print(f"autotune: {interrupts.summary(interrupt)}", file=sys.stderr)
+        sys.exit(interrupt.exit_status)
+    except (KeyboardInterrupt, typer.Abort):
+        print("autotune: interrupted; the study keeps every finished trial", file=sys.stderr)
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -1,0 +1,178 @@
+"""The flags the commands share, each written once: typed `Annotated` aliases, and groups of them.
+
+A group is a function whose parameters are flags and whose result is one spec, built and checked
+once. A command names the spec in its signature (`workload: Workload`) and `with_groups` puts the
+group's flags in its place, so `search`, `measure` and `worker` share them instead of repeating them.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, TypeVar, get_args, get_origin
+
+import typer
+
+from autotune.data import load_prompts
+from autotune.errors import UserError
+from autotune.process.results import ModelSpec, WorkloadSpec
+from autotune.specs import BudgetSpec, HardwareSpec
+from autotune.units import parse_duration
+
+Command = TypeVar("Command", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class Group:
+    """Marks a command parameter as filled by `build` from the flags of `build`'s own signature."""
+
+    build: Callable[..., Any]
+
+
+def with_groups(command: Command) -> Command:
+    """`command` with each of its group parameters replaced by the group's flags (keyword-only, in place)."""
+    signature = inspect.signature(command, eval_str=True)
+    groups: dict[str, Callable[..., Any]] = {}
+    flags: list[inspect.Parameter] = []
+    for parameter in signature.parameters.values():
+        group = _group_of(parameter.annotation)
+        if group is None:
+            flags.append(parameter)
+            continue
+        groups[parameter.name] = group.build
+        flags.extend(inspect.signature(group.build, eval_str=True).parameters.values())
+    flags = [flag.replace(kind=inspect.Parameter.KEYWORD_ONLY) for flag in flags]
+
+    @functools.wraps(command)
+    def run(**given: Any) -> Any:
+        for name, build in groups.items():
+            own = inspect.signature(build).parameters
+            given[name] = build(**{flag: given.pop(flag) for flag in own})
+        return command(**given)
+
+    run.__signature__ = signature.replace(parameters=flags)  # type: ignore[attr-defined]  # what Typer reads
+    run.__annotations__ = {flag.name: flag.annotation for flag in flags}
+    return run  # type: ignore[return-value]
+
+
+def _group_of(annotation: Any) -> Group | None:
+    if get_origin(annotation) is not Annotated:
+        return None
+    return next((extra for extra in get_args(annotation)[1:] if isinstance(extra, Group)), None)
+
+
+# ------------------------------------------------------------------------------------ single flags
+
+Study = Annotated[str, typer.Option("--study", help="Study name.")]
+Storage = Annotated[
+    str | None,
+    typer.Option("--storage", help="Optuna storage URL.", show_default="sqlite:///studies/<study>.db"),
+]
+Constraints = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--constraint",
+        help='A bound on a figure, repeatable: "peak_memory_gb<=20", "memory<=20GB", "kl<=0.01", '
+        '"throughput>=500", "ttft_ms<=50", "top1>=99%".',
+    ),
+]
+AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+Device = Annotated[str | None, typer.Option("--device", help="cuda, cuda:N or cpu.", show_default="from --gpu")]
+SpacePath = Annotated[
+    Path | None, typer.Option("--space", help="Search-space YAML.", show_default="search_spaces/default.yaml")
+]
+TrustRemoteCode = Annotated[bool, typer.Option("--trust-remote-code", help="Allow the model's own code to run.")]
+Artifacts = Annotated[
+    str | None,
+    typer.Option(
+        "--artifacts",
+        help="Where trial logs and reports are stored as Optuna artifacts: a folder, s3://BUCKET or gs://BUCKET.",
+        show_default="<study>.artifacts beside the SQLite file",
+    ),
+]
+_Model = Annotated[str, typer.Option("--model", help="Hub id, local folder, or 'demo' (built-in, offline).")]
+_Revision = Annotated[str | None, typer.Option("--revision", help="Model revision on the hub.")]
+_Gpu = Annotated[str, typer.Option("--gpu", help="Hardware profile (see `autotune gpus`), or auto.")]
+_Price = Annotated[
+    float | None, typer.Option("--price", min=0, help="GPU price per hour.", show_default="the profile's")
+]
+_Budget = Annotated[str | None, typer.Option("--budget", help="Wall-clock budget: 90s, 30m, 2h.")]
+_Trials = Annotated[int | None, typer.Option("--trials", min=1, help="Run at most N trials.")]
+_TrialTimeout = Annotated[str, typer.Option("--trial-timeout", help="Kill a trial after this long.")]
+_WorkloadKind = Annotated[
+    str,
+    typer.Option(
+        "--workload",
+        help="throughput (a batch of prompts), latency (one prompt at a time), serve (transformers serve under load).",
+    ),
+]
+_BatchSize = Annotated[int, typer.Option("--batch-size", min=1, help="Prompts per generation (throughput).")]
+_InputLen = Annotated[int, typer.Option("--input-len", min=1, help="Tokens per prompt.")]
+_OutputLen = Annotated[int, typer.Option("--output-len", min=2, help="Tokens generated per prompt.")]
+_Prompts = Annotated[
+    Path | None, typer.Option("--prompts", help="Your prompts: .jsonl ({'prompt': ...}) or text, one per line.")
+]
+_Load = Annotated[
+    str | None,
+    typer.Option(
+        "--load", help="serve: rate=2,4,8 (Poisson arrivals/s) or concurrency=1,8,32; concurrency=1,4 if not given."
+    ),
+]
+_Slo = Annotated[str | None, typer.Option("--slo", help='serve: latency objectives, "ttft_p95<=300ms,itl_p95<=50ms".')]
+_ServePort = Annotated[
+    int | None,
+    typer.Option("--serve-port", min=1, max=65535, help="serve: port of the server; a free one if not given."),
+]
+
+
+# ------------------------------------------------------------------------------------ groups
+
+
+def model_spec(model: _Model, revision: _Revision = None, trust_remote_code: TrustRemoteCode = False) -> ModelSpec:
+    return ModelSpec(model, revision=revision, trust_remote_code=trust_remote_code)
+
+
+def hardware_spec(gpu: _Gpu = "auto", device: Device = None, price: _Price = None) -> HardwareSpec:
+    return HardwareSpec(gpu, device, price)
+
+
+def trial_timeout_s(trial_timeout: _TrialTimeout = "20m") -> float:
+    return parse_duration(trial_timeout, "--trial-timeout")
+
+
+TrialTimeoutS = Annotated[float, Group(trial_timeout_s)]
+
+
+@with_groups
+def budget_spec(*, budget: _Budget = None, trials: _Trials = None, timeout_s: TrialTimeoutS) -> BudgetSpec:
+    return BudgetSpec(parse_duration(budget) if budget else None, trials, timeout_s)
+
+
+def workload_spec(
+    kind: _WorkloadKind = "throughput",
+    batch_size: _BatchSize = 8,
+    input_len: _InputLen = 128,
+    output_len: _OutputLen = 64,
+    prompts: _Prompts = None,
+    load: _Load = None,
+    slo: _Slo = None,
+    serve_port: _ServePort = None,
+) -> WorkloadSpec:
+    from autotune.serving.options import workload_serve_spec
+
+    if kind not in ("throughput", "latency", "serve"):
+        raise UserError(f"--workload {kind!r} is not a workload: use throughput, latency or serve")
+    if prompts is not None:
+        load_prompts(prompts)  # bad prompts are bad input, before anything runs
+    path = str(prompts.resolve()) if prompts else None
+    serve = workload_serve_spec(kind, load, slo, serve_port)
+    return WorkloadSpec(kind, batch_size, input_len, output_len, prompts_path=path, serve=serve)  # type: ignore[arg-type]
+
+
+Model = Annotated[ModelSpec, Group(model_spec)]
+Hardware = Annotated[HardwareSpec, Group(hardware_spec)]
+Budget = Annotated[BudgetSpec, Group(budget_spec)]
+Workload = Annotated[WorkloadSpec, Group(workload_spec)]

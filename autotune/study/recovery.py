@@ -1,0 +1,100 @@
+"""Trials left RUNNING by a process that died: fail them, give their configuration back, retry once.
+
+A trial records which process runs it (host, pid, process start time). When that process is gone
+(kill -9, a crashed laptop), the next search on the same host fails the trial at once; trials of
+other hosts fail when their heartbeat goes stale (Optuna's heartbeat, as in the multi-worker mode).
+Either way Optuna's RetryHeartbeatStaleTrialCallback queues the configuration once more. A failed
+trial without an outcome is an interrupted one (see study.TrialRecord): Optuna does not let a
+finished trial be annotated, so its one-line reason (FAIL_REASON_ATTR) is written just before it fails.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import optuna
+import psutil
+from optuna.exceptions import UpdateFinishedTrialError
+from optuna.storages import fail_stale_trials
+from optuna.trial import TrialState
+
+from autotune.study import FAIL_REASON_ATTR, TrialRecord, interrupted_message, records
+from autotune.study.claims import Claims
+from autotune.study.optuna_internals import heartbeat_enabled, stale_trial_ids, study_id, study_storage
+
+OWNER_ATTR = "owner"
+# Stores what a trial left behind (its log) before it fails: (storage, trial id, trial number).
+LogAttacher = Callable[[optuna.storages.BaseStorage, int, int], None]
+
+
+def this_process() -> dict[str, Any]:
+    return {"host": socket.gethostname(), "pid": os.getpid(), "started": psutil.Process().create_time()}
+
+
+def owner_alive(owner: dict[str, Any]) -> bool:
+    """Whether the process that runs a trial on this host still runs (pids are reused: check start time)."""
+    try:
+        return abs(psutil.Process(owner["pid"]).create_time() - owner["started"]) < 1.0
+    except (psutil.Error, KeyError, TypeError):
+        return False
+
+
+def recover_interrupted(study: optuna.Study, claims: Claims, attach_log: LogAttacher | None = None) -> list[int]:
+    """Fail the trials whose process died, queue their retry, release their claims; their numbers."""
+    storage = study_storage(study)
+    host = socket.gethostname()
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        owner = trial.user_attrs.get(OWNER_ATTR)
+        if owner and owner.get("host") == host and not owner_alive(owner):
+            _fail_and_retry(storage, study, trial.number, attach_log)
+    _explain_stale(storage, study, attach_log)
+    fail_stale_trials(study)  # other hosts' trials, by heartbeat; their retry is queued the same way
+    interrupted = [record for record in records(study) if record.interrupted]
+    for record in interrupted:
+        claims.release(record.config_key, record.number)
+    return [record.number for record in interrupted if _queued_retry(study, record)]
+
+
+def _fail_and_retry(
+    storage: optuna.storages.BaseStorage, study: optuna.Study, number: int, attach_log: LogAttacher | None
+) -> None:
+    trial_id = storage.get_trial_id_from_study_id_trial_number(study_id(study), number)
+    try:
+        _explain(storage, trial_id, attach_log)
+        if not storage.set_trial_state_values(trial_id, state=TrialState.FAIL):
+            return
+    except UpdateFinishedTrialError:  # another search on this host was faster
+        return
+    retry = storage.get_heartbeat_stale_trial_callback()
+    if retry is not None:
+        retry(study, storage.get_trial(trial_id))
+
+
+def _explain_stale(storage: optuna.storages.RDBStorage, study: optuna.Study, attach_log: LogAttacher | None) -> None:
+    """Give the trials that fail_stale_trials is about to fail their reason (Optuna asks none)."""
+    if not heartbeat_enabled(storage):
+        return
+    for trial_id in stale_trial_ids(storage, study):
+        try:
+            _explain(storage, trial_id, attach_log)
+        except UpdateFinishedTrialError:  # it finished meanwhile
+            continue
+
+
+def _explain(storage: optuna.storages.BaseStorage, trial_id: int, attach_log: LogAttacher | None) -> None:
+    """Its reason and its log, while it still runs: Optuna lets no finished trial be annotated."""
+    trial = storage.get_trial(trial_id)
+    storage.set_trial_user_attr(trial_id, FAIL_REASON_ATTR, interrupted_message(trial.user_attrs.get(OWNER_ATTR) or {}))
+    if attach_log is not None:
+        attach_log(storage, trial_id, trial.number)
+
+
+def _queued_retry(study: optuna.Study, record: TrialRecord) -> bool:
+    """Whether this interrupted trial's retry is still waiting (so it is news to report)."""
+    return any(
+        trial.system_attrs.get("failed_trial") is not None and record.number in trial.system_attrs["retry_history"]
+        for trial in study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    )

@@ -1,0 +1,1 @@
+"""What a trial measures, inside the worker: timed iterations, speed figures, memory, energy and quality."""

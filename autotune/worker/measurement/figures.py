@@ -1,0 +1,113 @@
+"""Figures of a trial from its timed iterations: speed with its spread, roofline, cost, output checks.
+
+Plain arithmetic with no torch, shared by the trial worker and the tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autotune.analysis.stats import Summary
+
+
+@dataclass(frozen=True)
+class Iteration:
+    """One timed run of the workload."""
+
+    elapsed_s: float
+    ttft_s: float  # mean over requests of the time to their first token
+    decode_tok_s: float  # tokens after each request's first, per second of decoding
+    e2e_tok_s: float  # all generated tokens per second of the whole call
+    gaps_s: list[float]  # times between consecutive tokens of a request, all requests
+    generated: list[list[int]]
+
+
+def speed_figures(iterations: list[Iteration], first: Iteration) -> tuple[dict[str, float], dict[str, dict]]:
+    """Flat figures (medians, p95, CV) and the full spread of each timed quantity."""
+    summaries = {
+        "throughput_tok_s": Summary.of([i.decode_tok_s for i in iterations]),
+        "e2e_throughput_tok_s": Summary.of([i.e2e_tok_s for i in iterations]),
+        "ttft_s": Summary.of([i.ttft_s for i in iterations]),
+        "tpot_s": Summary.of([gap for i in iterations for gap in i.gaps_s] or [0.0]),
+        "iteration_s": Summary.of([i.elapsed_s for i in iterations]),
+    }
+    metrics = {
+        "throughput_tok_s": summaries["throughput_tok_s"].p50,
+        "throughput_p95_tok_s": summaries["throughput_tok_s"].p95,
+        "throughput_cv": summaries["throughput_tok_s"].cv,
+        "e2e_throughput_tok_s": summaries["e2e_throughput_tok_s"].p50,
+        "ttft_s": summaries["ttft_s"].p50,
+        "ttft_p95_s": summaries["ttft_s"].p95,
+        "tpot_s": summaries["tpot_s"].p50,
+        "tpot_p95_s": summaries["tpot_s"].p95,
+        "iterations": float(len(iterations)),
+        "iteration_s": summaries["iteration_s"].p50,
+        "first_call_s": first.elapsed_s,
+        "compile_s": max(0.0, first.elapsed_s - summaries["iteration_s"].p50),
+    }
+    return metrics, {name: summary.to_json() for name, summary in summaries.items()}
+
+
+# ----------------------------------------------------------------------------------------- roofline
+
+
+def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, element_bytes: float) -> float:
+    """Keys and values of one token in every layer."""
+    return 2 * layers * kv_heads * head_dim * element_bytes
+
+
+def decode_bytes_per_step(
+    weight_bytes: float, kv_per_token: float, requests: int, input_len: int, output_len: int
+) -> float:
+    """Bytes one decoding step reads: every weight once, and each request's cache at its mean length."""
+    mean_context = input_len + output_len / 2
+    return weight_bytes + kv_per_token * requests * mean_context
+
+
+def roofline(decode_tok_s: float, requests: int, bytes_per_step: float, peak_gb_s: float) -> dict[str, float]:
+    """Achieved memory bandwidth of decoding (bytes per generated token x tokens/s) and its share of peak."""
+    achieved_gb_s = bytes_per_step / requests * decode_tok_s / 1e9
+    return {"achieved_bandwidth_gb_s": achieved_gb_s, "roofline_fraction": achieved_gb_s / peak_gb_s}
+
+
+def cost_per_million_tokens(price_per_hour: float, tokens_per_s: float) -> float:
+    """What a million generated tokens cost at this throughput and hourly price."""
+    return price_per_hour / 3600 / tokens_per_s * 1e6
+
+
+# ------------------------------------------------------------------------------------ output checks
+
+
+def prefix_agreement(generated: list[list[int]], reference: list[list[int]]) -> float:
+    """Mean share of each reference continuation that greedy decoding reproduced before diverging."""
+    shares = []
+    for tokens, expected in zip(generated, reference, strict=False):
+        same = 0
+        for token, wanted in zip(tokens, expected, strict=False):
+            if token != wanted:
+                break
+            same += 1
+        shares.append(same / len(expected) if expected else 1.0)
+    return sum(shares) / len(shares) if shares else 0.0
+
+
+def broken_reason(generated: list[list[int]], reference: list[list[int]] | None) -> str | None:
+    """Why this output is unusable, or None: empty continuations, or one token repeated throughout."""
+    if not generated or any(len(tokens) == 0 for tokens in generated):
+        return "the model generated an empty continuation"
+    repeated = [
+        row
+        for row, tokens in enumerate(generated)
+        if len(tokens) > 1 and len(set(tokens)) == 1 and not _is_repetition(reference, row)
+    ]
+    if len(repeated) * 2 >= len(generated):
+        token = generated[repeated[0]][0]
+        return f"{len(repeated)} of {len(generated)} continuations repeat one token ({token}) throughout"
+    return None
+
+
+def _is_repetition(reference: list[list[int]] | None, row: int) -> bool:
+    """The reference itself repeats one token here, so repetition is what this model does."""
+    if reference is None or row >= len(reference):
+        return False
+    return len(set(reference[row])) <= 1

@@ -1,0 +1,99 @@
+"""Everything checkable is checked before work starts: one line, exit status 2, nothing written anywhere.
+
+Each case runs the real CLI in an empty folder; afterwards that folder is still empty and the place the
+bad flag pointed at is untouched.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.cli.test_cli import assert_one_line_error
+from tests.conftest import run_cli
+
+DEMO = ["--model", "demo", "--gpu", "cpu", "--trials", "1"]
+NO_GPU = "cuda:63"  # no machine here has 64 GPUs
+
+
+def _folders(tmp_path: Path) -> tuple[Path, Path]:
+    """An empty working folder and a folder of things bad flags point at (a file, a non-database)."""
+    cwd, things = tmp_path / "cwd", tmp_path / "things"
+    cwd.mkdir()
+    things.mkdir()
+    (things / "a-file").write_text("not a folder\n")
+    (things / "not-a-database.db").write_text("hello\n")
+    return cwd, things
+
+
+CASES = [
+    (["search", *DEMO, "--device", NO_GPU], "--device cuda:63: no such CUDA GPU here"),
+    (["search", *DEMO, "--device", "cuda:x"], "--device 'cuda:x' is not a device"),
+    (["search", *DEMO, "--storage", "sqlite:///{things}/a-file/s.db"], "a-file is not a folder"),
+    (["search", *DEMO, "--storage", "sqlite:///{things}"], "is a directory; name a database file"),
+    (["search", *DEMO, "--storage", "sqlite:////proc/autotune/s.db"], "cannot create /proc/autotune/s.db"),
+    (["search", *DEMO, "--storage", "sqlite:///{things}/not-a-database.db"], "file is not a database"),
+    (["search", *DEMO, "--storage", "postgresql+psycopg://u:pw@127.0.0.1:1/x"], "cannot open storage"),
+    (["search", *DEMO, "--report", "{things}"], "is a directory; name a file"),
+    (["search", *DEMO, "--report", "{things}/a-file/r.html"], "a-file is not a folder"),
+    (["search", *DEMO, "--report", "/proc/autotune/r.html"], "--report /proc/autotune/r.html: cannot write there"),
+    (["search", *DEMO, "--study", "a/b"], "--study 'a/b' cannot name a file"),
+    (["search", *DEMO, "--study", ""], "--study must not be empty"),
+    (["search", *DEMO, "--study", "../up"], "cannot name a file"),
+    (["search", *DEMO, "--revision", "v2"], "--revision v2 applies to hub models only"),
+    (["search", *DEMO, "--input-len", "500"], "500 + --output-len 64 = 564 tokens, but the model has 512 positions"),
+    (["search", *DEMO, "--output-len", "600"], "lower --input-len or --output-len to fit 512"),
+    (["search", *DEMO, "--prompts", "{things}"], "cannot read prompts file"),
+    (["search", *DEMO, "--prompts", "{things}/missing.jsonl"], "cannot read prompts file"),
+    (["search", *DEMO, "--workload", "chat"], "--workload 'chat' is not a workload"),
+    (["search", *DEMO, "--price", "-1"], "--price"),
+    (["search", *DEMO, "--trial-timeout", "0s"], "--trial-timeout must be longer than zero"),
+    (["search", *DEMO, "--seed", "x"], "--seed"),
+    (["search", *DEMO, "--devices", "a,b"], "--devices 'a'"),
+    (["search", *DEMO, "--warm-start", "nothing"], "--warm-start: no study named 'nothing'"),
+    (["measure", "--model", "demo", "--gpu", "cpu", "--device", NO_GPU], "no such CUDA GPU here"),
+    (["measure", "--model", "demo", "--gpu", "cpu", "--input-len", "600"], "but the model has 512 positions"),
+    (["worker", "--study", "x", "--storage", "sqlite:///{things}/none.db", "--device", NO_GPU], "no such CUDA GPU"),
+    (["worker", "--study", "x", "--storage", "sqlite:///{things}/none.db"], "no study named 'x'"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), CASES, ids=[" ".join(args[1:])[-60:] for args, _ in CASES])
+def test_bad_input_is_refused_before_anything_is_written(tmp_path: Path, cli_env, args, message):
+    cwd, things = _folders(tmp_path)
+    before = {path: path.read_bytes() for path in things.iterdir()}
+    completed = run_cli([arg.format(things=things) for arg in args], cwd, cli_env, timeout=120)
+    assert_one_line_error(completed, message)
+    assert list(cwd.iterdir()) == [], "bad input wrote into the working folder"
+    assert {path: path.read_bytes() for path in things.iterdir()} == before
+    assert not Path("/proc/autotune").exists()
+
+
+def test_an_unwritable_cache_folder_is_refused(tmp_path: Path, cli_env):
+    cwd, _ = _folders(tmp_path)
+    env = {**cli_env, "AUTOTUNE_CACHE_DIR": "/proc/autotune-cache"}
+    completed = run_cli(["search", *DEMO], cwd, env, timeout=120)
+    assert_one_line_error(completed, "the cache folder (AUTOTUNE_CACHE_DIR) /proc/autotune-cache cannot be written")
+    assert list(cwd.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("config", "limit"),
+    [
+        ({"model_type": "gpt2", "n_positions": 64}, "64 positions (n_positions in its config)"),
+        ({"model_type": "opt", "max_position_embeddings": 96}, "96 positions (max_position_embeddings"),
+        ({"model_type": "llava", "text_config": {"max_position_embeddings": 80}}, "80 positions"),
+    ],
+)
+def test_a_workload_longer_than_a_local_models_context_is_refused(tmp_path: Path, cli_env, config, limit):
+    cwd, _ = _folders(tmp_path)
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(config))
+    args = ["search", "--model", str(model), "--gpu", "cpu", "--trials", "1", "--input-len", "90", "--output-len", "8"]
+    completed = run_cli(args, cwd, cli_env, timeout=120)
+    assert_one_line_error(completed, limit)
+    assert "--input-len 90 + --output-len 8 = 98 tokens" in completed.stderr
+    assert list(cwd.iterdir()) == []

@@ -1,0 +1,119 @@
+"""Many workers on one study: PostgreSQL shared by `autotune worker` processes, one worker per device,
+and a nightly warm start. Real processes, a real PostgreSQL server, the demo model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+
+from autotune.study import records
+from autotune.worker.demo_model import ensure_demo_model
+from tests.postgres import postgres_url  # noqa: F401 - a fixture
+
+pytestmark = pytest.mark.slow
+
+SMALL = ["--batch-size", "4", "--input-len", "64", "--output-len", "32"]
+
+
+@pytest.fixture
+def env(cache_dir: Path) -> dict[str, str]:
+    ensure_demo_model(cache_dir)
+    return {**os.environ, "AUTOTUNE_CACHE_DIR": str(cache_dir)}
+
+
+def cli(args: list[str], workdir: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "autotune", *args], cwd=workdir, env=env, capture_output=True,
+                          text=True, timeout=1200)  # fmt: skip
+
+
+def measured_keys(study: optuna.Study) -> list[str]:
+    """Configurations of trials that ran to an outcome of their own (not interrupted, not stopped)."""
+    return [
+        json.dumps(r.config, sort_keys=True)
+        for r in records(study)
+        if r.launched and r.outcome and not r.interrupted and r.outcome != "budget"
+    ]
+
+
+def test_three_workers_share_a_postgresql_study_and_survive_one_killed(tmp_path, env, postgres_url):  # noqa: F811
+    created = cli(["search", "--model", "demo", "--gpu", "cpu", "--study", "shared", "--storage", postgres_url,
+                   "--trials", "1", *SMALL], tmp_path, env)  # fmt: skip
+    assert created.returncode == 0, created.stdout + created.stderr
+    command = [sys.executable, "-m", "autotune", "worker", "--study", "shared", "--storage", postgres_url,
+               "--trials", "3", "--device", "cpu"]  # fmt: skip
+    workers = [subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True) for _ in range(3)]  # fmt: skip
+    victim = workers[0]
+    study = optuna.load_study(study_name="shared", storage=postgres_url)
+    deadline = time.monotonic() + 600
+    doomed = None
+    while doomed is None and time.monotonic() < deadline:
+        for trial in study.get_trials(deepcopy=False):
+            owner = trial.user_attrs.get("owner", {})
+            if trial.state.name == "RUNNING" and owner.get("pid") == victim.pid and "worker_pid" in trial.user_attrs:
+                doomed = trial
+        time.sleep(0.5)
+    assert doomed is not None, "the first worker never started a trial"
+    victim.send_signal(signal.SIGKILL)  # mid-trial
+    victim.wait()
+    for worker in workers[1:]:
+        output, _ = worker.communicate(timeout=1200)
+        assert worker.returncode == 0, output  # the others went on
+
+    study = optuna.load_study(study_name="shared", storage=postgres_url)
+    states = [t.state.name for t in study.get_trials(deepcopy=False)]
+    assert "RUNNING" not in states and "WAITING" not in states, "a trial was left unaccounted for"
+    by_number = {r.number: r for r in records(study)}
+    assert by_number[doomed.number].interrupted and by_number[doomed.number].state == "FAIL"
+    retries = [t for t in study.get_trials(deepcopy=False) if t.system_attrs.get("failed_trial") == doomed.number]
+    assert len(retries) == 1
+    retry = by_number[retries[0].number]
+    assert retry.config == by_number[doomed.number].config and retry.outcome and not retry.interrupted
+    assert retry.pid is not None and retries[0].user_attrs["owner"]["pid"] != victim.pid  # another worker took it
+    keys = measured_keys(study)
+    assert len(keys) == len(set(keys)), "a configuration was measured twice"
+    assert len(keys) == 1 + 3 + 3  # the search's trial, then three by each surviving worker
+
+
+def test_one_worker_per_device_shares_the_study(tmp_path, env):
+    completed = cli(["search", "--model", "demo", "--gpu", "cpu", "--study", "devices", "--devices", "cpu,cpu",
+                     "--trials", "4", *SMALL], tmp_path, env)  # fmt: skip
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert "[worker 0, cpu]" in completed.stdout and "[worker 1, cpu]" in completed.stdout
+    study = optuna.load_study(study_name="devices", storage=f"sqlite:///{tmp_path}/studies/devices.db")
+    run = [r for r in records(study) if r.launched and r.run_id]
+    assert len(run) == 4 and len({r.run_id for r in run}) == 1
+    assert len({r.config_key for r in run}) == 4
+    assert len({t.user_attrs["owner"]["pid"] for t in study.get_trials(deepcopy=False) if t.number in
+                {r.number for r in run}}) == 2  # fmt: skip
+    assert "report: reports/devices.html" in completed.stdout
+
+
+def test_devices_must_exist(tmp_path, env):
+    completed = cli(["search", "--model", "demo", "--gpu", "cpu", "--devices", "0,1", "--trials", "2"], tmp_path, env)
+    assert completed.returncode == 2 and "--devices 0" in completed.stderr
+
+
+def test_warm_start_measures_the_previous_front_first(tmp_path, env):
+    first = cli(["search", "--model", "demo", "--gpu", "cpu", "--study", "night-1", "--trials", "4", "--seed", "1",
+                 *SMALL], tmp_path, env)  # fmt: skip
+    assert first.returncode == 0, first.stdout + first.stderr
+    previous = optuna.load_study(study_name="night-1", storage=f"sqlite:///{tmp_path}/studies/night-1.db")
+    front = {json.dumps(r.config, sort_keys=True) for r in records(previous) if r.number in
+             {t.number for t in previous.best_trials}}  # fmt: skip
+    second = cli(["search", "--model", "demo", "--gpu", "cpu", "--study", "night-2", "--warm-start", "night-1",
+                  "--trials", str(len(front) + 2), "--seed", "2", *SMALL], tmp_path, env)  # fmt: skip
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "warm start:" in second.stdout
+    tonight = optuna.load_study(study_name="night-2", storage=f"sqlite:///{tmp_path}/studies/night-2.db")
+    first_ones = [json.dumps(r.config, sort_keys=True) for r in records(tonight) if r.launched][: len(front) + 2]
+    assert front <= set(first_ones), "a configuration of last night's front was not measured first"

@@ -1,0 +1,203 @@
+"""Never lose a trial: real faults inside real searches on the demo model, a killed search, the budget,
+and two searches sharing one SQLite study.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import optuna
+import psutil
+import pytest
+
+from autotune.study import open_storage, records
+from autotune.worker.demo_model import ensure_demo_model
+from tests.conftest import running_trial, start_search, wait_for
+
+pytestmark = pytest.mark.slow
+
+SMALL = ["--model", "demo", "--gpu", "cpu", "--batch-size", "4", "--input-len", "64", "--output-len", "32"]
+
+
+@pytest.fixture
+def env(cache_dir: Path) -> dict[str, str]:
+    ensure_demo_model(cache_dir)  # built once per session, so budgets below measure the search only
+    environment = dict(os.environ)
+    environment["AUTOTUNE_CACHE_DIR"] = str(cache_dir)
+    return environment
+
+
+def search(workdir: Path, env: dict[str, str], *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "autotune", "search", *SMALL, *args]
+    return subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def load(workdir: Path, name: str = "demo-cpu") -> optuna.Study:
+    # open_storage: the search may be creating this database's schema right now
+    return optuna.load_study(study_name=name, storage=open_storage(f"sqlite:///{workdir}/studies/{name}.db"))
+
+
+def launched(study: optuna.Study):
+    return [record for record in records(study) if record.launched]
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def test_every_fault_inside_a_trial_is_recorded_and_the_study_goes_on(tmp_path, env):
+    # Trials 0 and 1 are the reference and the baseline; then a hang, an exception, an allocation that
+    # cannot be served, an exit without a result, and a worker killed from outside; then a normal trial.
+    faults = {
+        "2": {"phase": "load", "kind": "hang"},
+        "3": {"phase": "load", "kind": "raise"},
+        "4": {"phase": "warmup", "kind": "oom"},
+        "5": {"phase": "measure", "kind": "exit"},
+        "6": {"phase": "warmup", "kind": "hang"},  # killed from outside, below
+    }
+    env = {**env, "AUTOTUNE_INJECT_FAULTS": json.dumps(faults)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "autotune", "search", *SMALL, "--trials", "8", "--trial-timeout", "25s"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    killed: list[int] = []
+
+    def kill_the_seventh_trials_worker() -> None:
+        while process.poll() is None and not killed:
+            trial = running_trial(tmp_path)
+            if trial is not None and len(launched(load(tmp_path))) == 7:
+                time.sleep(1.0)  # let it reach its hang
+                os.kill(trial.user_attrs["worker_pid"], signal.SIGKILL)
+                killed.append(trial.user_attrs["worker_pid"])
+            time.sleep(0.3)
+
+    killer = threading.Thread(target=kill_the_seventh_trials_worker, daemon=True)
+    killer.start()
+    stdout, stderr = process.communicate(timeout=900)
+    assert process.returncode == 0, stdout + stderr
+    assert killed, "the test never found the worker to kill"
+
+    runs = launched(load(tmp_path))
+    assert len(runs) == 8
+    outcomes = [(record.outcome, record.phase) for record in runs]
+    assert outcomes[0][0] == outcomes[1][0] == "ok"
+    assert outcomes[2] == ("timeout", None)
+    assert outcomes[3] == ("error", "load") and "injected failure" in runs[3].message
+    assert outcomes[4][0] == "oom" and "allocate" in runs[4].message
+    assert outcomes[5][0] == "crashed" and "without a result" in runs[5].message
+    assert outcomes[6][0] == "crashed" and "SIGKILL" in runs[6].message
+    assert outcomes[7][0] not in ("timeout", "crashed")  # the study went on with a normal trial
+    for record in runs[2:7]:
+        assert record.state == "FAIL" and record.metrics == {}
+    assert "time spent:" in stdout and "failed trials" in stdout
+
+
+def test_a_killed_search_resumes_and_retries_the_interrupted_trial_once(tmp_path, env):
+    # The third trial hangs, so the search is surely mid-trial when it is killed.
+    hang = {"2": {"phase": "measure", "kind": "hang"}}
+    process = start_search(tmp_path, env, [*SMALL, "--trials", "5"], hang)
+
+    def third_trial_running():
+        trial = running_trial(tmp_path)
+        return trial if trial is not None and len([r for r in launched(load(tmp_path)) if r.complete]) >= 2 else None
+
+    trial = wait_for(third_trial_running, process, "the search never reached its third trial")
+    # The worker measuring the trial, and the fork server that forked it: both must die with the search.
+    workers = [trial.user_attrs["worker_pid"], *(child.pid for child in psutil.Process(process.pid).children())]
+    before = {r.number: r for r in launched(load(tmp_path)) if r.complete}
+    interrupted = next(t for t in load(tmp_path).get_trials(deepcopy=False) if t.state.name == "RUNNING")
+
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    gone_by = time.monotonic() + 10
+    while any(alive(pid) for pid in workers):
+        assert time.monotonic() < gone_by, "a worker outlived its search process"
+        time.sleep(0.2)
+
+    completed = search(tmp_path, env, "--trials", "2")
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert f"#{interrupted.number}" in completed.stdout and "retried once" in completed.stdout
+    study = load(tmp_path)
+    after = {t.number: t for t in study.get_trials(deepcopy=False)}
+    assert not [t for t in after.values() if t.state.name in ("RUNNING", "WAITING")]
+    for number, record in before.items():  # every completed trial is still there, unchanged
+        assert after[number].state.name == "COMPLETE" and after[number].user_attrs["metrics"] == record.metrics
+    failed = {r.number: r for r in records(study)}[interrupted.number]
+    assert failed.state == "FAIL" and failed.outcome == "crashed" and failed.interrupted
+    assert "interrupted" in failed.message and str(process.pid) in failed.message
+    retries = [t for t in after.values() if t.system_attrs.get("failed_trial") == interrupted.number]
+    assert len(retries) == 1, "the interrupted configuration must be retried exactly once"
+    retry = {r.number: r for r in records(study)}[retries[0].number]
+    assert retry.config == failed.config and retry.outcome is not None and not retry.interrupted
+    assert "retry" in retry.roles
+
+
+def test_the_budget_is_a_promise(tmp_path, env):
+    # The first trial hangs: it is still running at the deadline, so it must be stopped there.
+    budget_s = 25
+    started = time.monotonic()
+    completed = search(
+        tmp_path, {**env, "AUTOTUNE_INJECT_FAULTS": json.dumps({"0": {"phase": "measure", "kind": "hang"}})},
+        "--budget", f"{budget_s}s",
+    )  # fmt: skip
+    elapsed = time.monotonic() - started
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert elapsed <= budget_s + max(0.05 * budget_s, 30)
+    assert "budget used up" in completed.stdout
+    assert "stopped at the deadline" in completed.stdout
+    runs = launched(load(tmp_path))
+    assert runs[-1].outcome == "budget" and runs[-1].state == "FAIL"
+    assert not [r for r in records(load(tmp_path)) if r.state == "RUNNING"]
+
+    # The next run measures that configuration after all: a stopped trial was never measured.
+    completed = search(tmp_path, env, "--trials", "2")
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    again = [r for r in launched(load(tmp_path))[1:] if r.config == runs[0].config]
+    assert len(again) == 1 and again[0].outcome == "ok" and "reference" in again[0].roles
+
+
+def test_two_searches_on_one_sqlite_study_cooperate(tmp_path, env):
+    command = [sys.executable, "-m", "autotune", "search", *SMALL, "--trials", "3", "--study", "shared"]
+    first = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)
+    second = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for process in (first, second):
+        stdout, stderr = process.communicate(timeout=900)
+        assert process.returncode == 0, stdout + stderr
+    study = load(tmp_path, "shared")
+    runs = launched(study)
+    assert len(runs) == 6, [(r.number, r.outcome) for r in records(study)]
+    keys = [json.dumps(r.config, sort_keys=True) for r in runs]
+    assert len(set(keys)) == len(keys), "a configuration was measured twice"
+    assert all(r.outcome is not None for r in runs), "a write was lost"
+    assert not [t for t in study.get_trials(deepcopy=False) if t.state.name == "RUNNING"]
+    assert len({r.pid for r in runs}) == 6
+
+
+def test_processes_that_open_a_new_database_at_the_same_moment_all_get_it(tmp_path, env):
+    # Each process creates the schema of a database that does not exist yet; all but one find that
+    # another got there first, and must go on rather than fail.
+    url = f"sqlite:///{tmp_path}/studies/new.db"
+    start_at = time.time() + 3.0
+    opener = (
+        "import sys, time\n"
+        "from autotune.study import open_storage\n"
+        f"time.sleep(max(0.0, {start_at} - time.time()))\n"
+        f"open_storage({url!r})\n"
+    )
+    processes = [
+        subprocess.Popen([sys.executable, "-c", opener], env=env, stderr=subprocess.PIPE, text=True) for _ in range(6)
+    ]
+    errors = [process.communicate(timeout=120)[1] for process in processes]
+    assert [process.returncode for process in processes] == [0] * 6, "\n".join(errors)
+    assert optuna.get_all_study_names(open_storage(url)) == []

@@ -1,0 +1,94 @@
+"""The fork server (autotune.process.forkserver) seen through the runner: a real server forking real workers.
+
+What a worker's failure becomes is in test_runner.py; here, what happens to the server and the processes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+
+import psutil
+import pytest
+
+from autotune.process import runner
+from autotune.process.results import Outcome
+from autotune.process.runner import ForkServer, Limits, run_task
+from tests.process.test_runner import faulty_spec
+
+pytestmark = pytest.mark.slow  # the server imports torch and transformers once: tens of seconds here
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ForkServer]:
+    """A fork server of these tests' own, used by run_task, started before any task is timed."""
+    own = ForkServer()
+    own.disabled = False  # whatever AUTOTUNE_FORK_SERVER says: this is what is under test
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(runner, "FORK_SERVER", own)
+        assert own._running(), "the fork server did not start"
+        yield own
+    own._stop()
+
+
+def parents_of_workers(parents: list[int]):
+    """An on_start that records the parent of each worker the runner starts."""
+    return lambda pid: parents.append(psutil.Process(pid).ppid())
+
+
+def group_members(pgid: int) -> list[int]:
+    members = []
+    for process in psutil.process_iter():
+        try:
+            if os.getpgid(process.pid) == pgid and process.status() != psutil.STATUS_ZOMBIE:
+                members.append(process.pid)
+        except (ProcessLookupError, psutil.Error):
+            continue
+    return members
+
+
+def test_each_task_runs_in_a_fresh_process_forked_by_the_one_server(tmp_path, server):
+    parents: list[int] = []
+    spec = faulty_spec(tmp_path, "raise", phase="start")
+    on_start = parents_of_workers(parents)
+    results = [run_task(spec, tmp_path / f"w{i}", Limits(120), on_start=on_start) for i in range(2)]
+    assert [result.outcome for result in results] == [Outcome.ERROR, Outcome.ERROR]
+    server_pid = server.process.pid
+    assert parents == [server_pid, server_pid], "the workers were spawned, not forked by the server"
+    pids = {result.pid for result in results}
+    assert len(pids) == 2 and not pids & {os.getpid(), server_pid}
+
+
+@pytest.mark.parametrize(
+    ("kind", "limit_s", "outcome"), [("segfault", 120, Outcome.CRASHED), ("hang", 5, Outcome.TIMEOUT)]
+)
+def test_a_task_that_crashes_or_hangs_leaves_the_server_serving(tmp_path, server, kind, limit_s, outcome):
+    server_pid = server.process.pid
+    failed = run_task(faulty_spec(tmp_path, kind, phase="start"), tmp_path / "failed", Limits(limit_s))
+    assert failed.outcome == outcome
+    assert server.process is not None and server.process.poll() is None
+    parents: list[int] = []
+    spec = faulty_spec(tmp_path, "raise", phase="start")
+    after = run_task(spec, tmp_path / "after", Limits(120), on_start=parents_of_workers(parents))
+    assert after.outcome == Outcome.ERROR and "injected failure" in after.message
+    assert parents == [server_pid] and server.process.pid == server_pid
+
+
+def test_the_process_group_of_a_timed_out_task_is_gone(tmp_path, server):
+    seen: list[int] = []
+    worker: list[int] = []
+
+    def watch_the_group() -> None:
+        if worker:
+            seen.extend(pid for pid in group_members(worker[0]) if pid not in seen)
+
+    spec = faulty_spec(tmp_path, "hang_with_child", phase="start")
+    result = run_task(spec, tmp_path / "w", Limits(8), on_tick=watch_the_group, on_start=worker.append)
+    assert result.outcome == Outcome.TIMEOUT
+    assert len(seen) >= 2, "the worker's child never showed in its group, so the test proves nothing"
+    gone_by = time.monotonic() + 10  # killed with SIGKILL: only their reaping can lag
+    while group_members(result.pid):
+        assert time.monotonic() < gone_by, f"processes of the timed-out group survived: {group_members(result.pid)}"
+        time.sleep(0.1)
+    assert server.process.poll() is None

@@ -1,0 +1,174 @@
+"""What each knob handler says about itself, and that the study and the worker read it from the registry."""
+
+from __future__ import annotations
+
+import ast
+import json
+
+import pytest
+
+from autotune.cli.printers import knobs_line
+from autotune.process.results import Outcome, WorkloadSpec
+from autotune.report.snippets import json_snippet, python_snippet
+from autotune.search import expected_duration_s
+from autotune.search.prepare import _with_defaults
+from autotune.search.strategy import ruled_out, trial_cost
+from autotune.space import KNOBS, Call, Plan, Ref, Target, build_plan, parse_space
+from autotune.space.knobs import knob_defaults, short_name
+from autotune.study import TrialRecord
+from autotune.worker.failures import _COMMON_VALUES, classify
+
+BASELINE = {"dtype": "bfloat16", "attn_implementation": "sdpa", "quantization": "none", "batching": "generate"}
+
+
+def test_the_defaults_are_what_transformers_does_with_no_arguments():
+    """A plan of every default passes nothing to from_pretrained, generate or serve."""
+    defaults = knob_defaults()
+    assert defaults, "some knob has a default"
+    assert all(KNOBS[name].accepts(value) for name, value in defaults.items())
+    plan = build_plan(defaults, Target("cpu"))
+    assert (plan.load, plan.generate, plan.continuous, plan.serve_flags, plan.not_servable) == ({}, {}, {}, [], [])
+    assert plan.batching == Plan().batching
+
+
+def test_knobs_whose_default_depends_on_the_model_have_none():
+    assert KNOBS["dtype"].default is None  # the checkpoint's
+    assert KNOBS["attn_implementation"].default is None  # what transformers picks for the architecture
+
+
+def test_memory_ordered_knobs_rank_every_value_they_take():
+    ordered = [knob for knob in KNOBS.values() if knob.orders_memory()]
+    assert {"dtype", "quantization", "max_batch_tokens"} <= {knob.name for knob in ordered}
+    for knob in ordered:
+        for value in knob.choices or (256, 2048):
+            assert isinstance(knob.memory_rank(value), int), (knob.name, value)
+    assert KNOBS["dtype"].memory_rank("float32") > KNOBS["dtype"].memory_rank("bfloat16")
+    assert KNOBS["quantization"].memory_rank("bnb-4bit") < KNOBS["quantization"].memory_rank("bnb-8bit")
+    assert KNOBS["max_batch_tokens"].memory_rank(2048) > KNOBS["max_batch_tokens"].memory_rank(256)
+    assert KNOBS["cache_implementation"].memory_rank("static") is None  # not ordered: an OOM says nothing of it
+
+
+@pytest.mark.parametrize("name", [name for name, knob in KNOBS.items() if knob.memory_ranks])
+def test_an_oom_rules_out_the_heavier_values_of_each_ranked_knob(name):
+    knob = KNOBS[name]
+    by_memory = sorted(knob.memory_ranks, key=lambda value: knob.memory_ranks[value])
+    lightest, heaviest = by_memory[0], by_memory[-1]
+    history = [(3, {**BASELINE, name: lightest}, Outcome.OOM)]
+    assert "trial #3" in (ruled_out({**BASELINE, name: heaviest}, history) or "")
+    assert ruled_out({**BASELINE, name: heaviest}, [(3, {**BASELINE, name: heaviest}, Outcome.OOM)]) is not None
+    assert ruled_out({**BASELINE, name: lightest}, [(3, {**BASELINE, name: heaviest}, Outcome.OOM)]) is None
+
+
+def test_compiled_values_cost_most_and_continuous_batching_next():
+    assert KNOBS["compile"].cost("default") > KNOBS["batching"].cost("continuous") > 0
+    assert KNOBS["compile"].cost("off") == KNOBS["batching"].cost("generate") == 0
+    assert all(knob.cost(knob.default) == 0 for knob in KNOBS.values() if knob.default is not None)
+    compiled = {**BASELINE, "cache_implementation": "static", "compile": "default"}
+    assert trial_cost(compiled) > trial_cost({**BASELINE, "batching": "continuous"}) > trial_cost(BASELINE)
+
+
+def test_trials_that_compile_batch_and_quantize_alike_are_expected_to_take_alike():
+    def record(config: dict, seconds: float) -> TrialRecord:
+        return TrialRecord(
+            number=0, state="COMPLETE", config=config, roles=(), outcome="ok", message="", phase=None, metrics={},
+            timings={}, environment={}, plan=None, skipped=None, duration_s=seconds, pid=None, log_tail="",
+        )  # fmt: skip
+
+    compiled = {**BASELINE, "cache_implementation": "static", "compile": "default"}
+    history = [record(compiled, 60.0), record(BASELINE, 10.0), record({**BASELINE, "quantization": "bnb-8bit"}, 30.0)]
+    assert expected_duration_s({**compiled, "compile": "max-autotune"}, history) == 60.0  # any mode compiles
+    assert expected_duration_s({**BASELINE, "dtype": "float32"}, history) == 10.0  # dtype does not matter
+    assert expected_duration_s({**BASELINE, "quantization": "bnb-8bit"}, history) == 30.0
+
+
+@pytest.mark.parametrize("name", [name for name, knob in KNOBS.items() if knob.failure_words])
+def test_each_knobs_failure_words_blame_it_when_it_is_set_off_its_default(name):
+    knob = KNOBS[name]
+    unusual = next(value for value in knob.choices or () if value not in _COMMON_VALUES)
+    for word in knob.failure_words:
+        classified = classify(ImportError(f"this needs the {word} package"), {**BASELINE, name: unusual})
+        assert (classified.outcome, classified.knob) == (Outcome.UNSUPPORTED, name), word
+    at_default = classify(ImportError(f"needs {knob.failure_words[0]}"), {**BASELINE, name: knob.default or "sdpa"})
+    assert at_default.knob is None
+
+
+def test_a_refusal_blames_its_knob_whatever_the_value():
+    refusal = ValueError("GPTJForCausalLM does not support an attention implementation through sdpa yet")
+    assert [name for name, knob in KNOBS.items() if knob.refusals] == ["attn_implementation"]
+    assert classify(refusal, BASELINE).knob == "attn_implementation"
+    assert classify(refusal, {"dtype": "float32"}).knob is None  # the knob is not set: nothing to exclude
+
+
+def test_short_names_are_unique_and_used_in_trial_lines():
+    labels = [short_name(name) for name in KNOBS]
+    assert len(set(labels)) == len(labels)
+    assert short_name("attn_implementation") == "attn" and short_name("dtype") == "dtype"
+    assert short_name("not_a_knob") == "not_a_knob"
+    assert knobs_line({"attn_implementation": "sdpa", "quantization": "none"}) == "attn=sdpa quant=none"
+
+
+def test_the_plan_says_which_workload_measures_it_and_old_plans_still_load():
+    assert build_plan(BASELINE, Target("cpu")).workload == "throughput"
+    assert build_plan(BASELINE, Target("cpu", workload="serve")).workload == "serve"
+    plan = build_plan({**BASELINE, "workload": "latency"}, Target("cpu", workload="serve"))  # the knob wins
+    assert plan.workload == "latency" and "latency" not in plan.serve_flags  # measured so, deployed the same
+    assert Plan.from_json(plan.to_json()) == plan
+    stored_before = {key: value for key, value in plan.to_json().items() if key != "workload"}
+    assert Plan.from_json(stored_before).workload is None  # the worker then takes the study's workload
+
+
+def test_the_plan_says_whether_generate_compiles_and_whether_the_kv_cache_is_quantized():
+    static = {**BASELINE, "cache_implementation": "static"}
+    assert build_plan({**static, "compile": "default"}, Target("cpu")).compiles
+    assert not build_plan({**static, "compile": "off"}, Target("cpu")).compiles
+    assert build_plan({**BASELINE, "cache_implementation": "quantized"}, Target("cpu")).quantized_kv_cache
+    assert not build_plan(static, Target("cpu")).quantized_kv_cache
+
+
+MATH_ONLY = Call("torch.nn.attention.sdpa_kernel", {"backends": Ref("torch.nn.attention.SDPBackend.MATH")})
+
+
+def test_a_plans_contexts_are_entered_around_generate_in_the_snippet_outermost_first():
+    plan = build_plan({**BASELINE, "execution_mode": "inference_mode"}, Target("cpu"))
+    plan.contexts.append(MATH_ONLY)
+    code = python_snippet("org/model", plan, "cpu", 8)
+    ast.parse(code)
+    header = "with torch.inference_mode(), torch.nn.attention.sdpa_kernel(backends=torch.nn.attention.SDPBackend.MATH):"
+    assert code.startswith("import torch\n") and f"\n{header}\n    outputs = model.generate(\n" in code
+    assert json.loads(json_snippet("org/model", {}, plan))["contexts"] == [
+        {"class": "torch.inference_mode"},
+        {"class": "torch.nn.attention.sdpa_kernel", "backends": "torch.nn.attention.SDPBackend.MATH"},
+    ]
+    assert Plan.from_json(json.loads(json.dumps(plan.to_json()))) == plan
+
+
+def test_a_context_from_the_plan_is_the_real_one_and_an_enum_member_resolves():
+    import torch
+
+    from autotune.worker.loading import materialize
+
+    assert materialize(Ref("torch.nn.attention.SDPBackend.MATH")) is torch.nn.attention.SDPBackend.MATH
+    flash_before = torch.backends.cuda.flash_sdp_enabled()
+    with materialize(MATH_ONLY):
+        assert torch.backends.cuda.math_sdp_enabled() and not torch.backends.cuda.flash_sdp_enabled()
+    assert torch.backends.cuda.flash_sdp_enabled() == flash_before
+
+
+def test_continuous_batching_refuses_a_plan_with_contexts_it_cannot_reach():
+    from autotune.worker.failures import UnsupportedError
+    from autotune.worker.workload import make_workload
+
+    plan = build_plan({**BASELINE, "batching": "continuous"}, Target("cpu"))
+    plan.contexts.append(MATH_ONLY)
+    with pytest.raises(UnsupportedError, match="its own thread") as refused:
+        make_workload(None, plan, [[1, 2]], WorkloadSpec(), pad_id=0)
+    assert refused.value.combination  # no single knob value is to blame
+
+
+def test_the_reference_gets_the_defaults_of_knobs_its_picked_attention_makes_apply():
+    only_with_sdpa = {"values": ["inference_mode", "no_grad"], "when": {"attn_implementation": "sdpa"}}
+    knobs = {"dtype": ["float32"], "attn_implementation": ["sdpa", "eager"], "execution_mode": only_with_sdpa}
+    space = parse_space({"knobs": knobs}, "test")
+    found = {"dtype": "float32", "attn_implementation": "sdpa"}  # the worker added the attention it picked
+    assert _with_defaults(space, found) == {**found, "execution_mode": "no_grad"}
+    assert _with_defaults(space, {**found, "attn_implementation": "eager"}) == {**found, "attn_implementation": "eager"}

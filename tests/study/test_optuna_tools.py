@@ -1,0 +1,219 @@
+"""What Optuna's own tools show of a study: objective names, one-line failure reasons, short study
+attributes, and trial logs as artifacts. Real SQLite files; the dashboard test runs a real search and
+the real optuna-dashboard server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import optuna
+import psutil
+import pytest
+from optuna.artifacts import FileSystemArtifactStore
+from optuna.trial import TrialState
+
+from autotune import study as studies
+from autotune.process.results import Outcome, TaskResult
+from autotune.study import artifacts
+from autotune.study.claims import Claims
+from autotune.study.optuna_internals import study_id
+from autotune.study.recovery import OWNER_ATTR, recover_interrupted, this_process
+from autotune.worker.demo_model import ensure_demo_model
+from tests.conftest import running_trial, start_search, wait_for
+from tests.fakes import BASELINE, new_study, settings
+
+SMALL = ["--model", "demo", "--gpu", "cpu", "--batch-size", "4", "--input-len", "64", "--output-len", "32"]
+
+
+def test_a_new_study_names_its_objectives_with_units_and_keeps_its_attributes_short(tmp_path):
+    _, url = new_study(tmp_path / "s.db")
+    loaded = optuna.load_study(study_name="fake", storage=url)
+    assert loaded.metric_names == [
+        "decode throughput [tok/s]",
+        "peak memory [GB]",
+        "KL divergence vs reference [nats/token]",
+    ]
+    assert loaded.user_attrs == {
+        "model": "org/model",
+        "profile": "a10g",
+        "workload": "throughput, 8 prompts x 128 tokens -> 64 tokens",
+        "constraints": "none",
+    }
+    assert studies.stored_settings(loaded).model == "org/model"  # the full settings, from system attributes
+    optuna_cli = str(Path(sys.executable).parent / "optuna")
+    listed = subprocess.run([optuna_cli, "studies", "--storage", url], capture_output=True, text=True).stdout
+    assert "org/model" in listed and max(map(len, listed.splitlines())) < 300
+
+
+def test_a_study_made_before_gets_its_objective_names_and_short_attributes(tmp_path):
+    url = f"sqlite:///{tmp_path}/old.db"
+    old = optuna.create_study(study_name="old", storage=url, directions=["maximize", "minimize", "minimize"])
+    old.set_user_attr(studies.SETTINGS_ATTR, settings().to_json())  # where autotune kept them before
+    old.set_user_attr(studies.RUNS_ATTR, [{"launched": 3}])
+    assert studies.stored_settings(old).model == "org/model" and old.metric_names is None
+    resumed = studies.load_existing(studies.open_storage(url), "old", seed=0)
+    studies.update_settings(resumed, studies.stored_settings(resumed))
+    studies.record_search_run(resumed, {"launched": 2})
+    again = optuna.load_study(study_name="old", storage=url)
+    assert again.metric_names == studies.metric_names()
+    assert studies.stored_settings(again).model == "org/model"
+    assert studies.search_runs(again) == [{"launched": 3}, {"launched": 2}]
+    assert again.user_attrs[studies.SETTINGS_ATTR] == again.user_attrs[studies.RUNS_ATTR] == studies.MOVED_NOTE
+
+
+def test_a_failed_trial_carries_a_one_line_reason(tmp_path):
+    study, _ = new_study(tmp_path / "s.db")
+    trial = study.ask()
+    message = "CUDA out of memory. Tried to allocate 2.00 GiB\nTraceback (most recent call last): ..."
+    studies.record_result(study, trial, TaskResult(Outcome.OOM, message, phase="warmup"), 3.0)
+    frozen = study.get_trials(deepcopy=False)[trial.number]
+    assert frozen.state == TrialState.FAIL
+    assert frozen.user_attrs[studies.FAIL_REASON_ATTR] == "oom: CUDA out of memory. Tried to allocate 2.00 GiB"
+
+
+def test_an_interrupted_trial_gets_its_reason_and_log_and_its_retry_neither(tmp_path):
+    study, url = new_study(tmp_path / "s.db")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    trial = study.ask()
+    trial.set_user_attr("config", BASELINE)
+    trial.set_user_attr("config_key", "k")
+    trial.set_user_attr(OWNER_ATTR, {**this_process(), "pid": dead.pid})
+    log_file = tmp_path / "worker.log"
+    log_file.write_text("loading the model...\n")
+    store = artifacts.open_store(None, url)
+
+    def attach_log(storage: optuna.storages.BaseStorage, trial_id: int, number: int) -> None:
+        artifacts.attach_to_trial_id(store, storage, trial_id, log_file)
+
+    storage = studies.open_storage(url)
+    study = optuna.load_study(study_name="fake", storage=storage)
+    recover_interrupted(study, Claims(storage.engine, study_id(study)), attach_log)
+    trials = study.get_trials(deepcopy=False)
+    failed = trials[trial.number]
+    assert failed.state == TrialState.FAIL
+    assert failed.user_attrs[studies.FAIL_REASON_ATTR].startswith(f"interrupted: its process (pid {dead.pid} on ")
+    (meta,) = optuna.artifacts.get_all_artifact_meta(failed, storage=storage)
+    assert meta.filename == "worker.log" and meta.mimetype == "text/plain"
+    with FileSystemArtifactStore(str(tmp_path / "s.artifacts")).open_reader(meta.artifact_id) as reader:
+        assert reader.read() == b"loading the model...\n"
+    (retry,) = [t for t in trials if t.system_attrs.get("failed_trial") == trial.number]
+    assert retry.state == TrialState.WAITING and studies.FAIL_REASON_ATTR not in retry.user_attrs
+    assert optuna.artifacts.get_all_artifact_meta(retry, storage=storage) == []  # its own log comes when it runs
+
+
+@pytest.mark.parametrize(
+    ("location", "message"),
+    [("s3://", "name a bucket only"), ("gs://bucket/sub", "name a bucket only"), ("FILE", "is a file, not a folder")],
+)
+def test_a_bad_artifact_location_is_bad_input(tmp_path, location, message):
+    if location == "FILE":
+        location = str(tmp_path / "f")
+        Path(location).write_text("")
+    with pytest.raises(studies.UserError, match=message):
+        artifacts.open_store(location, "sqlite:///x.db")
+
+
+def test_artifacts_go_beside_the_sqlite_file_and_a_server_database_needs_a_location():
+    assert artifacts.default_location("sqlite:///studies/demo-cpu.db") == "studies/demo-cpu.artifacts"
+    assert artifacts.default_location("postgresql://tuner@db/studies") is None
+
+
+# ----------------------------------------------------------------------------- optuna-dashboard, for real
+
+
+def _interrupted_search(workdir: Path, env: dict[str, str]) -> int:
+    """A search killed (SIGKILL) while its fourth trial runs; the number of that trial."""
+    faults = {"2": {"phase": "load", "kind": "raise"}, "3": {"phase": "measure", "kind": "hang"}}
+    process = start_search(workdir, env, [*SMALL, "--trials", "5"], faults)
+
+    def fourth_trial_running():
+        trial = running_trial(workdir)
+        return trial if trial is not None and trial.number >= 3 else None
+
+    trial = wait_for(fourth_trial_running, process, "the search never reached its fourth trial")
+    log = workdir / "studies" / "demo-cpu" / f"trial-{trial.number:04d}" / "worker.log"
+
+    def measuring() -> bool:  # where the injected hang is
+        return b"autotune phase: measure" in log.read_bytes()
+
+    wait_for(measuring, process, "the fourth trial never reached its hang", poll_s=0.3)
+    workers = [child.pid for child in psutil.Process(process.pid).children(recursive=True)]
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    for pid in workers:
+        with contextlib.suppress(psutil.Error):
+            psutil.Process(pid).wait(timeout=15)
+    return trial.number
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _get(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=30) as answer:
+        return answer.read()
+
+
+@pytest.mark.slow
+def test_optuna_dashboard_shows_objective_names_and_why_trials_failed_with_their_logs(tmp_path, cache_dir):
+    ensure_demo_model(cache_dir)
+    env = {**os.environ, "AUTOTUNE_CACHE_DIR": str(cache_dir)}
+    interrupted = _interrupted_search(tmp_path, env)
+    resumed = subprocess.run([sys.executable, "-m", "autotune", "search", *SMALL, "--trials", "1"],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "trial logs and the report are stored as Optuna artifacts in studies/demo-cpu.artifacts" in resumed.stdout
+
+    port = _free_port()
+    dashboard = subprocess.Popen(
+        [str(Path(sys.executable).parent / "optuna-dashboard"), "sqlite:///studies/demo-cpu.db",
+         "--artifact-dir", "studies/demo-cpu.artifacts", "--port", str(port), "--quiet"],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                listed = json.loads(_get(f"{base}/api/studies"))
+                break
+            except OSError:
+                assert time.monotonic() < deadline and dashboard.poll() is None, "the dashboard never answered"
+                time.sleep(0.5)
+        (study_id,) = [s["study_id"] for s in listed["study_summaries"] if s["study_name"] == "demo-cpu"]
+        detail = json.loads(_get(f"{base}/api/studies/{study_id}"))
+        assert detail["objective_names"] == studies.metric_names()
+        assert detail["artifacts"] and detail["artifacts"][0]["filename"].endswith(".html")  # the report
+        trials = {trial["number"]: trial for trial in detail["trials"]}
+
+        def reason_and_log(number: int) -> tuple[str, bytes]:
+            trial = trials[number]
+            assert trial["state"] == "Fail"
+            reason = {a["key"]: a["value"] for a in trial["user_attrs"]}[studies.FAIL_REASON_ATTR]
+            (log_meta,) = [a for a in trial["artifacts"] if a["filename"] == "worker.log"]
+            log = _get(f"{base}/artifacts/{study_id}/{trial['trial_id']}/{log_meta['artifact_id']}")
+            return reason, log
+
+        reason, log = reason_and_log(2)
+        assert reason.startswith("error: ") and "injected failure" in reason
+        assert b"injected failure" in log
+        reason, log = reason_and_log(interrupted)
+        assert reason.startswith("interrupted: its process (pid ")
+        assert b"autotune phase: measure at " in log  # how far it got: it hung while measuring
+    finally:
+        dashboard.terminate()
+        dashboard.wait(timeout=10)

@@ -1,0 +1,83 @@
+"""Typed records that cross modules: a task's details and what prepare found, in their stored JSON layout.
+
+The dictionaries below are written the way autotune stored them before these were dataclasses: old
+studies and results must load, and what is written back keeps that layout.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+
+from autotune import study as studies
+from autotune.analysis.metrics import OBJECTIVES
+from autotune.process.results import FoundReference, Outcome, TaskDetails, TaskResult
+from autotune.report.data import collect, environment
+from autotune.study import SETTINGS_ATTR, PreparedFacts, StudySettings
+from tests import fakes
+
+OLD_EXTRA = {
+    "model_info": {"parameters": 1_000_000, "checkpoint_dtype": "float32"},
+    "model_path": "/cache/models/demo",
+    "environment": {"torch": "2.13.0", "transformers": "5.22.2"},
+    "reference": {"config": fakes.REFERENCE, "perplexity": 10.0},
+    "baseline": {"config": fakes.BASELINE},
+    "device": "cpu",
+    "hardware_note": None,
+}
+
+
+def old_settings() -> dict:
+    """Settings as a study stored them before typed facts and a choice of objectives."""
+    data = fakes.settings().to_json()
+    del data["objectives"]
+    return {**data, "extra": OLD_EXTRA}
+
+
+def test_old_settings_load_with_typed_facts_and_the_default_objectives():
+    settings = StudySettings.from_json(old_settings())
+    assert settings.prepared.reference_config == fakes.REFERENCE and settings.prepared.reference_perplexity == 10.0
+    assert settings.prepared.baseline_config == fakes.BASELINE and settings.prepared.device == "cpu"
+    assert settings.prepared.model_path == "/cache/models/demo"
+    assert settings.objective_metrics == OBJECTIVES
+    assert settings.to_json()["extra"] == OLD_EXTRA  # written back in the same layout
+
+
+def test_settings_stored_before_prepare_have_no_facts():
+    settings = StudySettings.from_json({**old_settings(), "extra": {}})
+    assert settings.prepared == PreparedFacts() and settings.to_json()["extra"] == {}
+
+
+def test_an_old_study_opens_and_reports_as_before(tmp_path: Path):
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    study = optuna.create_study(study_name="old", storage=url, directions=["maximize", "minimize", "minimize"])
+    study.set_user_attr(SETTINGS_ATTR, old_settings())  # where the oldest studies kept them
+    fakes.add_complete(study, fakes.REFERENCE, fakes.metrics(100, 4.0, 0.0, 1.0, 10.0), roles=("reference",))
+    fakes.add_complete(study, fakes.BASELINE, fakes.metrics(200, 2.0, 0.001, 0.99, 10.05), roles=("baseline",))
+    loaded = studies.load_stored_study(url, "old")
+    settings = studies.stored_settings(loaded)
+    fakes.settings().check_resumable(settings, "old")  # same objectives: the default three
+    data = collect(loaded, url)
+    assert data.pareto == [1, 0]
+    rows = environment(settings, [], data.trials)
+    assert rows["device"] == "cpu" and rows["model parameters"] == "1000000" and rows["torch"] == "2.13.0"
+    assert rows["reference configuration"] == str(fakes.REFERENCE) and "note" not in rows
+
+
+def test_task_details_keep_the_json_the_worker_wrote():
+    prepare = {
+        "outcome": "ok",
+        "details": {
+            "model_path": "/cache/models/demo",
+            "model": {"parameters": 10, "default_attn_implementation": "sdpa"},
+            "reference": {"config": fakes.REFERENCE, "path": "ref.pt", "greedy_path": "ref.json", "perplexity": 9.5},
+        },
+    }
+    result = TaskResult.from_json(prepare)
+    assert result.details.reference == FoundReference(fakes.REFERENCE, "ref.pt", "ref.json", 9.5)
+    assert result.details.model_path == "/cache/models/demo" and result.details.plan is None
+    assert result.to_json()["details"] == prepare["details"]
+    trial = TaskResult(Outcome.OK, details=TaskDetails(plan={"dtype": "float16"}))
+    assert TaskResult.from_json(trial.to_json()).details == TaskDetails(plan={"dtype": "float16"})
+    assert TaskResult(Outcome.OOM).to_json()["details"] == {}

@@ -1,0 +1,108 @@
+"""Trials left RUNNING by a process that died (autotune.study.recovery), in a real SQLite Optuna study.
+
+The dead owner is a real process that has exited; its trial's reason and log are in test_optuna_tools.py.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from autotune import study as studies
+from autotune.space import config_key
+from autotune.study.claims import Claims
+from autotune.study.recovery import OWNER_ATTR, owner_alive, recover_interrupted, this_process
+from tests.fakes import BASELINE, new_study
+
+
+def dead_owner() -> dict[str, Any]:
+    """This host and start time, with the pid of a process that has exited."""
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return {**this_process(), "pid": process.pid}
+
+
+def start_trial(study: optuna.Study, claims: Claims, owner: dict[str, Any]) -> int:
+    """A trial the way a search runs it: its configuration claimed, its owner recorded; its number."""
+    trial = study.ask()  # takes a waiting retry first, as a search does
+    key = config_key(BASELINE)
+    trial.set_user_attr("config", BASELINE)
+    trial.set_user_attr("config_key", key)
+    trial.set_user_attr(OWNER_ATTR, owner)
+    claims.claim(key, trial.number)
+    return trial.number
+
+
+def reopened(path: Path) -> tuple[optuna.Study, Claims]:
+    """The study as the next search opens it, from the file."""
+    storage = studies.open_storage(f"sqlite:///{path}")
+    study = optuna.load_study(study_name="fake", storage=storage)
+    return study, Claims(storage.engine, study._study_id)
+
+
+def retries_of(study: optuna.Study, number: int) -> list[optuna.trial.FrozenTrial]:
+    return [t for t in study.get_trials(deepcopy=False) if t.system_attrs.get("failed_trial") == number]
+
+
+def test_a_dead_processs_trial_is_failed_its_configuration_given_back_and_queued_again(tmp_path):
+    new_study(tmp_path / "s.db")
+    study, claims = reopened(tmp_path / "s.db")
+    number = start_trial(study, claims, dead_owner())
+
+    study, claims = reopened(tmp_path / "s.db")
+    assert recover_interrupted(study, claims) == [number]
+    assert study.get_trials(deepcopy=False)[number].state == TrialState.FAIL
+    assert claims.holder(config_key(BASELINE)) is None  # the configuration is free to be measured again
+    (retry,) = retries_of(study, number)
+    assert retry.state == TrialState.WAITING and retry.user_attrs["config"] == BASELINE
+
+
+def test_recovering_again_queues_no_second_retry(tmp_path):
+    new_study(tmp_path / "s.db")
+    study, claims = reopened(tmp_path / "s.db")
+    number = start_trial(study, claims, dead_owner())
+    for _ in range(2):  # two later searches, one after the other
+        study, claims = reopened(tmp_path / "s.db")
+        recover_interrupted(study, claims)
+    assert len(retries_of(study, number)) == 1
+
+
+def test_a_retry_that_is_interrupted_too_is_not_retried_again(tmp_path):
+    new_study(tmp_path / "s.db")
+    study, claims = reopened(tmp_path / "s.db")
+    first = start_trial(study, claims, dead_owner())
+    study, claims = reopened(tmp_path / "s.db")
+    recover_interrupted(study, claims)
+    retry = start_trial(study, claims, dead_owner())
+    assert retries_of(study, first)[0].number == retry
+
+    study, claims = reopened(tmp_path / "s.db")
+    assert recover_interrupted(study, claims) == []
+    trials = study.get_trials(deepcopy=False)
+    assert trials[retry].state == TrialState.FAIL
+    assert not [t for t in trials if t.state == TrialState.WAITING], "the configuration was queued a second time"
+    (record,) = [r for r in studies.records(study) if r.number == retry]
+    assert record.interrupted and record.config == BASELINE
+
+
+def test_a_trial_whose_process_still_runs_is_left_running(tmp_path):
+    new_study(tmp_path / "s.db")
+    study, claims = reopened(tmp_path / "s.db")
+    number = start_trial(study, claims, this_process())
+    study, claims = reopened(tmp_path / "s.db")
+    assert recover_interrupted(study, claims) == []
+    assert study.get_trials(deepcopy=False)[number].state == TrialState.RUNNING
+    assert claims.holder(config_key(BASELINE)) == number
+
+
+def test_an_owner_is_alive_only_while_that_very_process_runs():
+    me = this_process()
+    assert owner_alive(me)
+    assert not owner_alive({**me, "started": me["started"] - 60})  # the pid was reused by another process
+    assert not owner_alive(dead_owner())
+    assert not owner_alive({})

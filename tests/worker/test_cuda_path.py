@@ -1,0 +1,266 @@
+"""The decisions of the CUDA path, checked on CPU: what the worker passes to transformers and torch on a GPU,
+how it reads failures, and how it adapts a plan to the installed transformers."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+import pytest
+import torch
+from packaging.version import Version
+
+from autotune.process.results import Outcome
+from autotune.space import Target, build_plan
+from autotune.space.plan import Plan
+from autotune.worker import compat, workload
+from autotune.worker.failures import UnsupportedError, classify
+from autotune.worker.measurement import memory
+
+FLASH = {"dtype": "bfloat16", "attn_implementation": "flash_attention_2", "quantization": "none"}
+HUB_KERNEL = {**FLASH, "attn_implementation": "kernels-community/flash-attn2"}
+QUANTIZED_CACHE = {"dtype": "bfloat16", "batching": "generate", "cache_implementation": "quantized"}
+
+
+# ------------------------------------------------------------------------ unsupported values are excluded
+
+
+@pytest.mark.parametrize(
+    ("error", "config", "knob"),
+    [
+        (
+            ImportError("FlashAttention2 has been toggled on, but the package flash_attn seems not installed"),
+            FLASH,
+            "attn_implementation",
+        ),
+        (ValueError("LlamaForCausalLM does not support Flash Attention 2 yet"), FLASH, "attn_implementation"),
+        (
+            OSError("We couldn't connect to 'https://huggingface.co' to load kernels-community/flash-attn2 (offline)"),
+            HUB_KERNEL,
+            "attn_implementation",
+        ),
+        (
+            UnsupportedError("a quantized KV cache needs a backend: transformers 5.17.0 has no fp8 backend"),
+            QUANTIZED_CACHE,
+            "cache_implementation",
+        ),
+        (
+            NotImplementedError("bitsandbytes 4-bit is not supported with compile"),
+            {"quantization": "bnb-4bit"},
+            "quantization",
+        ),
+    ],
+)
+def test_an_unsupported_value_is_blamed_on_its_knob(error, config, knob):
+    """Only an ImportError used to exclude a value; a refusal of any kind came back trial after trial."""
+    classified = classify(error, config)
+    assert classified.outcome == Outcome.UNSUPPORTED
+    assert classified.knob == knob
+
+
+def test_a_message_naming_only_a_default_blames_no_knob():
+    classified = classify(ValueError("sdpa is not supported for this input"), {"attn_implementation": "sdpa"})
+    assert classified.outcome == Outcome.UNSUPPORTED
+    assert classified.knob is None
+
+
+def test_an_architecture_that_refuses_sdpa_at_load_excludes_sdpa():
+    """Gemma2, GPT-J, Bloom refuse sdpa when loaded: that refusal names the default yet blames the knob."""
+    refusal = ValueError(
+        "Gemma2ForCausalLM does not support an attention implementation through "
+        "torch.nn.functional.scaled_dot_product_attention yet. Please request the support for this architecture"
+    )
+    classified = classify(refusal, {"dtype": "float32", "attn_implementation": "sdpa"})
+    assert classified.outcome == Outcome.UNSUPPORTED
+    assert classified.knob == "attn_implementation"
+
+
+def test_a_plain_error_is_an_error_and_out_of_memory_is_oom():
+    assert classify(RuntimeError("shape mismatch"), FLASH).outcome == Outcome.ERROR
+    assert classify(RuntimeError("CUDA error: out of memory"), FLASH).outcome == Outcome.OOM
+
+
+# ------------------------------------------------------------------------------- version adaptation
+
+
+def _installed(monkeypatch, version: str, quanto: bool = False, hqq: bool = False) -> None:
+    import transformers.utils.import_utils as import_utils
+
+    monkeypatch.setattr(compat, "transformers_version", lambda: Version(version))
+    monkeypatch.setattr(import_utils, "is_optimum_quanto_available", lambda: quanto)
+    monkeypatch.setattr(import_utils, "is_hqq_available", lambda *args, **kwargs: hqq)
+
+
+def _quantized_plan() -> Plan:
+    return build_plan(QUANTIZED_CACHE, Target("cuda"))
+
+
+def test_fp8_kv_cache_runs_as_planned_where_transformers_has_it(monkeypatch):
+    _installed(monkeypatch, "5.22.2")
+    assert compat.adapt_plan(_quantized_plan()) == _quantized_plan()
+
+
+def test_without_fp8_the_kv_cache_takes_an_installed_backend_and_the_plan_says_so(monkeypatch):
+    _installed(monkeypatch, "5.17.0", quanto=True)
+    adapted = compat.adapt_plan(_quantized_plan())
+    assert adapted.generate["cache_config"] == {"backend": "quanto"}
+    assert adapted != _quantized_plan()
+
+
+def test_without_any_backend_the_kv_cache_is_unsupported_with_what_to_install(monkeypatch):
+    _installed(monkeypatch, "5.17.0")
+    with pytest.raises(UnsupportedError, match="pip install optimum-quanto"):
+        compat.adapt_plan(_quantized_plan())
+
+
+FLEX_STATIC = {"dtype": "bfloat16", "attn_implementation": "flex_attention", "cache_implementation": "static"}
+
+
+def test_flex_attention_with_a_static_cache_is_refused_where_generate_breaks_it_blaming_neither_value(monkeypatch):
+    plan = build_plan({**FLEX_STATIC, "compile": "off"}, Target("cpu"))
+    _installed(monkeypatch, "5.17.0")
+    assert compat.adapt_plan(plan) == plan
+    _installed(monkeypatch, "5.22.2")
+    with pytest.raises(UnsupportedError, match="use a dynamic cache with flex_attention") as refused:
+        compat.adapt_plan(plan)
+    classified = classify(refused.value, FLEX_STATIC)
+    assert classified.outcome == Outcome.UNSUPPORTED and classified.knob is None
+
+
+@dataclass
+class ContinuousBatchingConfig517:
+    """The fields transformers 5.17 has where later versions renamed or added some."""
+
+    block_size: int = 256
+    num_blocks: int | None = None
+    max_batch_tokens: int | None = None
+    max_requests_per_batch: int | None = None
+
+
+def test_continuous_batching_options_take_the_names_of_the_installed_version(monkeypatch):
+    plan = build_plan({"batching": "continuous", "max_batch_tokens": 256}, Target("cuda", 8, 192))
+    built = compat.continuous_batching_config(plan.continuous)
+    assert (built.page_size, built.num_blocks, built.max_batch_tokens) == (32, 50, 256)
+    assert built.auto_switch_to_flash is False
+    # the module that is imported now: loading some models replaces sys.modules["transformers"]
+    installed = importlib.import_module("transformers")
+    monkeypatch.setattr(installed, "ContinuousBatchingConfig", ContinuousBatchingConfig517)
+    old = compat.continuous_batching_config(plan.continuous)
+    assert old == ContinuousBatchingConfig517(
+        block_size=32, num_blocks=50, max_batch_tokens=256, max_requests_per_batch=8
+    )
+    with pytest.raises(UnsupportedError, match="upgrade"):
+        compat.continuous_batching_config({**plan.continuous, "scheduler_type": "fifo"})
+
+
+# ----------------------------------------------------------------------- what the timers and memory do on CUDA
+
+
+def test_the_timer_synchronizes_the_gpu_before_each_reading(monkeypatch):
+    synced = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synced.append(device))
+    workload._synchronizer(torch.device("cuda", 1))()
+    assert synced == [torch.device("cuda", 1)]
+    workload._synchronizer(torch.device("cpu"))()
+    assert len(synced) == 1
+
+
+def test_cuda_peak_memory_is_torch_allocator_peak_since_reset_with_an_nvml_peak_sampled_meanwhile(monkeypatch):
+    calls = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: calls.append("sync"))
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: calls.append("reset"))
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: 123)
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda device=None: 456)
+    readings = iter([100, 300, 200])
+
+    class FakeNvmlPeak(memory.NvmlPeak):
+        def _sample(self) -> None:  # what the sampling thread would read from NVML, in turn
+            for reading in readings:
+                self.peak = max(self.peak or 0, reading)
+
+    monkeypatch.setattr(memory, "NvmlPeak", FakeNvmlPeak)
+    peak = memory.PeakMemory("cuda:0")
+    peak.reset()
+    assert calls == ["sync", "reset"]
+    assert peak.peak_bytes() == 123
+    assert peak.details() == {"peak_reserved_bytes": 456.0, "nvml_process_peak_bytes": 300.0}
+
+
+def test_nvml_peak_reports_nothing_where_nvml_is_missing(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails
+    sampler = memory.NvmlPeak(0, interval_s=0.001)
+    sampler.start()
+    sampler.stop()
+    assert sampler.peak is None
+
+
+def test_cuda_graph_compile_modes_and_offloaded_caches_need_cuda_and_compile_needs_no_switch_there():
+    from autotune.space import KNOBS
+
+    assert KNOBS["compile"].needs("reduce-overhead").cuda
+    assert KNOBS["compile"].needs("max-autotune").cuda
+    assert not KNOBS["compile"].needs("default").cuda
+    assert KNOBS["cache_implementation"].needs("offloaded").cuda
+    assert KNOBS["cache_implementation"].needs("offloaded_static").cuda
+    config = {"cache_implementation": "static", "compile": "reduce-overhead"}
+    assert build_plan(config, Target("cuda")).generate["compile_config"].attrs == {}
+    assert build_plan(config, Target("cpu")).generate["compile_config"].attrs == {"_compile_all_devices": True}
+
+
+# ------------------------------------------------------------------------ worker set-up on a CUDA device
+
+
+class FakeCuda:
+    """torch.cuda as `_configure` uses it, recording what it is asked to do."""
+
+    def __init__(self, available: bool, total_bytes: int = 80 * 2**30) -> None:
+        self.available, self.total_bytes, self.calls = available, total_bytes, []
+
+    def is_available(self) -> bool:
+        return self.available
+
+    def set_device(self, device) -> None:
+        self.calls.append(("set_device", str(device)))
+
+    def get_device_properties(self, device):
+        return type("Properties", (), {"total_memory": self.total_bytes})
+
+    def set_per_process_memory_fraction(self, fraction: float, device) -> None:
+        self.calls.append(("fraction", round(fraction, 4), str(device)))
+
+    def install(self, monkeypatch) -> None:
+        for name in ("is_available", "set_device", "get_device_properties", "set_per_process_memory_fraction"):
+            monkeypatch.setattr(torch.cuda, name, getattr(self, name))
+
+
+def _spec(device: str, cap: int | None):
+    from autotune.process.results import ModelSpec, TaskSpec
+
+    return TaskSpec("trial", ModelSpec("demo"), device, "/tmp", memory_cap_bytes=cap)
+
+
+@pytest.mark.parametrize(
+    ("cap", "expected"),
+    [
+        (16 * 2**30, [("set_device", "cuda:1"), ("fraction", 0.2, "cuda:1")]),  # a T4's 16 GB profile on an 80 GB GPU
+        (80 * 2**30, [("set_device", "cuda:1")]),  # the profile is the GPU: no cap
+        (None, [("set_device", "cuda:1")]),
+    ],
+)
+def test_the_worker_caps_gpu_memory_to_the_profile_only_when_the_profile_is_smaller(monkeypatch, cap, expected):
+    from autotune.worker import tasks
+
+    fake = FakeCuda(available=True)
+    fake.install(monkeypatch)
+    tasks._configure(_spec("cuda:1", cap))
+    assert fake.calls == expected
+
+
+def test_a_cuda_device_where_torch_sees_none_is_a_clear_error(monkeypatch):
+    from autotune.worker import tasks
+
+    FakeCuda(available=False).install(monkeypatch)
+    with pytest.raises(RuntimeError, match="torch sees no CUDA device"):
+        tasks._configure(_spec("cuda:0", None))
