@@ -1,1 +1,1 @@
-"""The trial process: the only code that imports torch. Tasks, loading, the workload, failures, measurement."""
+"""The trial process: with the fork server, the only code that imports torch. Tasks, loading, workload, failures."""

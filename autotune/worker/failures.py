@@ -26,6 +26,9 @@ _UNSUPPORTED_MARKERS = (
     "requires cuda",
     "only supported",
     "cannot be used",
+    # a forced sdpa kernel (sdpa_backend) that cannot run these inputs on this device
+    "no available kernel",
+    "no viable backend",
     # a kernel or checkpoint that would have to be downloaded, on a machine that cannot
     "offline",
     "couldn't connect",

@@ -106,6 +106,7 @@ def test_bare_off_in_yaml_is_read_as_the_string_off(tmp_path):
         ("knobs:\n  dtype: [float32]\nrules:\n  - forbid: {batching: continuous}\n    reason: x\n", "does not declare"),
         ("knobs: {}\n", "needs a 'knobs:' mapping"),
         ("knobs:\n  dtype: [float32]\nextras: 1\n", "unknown section"),
+        ("knobs:\n  dtype: [float32]\n  dtype: [bfloat16]\n", "line 3, column 3: 'dtype' is written twice"),
     ],
 )
 def test_bad_space_files_say_what_to_fix(tmp_path, text, message):

@@ -67,6 +67,12 @@ CASES = [
         id="unsupported-but-the-knob-is-not-set",
     ),
     pytest.param(
+        RuntimeError("No available kernel. Aborting execution."),
+        {"dtype": "float32", "attn_implementation": "sdpa", "sdpa_backend": "flash"},
+        (Outcome.UNSUPPORTED, None, ("No available kernel",)),
+        id="forced-sdpa-kernel-that-cannot-run-these-inputs-blames-no-single-value",
+    ),
+    pytest.param(
         ImportError("No module named 'flash_attn'"),
         None,
         (Outcome.UNSUPPORTED, None, ("flash_attn",)),
