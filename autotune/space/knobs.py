@@ -181,6 +181,10 @@ class SdpaBackendKnob(Knob):
     default = "auto"
 
     def needs(self, value: Value) -> Needs:
+        if value in _SDPA_AMPERE_KERNELS:
+            return Needs(
+                cuda=True, min_compute_capability=8.0, why=f"torch's {value} sdpa kernel needs an Ampere or newer GPU"
+            )
         if value in _SDPA_CUDA_KERNELS:
             return Needs(cuda=True, why=f"the {value} sdpa kernel is a CUDA kernel")
         return Needs()
@@ -200,6 +204,7 @@ _SDPA_BACKENDS = {
     "math": "MATH",
 }
 _SDPA_CUDA_KERNELS = ("flash", "efficient", "cudnn")
+_SDPA_AMPERE_KERNELS = ("flash", "cudnn")  # torch builds them for compute capability 8.0 and up
 
 
 @register

@@ -6,6 +6,7 @@ import copy
 import logging
 import re
 import time
+import warnings
 from pathlib import Path
 
 import optuna
@@ -18,6 +19,10 @@ from autotune.study.records import FAIL_REASON_ATTR, MAX_INTERRUPTIONS
 from autotune.study.settings import StudySettings, name_metrics, update_settings
 
 log = logging.getLogger(__name__)
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
 HEARTBEAT_INTERVAL_S = 30
 
 GRACE_PERIOD_S = 120

@@ -75,7 +75,10 @@ def test_measure_refuses_a_cuda_kernel_on_cpu(tmp_path: Path, cli_env: dict[str,
             "--set", "sdpa_backend=flash"]  # fmt: skip
     completed = run_cli(args, tmp_path, cli_env)
     assert completed.returncode == 2 and "Traceback" not in completed.stderr
-    expected = "sdpa_backend=flash cannot run on profile cpu: needs a CUDA GPU (the flash sdpa kernel is a CUDA kernel)"
+    expected = (
+        "sdpa_backend=flash cannot run on profile cpu: "
+        "needs a CUDA GPU (torch's flash sdpa kernel needs an Ampere or newer GPU)"
+    )
     assert completed.stderr == f"autotune: error: {expected}\n"
 
 

@@ -23,6 +23,7 @@ from optuna.artifacts import FileSystemArtifactStore
 from optuna.trial import TrialState
 
 from autotune import study as studies
+from autotune.errors import UserError
 from autotune.process.results import Outcome, TaskResult
 from autotune.study import artifacts
 from autotune.study.claims import Claims
@@ -120,7 +121,7 @@ def test_a_bad_artifact_location_is_bad_input(tmp_path, location, message):
     if location == "FILE":
         location = str(tmp_path / "f")
         Path(location).write_text("")
-    with pytest.raises(studies.UserError, match=message):
+    with pytest.raises(UserError, match=message):
         artifacts.open_store(location, "sqlite:///x.db")
 
 
