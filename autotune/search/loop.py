@@ -25,7 +25,7 @@ from autotune.search.strategy import next_queued, ruled_out, warm_up_set
 from autotune.space import KNOBS, Config, SearchSpace, build_plan, config_key
 from autotune.study import TrialRecord, artifacts
 from autotune.study.optuna_internals import trial_id
-from autotune.study.recovery import OWNER_ATTR, this_process
+from autotune.study.recovery import OWNER_ATTR, claim_configuration, this_process
 
 MAX_CONSECUTIVE_SKIPS = 50
 HEARTBEAT_EVERY_S = 10.0
@@ -195,7 +195,7 @@ class TrialLoop:
         return f"interrupted twice, last as trial #{holder}: not run again" if interrupted else None
 
     def _claim(self, config: Config, number: int) -> str | None:
-        holder = self.claims.claim(config_key(config), number)
+        holder = claim_configuration(self.study, self.claims, config_key(config), number)
         return None if holder == number else f"same configuration as trial #{holder}"
 
     def _release(self, config: Config, number: int) -> None:

@@ -58,6 +58,16 @@ def recover_interrupted(study: optuna.Study, claims: Claims, attach_log: LogAtta
     return [record.number for record in interrupted if _queued_retry(study, record)]
 
 
+def claim_configuration(study: optuna.Study, claims: Claims, config_key: str, number: int) -> int:
+    """Claim a configuration for trial `number`; the trial that holds it. An interrupted trial's claim is taken
+    over: recovery queues the retry before it releases the claim, and a retry asked in between must still run."""
+    holder = claims.claim(config_key, number)
+    if holder != number and TrialRecord.from_frozen(study.get_trials(deepcopy=False)[holder]).interrupted:
+        claims.release(config_key, holder)
+        holder = claims.claim(config_key, number)
+    return holder
+
+
 def _fail_and_retry(
     storage: optuna.storages.BaseStorage, study: optuna.Study, number: int, attach_log: LogAttacher | None
 ) -> None:

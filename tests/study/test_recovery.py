@@ -16,7 +16,14 @@ from optuna.trial import TrialState
 from autotune import study as studies
 from autotune.space import config_key
 from autotune.study.claims import Claims
-from autotune.study.recovery import OWNER_ATTR, owner_alive, recover_interrupted, this_process
+from autotune.study.recovery import (
+    OWNER_ATTR,
+    _fail_and_retry,
+    claim_configuration,
+    owner_alive,
+    recover_interrupted,
+    this_process,
+)
 from tests.fakes import BASELINE, new_study
 
 
@@ -106,3 +113,26 @@ def test_an_owner_is_alive_only_while_that_very_process_runs():
     assert not owner_alive({**me, "started": me["started"] - 60})  # the pid was reused by another process
     assert not owner_alive(dead_owner())
     assert not owner_alive({})
+
+
+def test_a_retry_asked_before_recovery_releases_the_claim_takes_the_claim_over(tmp_path):
+    """Recovery queues the retry, then releases the claim: another search may ask the retry in between."""
+    new_study(tmp_path / "s.db")
+    study, claims = reopened(tmp_path / "s.db")
+    number = start_trial(study, claims, dead_owner())
+    storage = studies.open_storage(f"sqlite:///{tmp_path / 's.db'}")
+    _fail_and_retry(storage, study, number, None)  # failed and its retry queued; the claim not yet released
+    assert claims.holder(config_key(BASELINE)) == number
+
+    retry = study.ask()
+    assert retry.number == retries_of(study, number)[0].number
+    assert claim_configuration(study, claims, config_key(BASELINE), retry.number) == retry.number
+    assert claims.holder(config_key(BASELINE)) == retry.number
+
+
+def test_a_live_trials_claim_is_not_taken_over(tmp_path):
+    new_study(tmp_path / "s.db")
+    study, claims = reopened(tmp_path / "s.db")
+    number = start_trial(study, claims, this_process())
+    other = study.ask()
+    assert claim_configuration(study, claims, config_key(BASELINE), other.number) == number
