@@ -121,6 +121,9 @@ def search(
     stored_in = attach_report(summary.study_name, summary.storage, artifacts, path)
     if stored_in:
         out.print(f"trial logs and the report are stored as Optuna artifacts in {stored_in}")
+    if summary.failed_workers:
+        print(f"autotune: {'; '.join(summary.failed_workers)} (its lines above say why)", file=sys.stderr)
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -7,10 +7,10 @@ import os
 import random
 import statistics
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import optuna
+from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
 from autotune import study as studies
@@ -25,7 +25,7 @@ from autotune.search.strategy import next_queued, ruled_out, warm_up_set
 from autotune.space import KNOBS, Config, SearchSpace, build_plan, config_key
 from autotune.study import TrialRecord, artifacts
 from autotune.study.optuna_internals import trial_id
-from autotune.study.recovery import OWNER_ATTR, claim_configuration, this_process
+from autotune.study.recovery import OWNER_ATTR, Heartbeat, claim_configuration, this_process
 
 MAX_CONSECUTIVE_SKIPS = 50
 HEARTBEAT_EVERY_S = 10.0
@@ -204,36 +204,42 @@ class TrialLoop:
     def _measure(self, trial: optuna.Trial, config: Config, roles: list[str]) -> TaskResult:
         self.events.trial_started(trial.number, config, roles)
         built = build_plan(config, plan_target(self.session.profile, self.request.workload))
-        plan = built.to_json()
-        studies.record_launch(trial, config, plan, roles)
-        spec = trial_spec(self.request, self.prepared, config, plan)
+        studies.record_launch(trial, config, built.to_json(), roles)
+        spec = trial_spec(self.request, self.prepared, config, built.to_json())
         if (fault := _injected_fault(self.launched)) is not None:
             spec.fault = fault
-        storage = self.session.storage
-        heartbeat = _throttled(lambda: storage.record_heartbeat(trial_id(trial)), HEARTBEAT_EVERY_S)
         workdir = self.session.trial_workdir(trial.number)
-        started = time.monotonic()
         limits = Limits(self.request.budget.trial_timeout_s, self.deadline)
         on_start = lambda pid: trial.set_user_attr("worker_pid", pid)  # noqa: E731 - which process measures it
         compiles = built.compiles
         on_phase = lambda name: self.events.progress(f"trial #{trial.number}: {phases.label(name, compiles)}")  # noqa: E731
-        self.started = started
-        result = run_task(spec, workdir, limits, on_tick=heartbeat, on_start=on_start, on_phase=on_phase)
-        duration = time.monotonic() - started
-        artifacts.attach(self.session.artifact_store, trial, workdir / "worker.log", artifacts.LOG_MIMETYPE)
-        with deferred():
-            studies.record_result(
-                self.study, trial, result, duration, self.session.constraints, self.session.settings.objective_metrics
-            )
-            self.current = None
-            if result.outcome == Outcome.BUDGET:
-                self._release(config, trial.number)  # never measured: a later run may take it
+        with Heartbeat(self.session.storage, trial_id(trial), HEARTBEAT_EVERY_S):
+            started = self.started = time.monotonic()
+            result = run_task(spec, workdir, limits, on_start=on_start, on_phase=on_phase)
+            duration = time.monotonic() - started
+            artifacts.attach(self.session.artifact_store, trial, workdir / "worker.log", artifacts.LOG_MIMETYPE)
+            with deferred():
+                self._record(trial, config, result, duration)
         if result.excludes:
             self.space = _exclude(self.study, self.session.space, result)
         self.spending.add_trial(result, duration)
         self.launched += 1
         self.events.trial_finished(TrialRecord.from_frozen(self.study.get_trials(deepcopy=False)[trial.number]))
         return result
+
+    def _record(self, trial: optuna.Trial, config: Config, result: TaskResult, duration: float) -> None:
+        try:
+            studies.record_result(
+                self.study, trial, result, duration, self.session.constraints, self.session.settings.objective_metrics
+            )
+        except (UpdateFinishedTrialError, ValueError):  # ValueError: Optuna's "Cannot tell a FAIL trial"
+            if self.session.storage.get_trial(trial_id(trial)).state == TrialState.RUNNING:
+                raise
+            # this process stalled past the grace period, and another one failed the trial as interrupted
+            self.events.note(f"trial #{trial.number} was failed as interrupted by another process; result not stored")
+        self.current = None
+        if result.outcome == Outcome.BUDGET:
+            self._release(config, trial.number)  # never measured: a later run may take it
 
     def _abandon(self, interrupt: Interrupted) -> None:
         """A signal stopped the run: finish the trial in hand, so that none is left RUNNING.
@@ -298,15 +304,3 @@ def _exclude(study: optuna.Study, space: SearchSpace, result: TaskResult) -> Sea
     knob, value = result.excludes["knob"], result.excludes["value"]
     studies.add_exclusion(study, knob, value, f"{knob}={value} cannot run here: {result.message.splitlines()[0]}")
     return studies.space_with_exclusions(space, study)
-
-
-def _throttled(action: Callable[[], None], every_s: float) -> Callable[[], None]:
-    last = [0.0]
-
-    def tick() -> None:
-        now = time.monotonic()
-        if now - last[0] >= every_s:
-            last[0] = now
-            action()
-
-    return tick

@@ -25,3 +25,4 @@ class SearchSummary:
     stop_reason: str
     elapsed_s: float
     spent_s: dict[str, float]
+    failed_workers: tuple[str, ...] = ()  # `search --devices`: each worker that ended with an error, and how

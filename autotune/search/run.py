@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -29,7 +30,7 @@ from autotune.search.interrupts import Interrupted, StudyPlace, deferred
 from autotune.search.loop import TrialLoop
 from autotune.search.options import SearchEvents, SearchSummary
 from autotune.search.prepare import Prepared, prepare
-from autotune.search.session import Session, join_session, open_session
+from autotune.search.session import Session, join_session, open_session, recover
 from autotune.specs import SearchRequest, WorkerRequest
 
 
@@ -131,6 +132,8 @@ def _run_on_devices(request: SearchRequest, events: SearchEvents) -> SearchSumma
                 if share != 0:
                     workers.append(_start_worker(session, index, device, share, deadline, run_id, events))
             codes = [worker.wait() for worker in workers]
+            # A worker that died left its trial RUNNING: fail it now and queue its retry, as a worker would.
+            recover(study, session.claims, events, session.noted_interruptions, session.attach_log)
         except Interrupted as interrupt:  # each worker records its own trial, then ends
             with deferred():
                 for worker in workers:
@@ -138,11 +141,19 @@ def _run_on_devices(request: SearchRequest, events: SearchEvents) -> SearchSumma
             raise
     elapsed = time.monotonic() - started
     launched = sum(1 for r in studies.records(study) if r.launched and r.run_id == run_id)
-    reason = f"{len(workers)} workers finished" + ("" if not any(codes) else f" (exit statuses {codes})")
+    failed = tuple(f"{w.label} {_ended(code)}" for w, code in zip(workers, codes, strict=True) if code)
+    finished = len(workers) - len(failed)
+    reason = f"{finished} of {len(workers)} workers finished" if failed else f"{len(workers)} workers finished"
     spent = {"preparing and workers": elapsed}
-    summary = SearchSummary(session.name, session.storage_url, launched, reason, elapsed, spent)
+    summary = SearchSummary(session.name, session.storage_url, launched, reason, elapsed, spent, failed)
     studies.record_search_run(study, _run_record(request, summary))
     return summary
+
+
+def _ended(exit_code: int) -> str:
+    if exit_code < 0:
+        return f"was killed by {signal.Signals(-exit_code).name}"
+    return f"ended with exit status {exit_code}"
 
 
 def _check_devices(devices: tuple[str, ...], kind: str) -> None:
@@ -169,6 +180,7 @@ class _Worker:
 
     def __init__(self, process: subprocess.Popen, label: str, events: SearchEvents) -> None:
         self.process = process
+        self.label = label
         self.relay = threading.Thread(target=self._relay, args=(label, events), daemon=True)
         self.relay.start()
 

@@ -10,9 +10,12 @@ finished trial be annotated, so its one-line reason (FAIL_REASON_ATTR) is writte
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
+import threading
 from collections.abc import Callable
+from types import TracebackType
 from typing import Any
 
 import optuna
@@ -24,6 +27,8 @@ from optuna.trial import TrialState
 from autotune.study import FAIL_REASON_ATTR, TrialRecord, interrupted_message, records
 from autotune.study.claims import Claims
 from autotune.study.optuna_internals import heartbeat_enabled, stale_trial_ids, study_id, study_storage
+
+log = logging.getLogger(__name__)
 
 OWNER_ATTR = "owner"
 # Stores what a trial left behind (its log) before it fails: (storage, trial id, trial number).
@@ -40,6 +45,35 @@ def owner_alive(owner: dict[str, Any]) -> bool:
         return abs(psutil.Process(owner["pid"]).create_time() - owner["started"]) < 1.0
     except (psutil.Error, KeyError, TypeError):
         return False
+
+
+class Heartbeat:
+    """A trial's heartbeat, recorded on a thread every `every_s` seconds for as long as the block runs.
+
+    Beating from the trial loop itself left gaps: one blocking call (a fork server importing torch on a
+    busy machine, a lock) could outlast the grace period, and another worker then failed a live trial.
+    """
+
+    def __init__(self, storage: optuna.storages.BaseStorage, trial_id: int, every_s: float) -> None:
+        self.storage, self.trial_id, self.every_s = storage, trial_id, every_s
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._beat, name=f"heartbeat of trial id {trial_id}", daemon=True)
+
+    def __enter__(self) -> Heartbeat:
+        self.storage.record_heartbeat(self.trial_id)
+        self.thread.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
+        self.stopped.set()
+        self.thread.join()
+
+    def _beat(self) -> None:
+        while not self.stopped.wait(self.every_s):
+            try:
+                self.storage.record_heartbeat(self.trial_id)
+            except Exception as error:  # the database is briefly unreachable: the next beat tries again
+                log.warning("could not record the heartbeat of trial id %s: %s", self.trial_id, error)
 
 
 def recover_interrupted(study: optuna.Study, claims: Claims, attach_log: LogAttacher | None = None) -> list[int]:

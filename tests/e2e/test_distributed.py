@@ -4,6 +4,7 @@ and a nightly warm start. Real processes, a real PostgreSQL server, the demo mod
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+import sqlalchemy
 
 from autotune.study import records
 from autotune.worker.demo_model import ensure_demo_model
@@ -91,7 +93,7 @@ def test_one_worker_per_device_shares_the_study(tmp_path, env):
     assert "[worker 0, cpu]" in completed.stdout and "[worker 1, cpu]" in completed.stdout
     study = optuna.load_study(study_name="devices", storage=f"sqlite:///{tmp_path}/studies/devices.db")
     run = [r for r in records(study) if r.launched and r.run_id]
-    assert len(run) == 4 and len({r.run_id for r in run}) == 1
+    assert len(run) == 4 and len({r.run_id for r in run}) == 1, completed.stdout
     assert len({r.config_key for r in run}) == 4
     assert len({t.user_attrs["owner"]["pid"] for t in study.get_trials(deepcopy=False) if t.number in
                 {r.number for r in run}}) == 2  # fmt: skip
@@ -117,3 +119,35 @@ def test_warm_start_measures_the_previous_front_first(tmp_path, env):
     tonight = optuna.load_study(study_name="night-2", storage=f"sqlite:///{tmp_path}/studies/night-2.db")
     first_ones = [json.dumps(r.config, sort_keys=True) for r in records(tonight) if r.launched][: len(front) + 2]
     assert front <= set(first_ones), "a configuration of last night's front was not measured first"
+
+
+def test_a_worker_killed_mid_trial_fails_the_search_and_leaves_no_trial_running(tmp_path, env):
+    search = subprocess.Popen([sys.executable, "-m", "autotune", "search", "--model", "demo", "--gpu", "cpu",
+                               "--study", "dies", "--devices", "cpu,cpu", "--trials", "4", *SMALL], cwd=tmp_path,
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    victim = _owner_of_a_measured_trial(tmp_path / "studies" / "dies.db", "dies", deadline_s=600)
+    os.kill(victim, signal.SIGKILL)
+    output, errors = search.communicate(timeout=1200)
+    assert search.returncode == 1, output + errors
+    assert "cpu was killed by SIGKILL (its lines above say why)" in errors
+    assert "report: reports/dies.html" in output  # what the other worker measured is reported
+    study = optuna.load_study(study_name="dies", storage=f"sqlite:///{tmp_path}/studies/dies.db")
+    states = [t.state.name for t in study.get_trials(deepcopy=False)]
+    assert "RUNNING" not in states, "the killed worker's trial was left running"
+    killed = [r for r in records(study) if r.interrupted]
+    assert len(killed) == 1 and killed[0].outcome == "crashed" and "died" in killed[0].message
+    assert any(t.system_attrs.get("failed_trial") == killed[0].number for t in study.get_trials(deepcopy=False))
+
+
+def _owner_of_a_measured_trial(path: Path, name: str, deadline_s: float) -> int:
+    """The pid of the first worker seen measuring a trial (its trial worker already started)."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        if not path.exists():  # opening a missing SQLite file would create it
+            continue
+        with contextlib.suppress(KeyError, sqlalchemy.exc.OperationalError):  # the study is not created yet
+            for trial in optuna.load_study(study_name=name, storage=f"sqlite:///{path}").get_trials(deepcopy=False):
+                if trial.state.name == "RUNNING" and "worker_pid" in trial.user_attrs:
+                    return trial.user_attrs["owner"]["pid"]
+    raise AssertionError("no worker started a trial")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from autotune.space import config_key
 from autotune.study.claims import Claims
 from autotune.study.recovery import (
     OWNER_ATTR,
+    Heartbeat,
     _fail_and_retry,
     claim_configuration,
     owner_alive,
@@ -136,3 +138,15 @@ def test_a_live_trials_claim_is_not_taken_over(tmp_path):
     number = start_trial(study, claims, this_process())
     other = study.ask()
     assert claim_configuration(study, claims, config_key(BASELINE), other.number) == number
+
+
+def test_a_heartbeat_thread_keeps_a_trial_alive_through_a_long_blocking_call(tmp_path):
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/s.db", heartbeat_interval=1, grace_period=2)
+    study = optuna.create_study(study_name="beats", storage=storage)
+    beating, silent = study.ask(), study.ask()
+    storage.record_heartbeat(silent._trial_id)  # beats once, as a trial loop that blocks does
+    with Heartbeat(storage, beating._trial_id, every_s=0.1):
+        time.sleep(4.0)  # longer than the grace period: a fork server starting on a busy machine
+        optuna.storages.fail_stale_trials(study)  # what another worker's recovery runs meanwhile
+    states = {t.number: t.state for t in study.get_trials(deepcopy=False)}
+    assert states == {beating.number: TrialState.RUNNING, silent.number: TrialState.FAIL}
