@@ -119,9 +119,12 @@ def test_torchao_int4_needs_bfloat16_and_a_cuda_gpu():
 
 
 def test_the_backend_knob_applies_only_to_a_quantized_cache():
-    assert SPACE.normalize({**BASELINE, "cache_implementation": "dynamic", "kv_cache_backend": "hqq"}).get(
-        "kv_cache_backend"
-    ) is None
+    assert (
+        SPACE.normalize({**BASELINE, "cache_implementation": "dynamic", "kv_cache_backend": "hqq"}).get(
+            "kv_cache_backend"
+        )
+        is None
+    )
     assert SPACE.normalize({**QUANTIZED_CACHE, "kv_cache_backend": "hqq"})["kv_cache_backend"] == "hqq"
     assert SPACE.knob("kv_cache_backend").values == KNOBS["kv_cache_backend"].choices
 
