@@ -6,7 +6,7 @@ import json
 import shlex
 from typing import Any
 
-from autotune.space.plan import Call, Plan, imports_of, plain, render, uses_torch
+from autotune.space.plan import Call, Plan, imports_of, modules_to_import, plain, render, uses_torch
 
 EXAMPLE_PROMPT = "In the beginning God created the heaven and the earth."
 
@@ -21,6 +21,7 @@ def python_snippet(model_id: str, plan: Plan, device: str, max_new_tokens: int) 
     lines = []
     if uses_torch(values):
         lines.append("import torch")
+    lines += [f"import {module}" for module in sorted(modules_to_import(values))]
     lines += [f"from transformers import {', '.join(sorted(names))}", "", f"model_id = {model_id!r}"]
     lines.append('tokenizer = AutoTokenizer.from_pretrained(model_id, padding_side="left")')
     lines.append("model = AutoModelForCausalLM.from_pretrained(")

@@ -210,26 +210,71 @@ _SDPA_AMPERE_KERNELS = ("flash", "cudnn")  # torch builds them for compute capab
 @register
 class QuantizationKnob(Knob):
     name = "quantization"
-    help = "weight quantization applied while loading"
+    help = "weight quantization applied while loading: bitsandbytes, torchao weight-only, or optimum-quanto weights"
     short_name = "quant"
-    choices = ("none", "bnb-8bit", "bnb-4bit")
+    choices = (
+        "none",
+        "bnb-8bit",
+        "bnb-4bit",
+        "torchao-int8",
+        "torchao-int4",
+        "torchao-fp8",
+        "quanto-int8",
+        "quanto-int4",
+        "quanto-float8",
+    )
     default = "none"
-    failure_words = ("bitsandbytes", "bnb", "quantiz")
-    memory_ranks: ClassVar[dict[Value, int]] = {"none": 2, "bnb-8bit": 1, "bnb-4bit": 0}
+    failure_words = ("bitsandbytes", "bnb", "quantiz", "torchao", "quanto", "mslk")
+    memory_ranks: ClassVar[dict[Value, int]] = {
+        "none": 2,
+        **dict.fromkeys(("bnb-8bit", "torchao-int8", "torchao-fp8", "quanto-int8", "quanto-float8"), 1),
+        **dict.fromkeys(("bnb-4bit", "torchao-int4", "quanto-int4"), 0),
+    }
 
     def duration_group(self, value: Value | None) -> object:
         return value
 
+    def needs(self, value: Value) -> Needs:
+        if value == "torchao-int4":
+            return Needs(
+                cuda=True,
+                min_compute_capability=8.0,
+                why="torchao int4 runs tinygemm's CUDA kernel (Ampere or newer); every int4 packing fails on CPU",
+            )
+        return Needs()
+
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         if value == "none":
             return
-        if value == "bnb-8bit":
-            kwargs: dict[str, Any] = {"load_in_8bit": True}
+        backend, _, kind = str(value).partition("-")
+        if backend == "bnb":
+            plan.load["quantization_config"] = _bitsandbytes_config(kind, plan)
+            plan.serve_flags += ["--quantization", str(value)]
+            return
+        if backend == "torchao":
+            config = Call("transformers.TorchAoConfig", {"quant_type": _TORCHAO_CONFIGS[kind]})
         else:
-            compute_dtype = plan.load.get("dtype", Ref("torch.float32"))
-            kwargs = {"load_in_4bit": True, "bnb_4bit_quant_type": "nf4", "bnb_4bit_compute_dtype": compute_dtype}
-        plan.load["quantization_config"] = Call("transformers.BitsAndBytesConfig", kwargs)
-        plan.serve_flags += ["--quantization", str(value)]
+            config = Call("transformers.QuantoConfig", {"weights": kind})
+        plan.load["quantization_config"] = config
+        plan.not_servable.append(f"quantization={value} (serve --quantization takes bnb-4bit or bnb-8bit only)")
+
+
+def _bitsandbytes_config(kind: str, plan: Plan) -> Call:
+    if kind == "8bit":
+        return Call("transformers.BitsAndBytesConfig", {"load_in_8bit": True})
+    compute_dtype = plan.load.get("dtype", Ref("torch.float32"))
+    kwargs: dict[str, Any] = {"load_in_4bit": True, "bnb_4bit_quant_type": "nf4"}
+    kwargs["bnb_4bit_compute_dtype"] = compute_dtype
+    return Call("transformers.BitsAndBytesConfig", kwargs)
+
+
+# torchao's weight-only configurations. int4: the tinygemm layout, the one that needs no package beyond torch
+# (the default "plain" layout needs mslk-cuda).
+_TORCHAO_CONFIGS = {
+    "int8": Call("torchao.quantization.Int8WeightOnlyConfig"),
+    "int4": Call("torchao.quantization.Int4WeightOnlyConfig", {"int4_packing_format": "tile_packed_to_4d"}),
+    "fp8": Call("torchao.quantization.Float8WeightOnlyConfig"),
+}
 
 
 @register
@@ -271,7 +316,7 @@ SPARE_PAGES = 2
 @register
 class CacheKnob(Knob):
     name = "cache_implementation"
-    help = "KV cache of generate(); quantized stores keys and values in fp8"
+    help = "KV cache of generate(); quantized stores keys and values quantized, by the kv_cache_backend"
     short_name = "cache"
     choices = ("dynamic", "static", "offloaded", "offloaded_static", "quantized")
     default = "dynamic"
@@ -289,13 +334,30 @@ class CacheKnob(Knob):
         if value in COMPILEABLE_CACHES:
             # generate() compiles a static cache by itself on a GPU; the compile knob turns this back on.
             plan.generate["disable_compile"] = True
-        if value == "quantized":
-            plan.generate["cache_config"] = {"backend": "fp8"}
         if value != "static":
             plan.not_servable.append(f"cache_implementation={value}")
 
 
 COMPILEABLE_CACHES = ("static", "offloaded_static")
+
+
+@register
+class KvCacheBackendKnob(Knob):
+    name = "kv_cache_backend"
+    help = "how the quantized KV cache quantizes: fp8 per tensor, or 4-bit groups with optimum-quanto or hqq"
+    short_name = "kv"
+    choices = ("fp8", "quanto", "hqq")
+    default = "quanto"  # what generate() picks for cache_implementation="quantized" without a cache_config
+    # transformers' messages about a backend it lacks, or whose package is missing
+    refusals = ("kv cache quantization", "quantization backend", "kv-cache backend")
+    memory_ranks: ClassVar[dict[Value, int]] = {"fp8": 1, "quanto": 0, "hqq": 0}
+
+    def apply(self, value: Value, plan: Plan, target: Target) -> None:
+        if not plan.quantized_kv_cache:
+            return
+        # fp8 refuses the group-wise options; the others keep transformers' residual_length (128 tokens in
+        # full precision) and group size, with its default 4 bits written out.
+        plan.generate["cache_config"] = {"backend": value} if value == "fp8" else {"backend": value, "nbits": 4}
 
 
 _CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")

@@ -16,8 +16,8 @@ from autotune.process.results import WorkloadKind
 Batching = Literal["generate", "continuous"]
 
 # Only names from these modules may be referenced: a plan read from storage can never import or call
-# anything else.
-ALLOWED_MODULES = ("torch", "transformers")
+# anything else. torchao: TorchAoConfig takes one of its configuration objects.
+ALLOWED_MODULES = ("torch", "transformers", "torchao")
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class Call:
 def _check_path(path: str) -> None:
     module = path.split(".", 1)[0]
     if module not in ALLOWED_MODULES or "." not in path:
-        raise ValueError(f"plan may only reference torch.* or transformers.* names, got {path!r}")
+        raise ValueError(f"plan may only reference torch.*, transformers.* or torchao.* names, got {path!r}")
 
 
 @dataclass
@@ -172,6 +172,21 @@ def imports_of(values: list[Any]) -> set[str]:
         elif isinstance(value, list | tuple):
             names |= imports_of(list(value))
     return names
+
+
+def modules_to_import(values: list[Any]) -> set[str]:
+    """The `import X` lines (torchao's) that rendering these values needs, beside torch and transformers."""
+    modules: set[str] = set()
+    for value in values:
+        if isinstance(value, Ref | Call) and value.path.startswith("torchao."):
+            modules.add(value.path.rsplit(".", 1)[0])
+        if isinstance(value, Call):
+            modules |= modules_to_import(list(value.kwargs.values()) + list(value.attrs.values()))
+        elif isinstance(value, dict):
+            modules |= modules_to_import(list(value.values()))
+        elif isinstance(value, list | tuple):
+            modules |= modules_to_import(list(value))
+    return modules
 
 
 def uses_torch(values: list[Any]) -> bool:

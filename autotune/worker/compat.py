@@ -1,18 +1,19 @@
 """Plans are written with the newest transformers API; this adapts them to the installed version, or says why not.
 
-An adaptation that changes what runs (another quantized-cache backend) is returned as a new plan, so the
-study stores what was measured; one that only renames an argument keeps the plan as it is.
+An adaptation only renames arguments, so the plan stays what runs; a plan this installation cannot run (a
+missing package, a backend this transformers lacks) is unsupported, with what to install or change.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
-from dataclasses import fields, replace
+import importlib.util
+from dataclasses import fields
 from typing import Any
 
 from packaging.version import Version
 
-from autotune.space.plan import Plan
+from autotune.space.plan import Call, Plan
 from autotune.worker.failures import UnsupportedError
 
 FP8_KV_CACHE_SINCE = Version("5.22")
@@ -31,7 +32,7 @@ def transformers_version() -> Version:
 
 
 def kv_cache_backends() -> list[str]:
-    """The quantized KV-cache backends this transformers can run with the packages installed, preferred first."""
+    """The quantized KV-cache backends this transformers can run with the packages installed."""
     from transformers.utils.import_utils import is_hqq_available, is_optimum_quanto_available
 
     backends = ["fp8"] if transformers_version() >= FP8_KV_CACHE_SINCE else []
@@ -42,23 +43,60 @@ def kv_cache_backends() -> list[str]:
     return backends
 
 
+# The quantization configurations that need a package beyond transformers: its module and its pip name.
+_QUANTIZATION_LIBRARIES = {
+    "transformers.BitsAndBytesConfig": ("bitsandbytes", "bitsandbytes"),
+    "transformers.TorchAoConfig": ("torchao", "torchao"),
+    "transformers.QuantoConfig": ("optimum.quanto", "optimum-quanto"),
+}
+_KV_CACHE_PACKAGES = {"quanto": "optimum-quanto", "hqq": "hqq"}
+
+
+def quantization_library(plan: Plan) -> str | None:
+    """The module of the plan's weight quantization library, if it has one."""
+    config = plan.load.get("quantization_config")
+    library = _QUANTIZATION_LIBRARIES.get(config.path) if isinstance(config, Call) else None
+    return library[0] if library else None
+
+
 def adapt_plan(plan: Plan) -> Plan:
-    """The plan this installation runs: the same plan, or one with another quantized-cache backend."""
+    """The plan this installation runs, or UnsupportedError saying what to install or change."""
     _refuse_known_broken_combinations(plan)
+    _require_quantization_library(plan)
+    _require_kv_cache_backend(plan)
+    return plan
+
+
+def _require_quantization_library(plan: Plan) -> None:
+    config = plan.load.get("quantization_config")
+    if not isinstance(config, Call) or config.path not in _QUANTIZATION_LIBRARIES:
+        return
+    module, package = _QUANTIZATION_LIBRARIES[config.path]
+    if not _installed(module):
+        name = config.path.split(".")[-1]
+        raise UnsupportedError(f"{name} needs {package}, which is not installed: pip install {package}")
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # its parent package is missing
+        return False
+
+
+def _require_kv_cache_backend(plan: Plan) -> None:
     wanted = (plan.generate.get("cache_config") or {}).get("backend")
-    if plan.generate.get("cache_implementation") != "quantized" or wanted is None:
-        return plan
-    backends = kv_cache_backends()
-    if wanted in backends:
-        return plan
-    if not backends:
+    if plan.generate.get("cache_implementation") != "quantized" or wanted is None or wanted in kv_cache_backends():
+        return
+    if wanted == "fp8":
         raise UnsupportedError(
-            f"a quantized KV cache needs a backend: transformers {transformers_version()} has no {wanted} backend "
-            f"(it has from {FP8_KV_CACHE_SINCE}) and neither optimum-quanto nor hqq is installed; "
-            "pip install optimum-quanto, or upgrade transformers"
+            f"transformers {transformers_version()} has no fp8 KV-cache backend (it has from {FP8_KV_CACHE_SINCE}): "
+            "upgrade transformers, or use the quanto or hqq backend"
         )
-    generate = {**plan.generate, "cache_config": {**plan.generate["cache_config"], "backend": backends[0]}}
-    return replace(plan, generate=generate)
+    package = _KV_CACHE_PACKAGES.get(wanted)
+    if package is None:
+        raise UnsupportedError(f"transformers {transformers_version()} has no {wanted} KV-cache backend")
+    raise UnsupportedError(f"the {wanted} KV-cache backend needs {package}, not installed: pip install {package}")
 
 
 def continuous_batching_config(kwargs: dict[str, Any]) -> Any:

@@ -9,7 +9,17 @@ from typing import Any
 
 import torch
 
-_PACKAGES = ("torch", "transformers", "accelerate", "bitsandbytes", "kernels", "tokenizers")
+_PACKAGES = (
+    "torch",
+    "transformers",
+    "accelerate",
+    "bitsandbytes",
+    "kernels",
+    "tokenizers",
+    "torchao",
+    "optimum-quanto",
+    "hqq",
+)
 
 
 def environment(device: str) -> dict[str, Any]:

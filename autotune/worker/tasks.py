@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import logging
 import os
@@ -34,7 +35,7 @@ from autotune.process.results import (
 from autotune.space.knobs import AttentionKnob
 from autotune.space.plan import Plan
 from autotune.validate import context_problem, position_limit
-from autotune.worker.compat import adapt_plan
+from autotune.worker.compat import adapt_plan, quantization_library
 from autotune.worker.demo_model import demo_model_built, ensure_demo_model
 from autotune.worker.environment import environment
 from autotune.worker.failures import BrokenOutputError, classify
@@ -254,8 +255,9 @@ def _trial(spec: TaskSpec, phases: Phases) -> TaskResult:
     with phases("load"):
         plan = adapt_plan(planned)
         tokenizer = load_tokenizer(spec.model)
-        if "quantization_config" in plan.load:
-            import bitsandbytes  # noqa: F401 - its library counts as process baseline, not as model memory
+        library = quantization_library(plan)
+        if library:
+            importlib.import_module(library)  # its library counts as process baseline, not as model memory
         memory = PeakMemory(spec.device)
         model = load_model(spec.model, plan, spec.device)
     inputs = build_inputs(tokenizer, workload_spec)

@@ -91,26 +91,30 @@ def _installed(monkeypatch, version: str, quanto: bool = False, hqq: bool = Fals
     monkeypatch.setattr(import_utils, "is_hqq_available", lambda *args, **kwargs: hqq)
 
 
-def _quantized_plan() -> Plan:
-    return build_plan(QUANTIZED_CACHE, Target("cuda"))
+def _quantized_plan(backend: str = "fp8") -> Plan:
+    return build_plan({**QUANTIZED_CACHE, "kv_cache_backend": backend}, Target("cuda"))
 
 
 def test_fp8_kv_cache_runs_as_planned_where_transformers_has_it(monkeypatch):
     _installed(monkeypatch, "5.22.2")
-    assert compat.adapt_plan(_quantized_plan()) == _quantized_plan()
+    assert compat.adapt_plan(_quantized_plan()).generate["cache_config"] == {"backend": "fp8"}
 
 
-def test_without_fp8_the_kv_cache_takes_an_installed_backend_and_the_plan_says_so(monkeypatch):
-    _installed(monkeypatch, "5.17.0", quanto=True)
-    adapted = compat.adapt_plan(_quantized_plan())
-    assert adapted.generate["cache_config"] == {"backend": "quanto"}
-    assert adapted != _quantized_plan()
+def test_a_kv_cache_backend_this_transformers_lacks_is_unsupported_and_blamed_on_the_backend(monkeypatch):
+    """The backend is a knob: another one is never measured in its place."""
+    _installed(monkeypatch, "5.17.0", quanto=True, hqq=True)
+    with pytest.raises(UnsupportedError, match=r"no fp8 KV-cache backend .* upgrade transformers") as refused:
+        compat.adapt_plan(_quantized_plan("fp8"))
+    assert classify(refused.value, {**QUANTIZED_CACHE, "kv_cache_backend": "fp8"}).knob == "kv_cache_backend"
+    assert compat.adapt_plan(_quantized_plan("hqq")).generate["cache_config"] == {"backend": "hqq", "nbits": 4}
 
 
-def test_without_any_backend_the_kv_cache_is_unsupported_with_what_to_install(monkeypatch):
-    _installed(monkeypatch, "5.17.0")
-    with pytest.raises(UnsupportedError, match="pip install optimum-quanto"):
-        compat.adapt_plan(_quantized_plan())
+@pytest.mark.parametrize(("backend", "package"), [("quanto", "optimum-quanto"), ("hqq", "hqq")])
+def test_a_kv_cache_backend_without_its_package_is_unsupported_with_what_to_install(monkeypatch, backend, package):
+    _installed(monkeypatch, "5.22.2")
+    with pytest.raises(UnsupportedError, match=f"pip install {package}$") as refused:
+        compat.adapt_plan(_quantized_plan(backend))
+    assert classify(refused.value, {**QUANTIZED_CACHE, "kv_cache_backend": backend}).knob == "kv_cache_backend"
 
 
 FLEX_STATIC = {"dtype": "bfloat16", "attn_implementation": "flex_attention", "cache_implementation": "static"}
