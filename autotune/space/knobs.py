@@ -233,6 +233,23 @@ class QuantizationKnob(Knob):
 
 
 @register
+class UseKernelsKnob(Knob):
+    name = "use_kernels"
+    help = "hub kernels (the kernels package) for the layers transformers maps to one, e.g. RMSNorm on CUDA"
+    short_name = "kernels"
+    choices = ("off", "on")
+    default = "off"
+    # The worker's own check after loading: transformers keeps every original forward when none could be fetched.
+    refusals = ("no hub kernel could be fetched",)
+
+    def apply(self, value: Value, plan: Plan, target: Target) -> None:
+        if value == "off":
+            return
+        plan.load["use_kernels"] = True
+        plan.not_servable.append("use_kernels=on (serve loads the model without hub kernels)")
+
+
+@register
 class BatchingKnob(Knob):
     name = "batching"
     help = "generate(): one padded batch; continuous: generate_batch() with a paged cache"

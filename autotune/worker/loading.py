@@ -9,6 +9,7 @@ import torch
 
 from autotune.process.results import ModelSpec
 from autotune.space.plan import Call, Plan, Ref
+from autotune.worker.hub_kernels import require_hub_kernel_layers, require_kernels_package
 
 
 def materialize(value: Any) -> Any:
@@ -47,6 +48,8 @@ def _resolve(path: str) -> Any:
 def load_model(model: ModelSpec, plan: Plan, device: str) -> torch.nn.Module:
     from transformers import AutoModelForCausalLM
 
+    if plan.load.get("use_kernels"):
+        require_kernels_package()
     loaded = AutoModelForCausalLM.from_pretrained(
         model.path,
         revision=model.revision,
@@ -55,6 +58,8 @@ def load_model(model: ModelSpec, plan: Plan, device: str) -> torch.nn.Module:
         **materialize(plan.load),
     )
     loaded.eval()
+    if plan.load.get("use_kernels"):
+        require_hub_kernel_layers(loaded)
     return loaded
 
 
