@@ -23,6 +23,7 @@ class Needs:
     cuda: bool = False
     min_compute_capability: float | None = None
     below_compute_capability: float | None = None
+    gpus: int = 1  # how many GPUs of the profile's kind it runs on (tensor parallelism)
     why: str = ""
 
 
@@ -247,6 +248,32 @@ class UseKernelsKnob(Knob):
             return
         plan.load["use_kernels"] = True
         plan.not_servable.append("use_kernels=on (serve loads the model without hub kernels)")
+
+
+@register
+class TpSizeKnob(Knob):
+    name = "tp_size"
+    help = "tensor parallelism: the model sharded over this many ranks (torchrun), from_pretrained(tp_plan='auto')"
+    short_name = "tp"
+    choices = (1, 2, 4, 8)
+    default = 1
+
+    def cost(self, value: Value) -> int:
+        return 1 if int(value) > 1 else 0  # one process per rank to start, each loading the model
+
+    def duration_group(self, value: Value | None) -> object:
+        return value
+
+    def needs(self, value: Value) -> Needs:
+        if int(value) > 1:
+            return Needs(gpus=int(value), why=f"tp_size={value} runs one rank per GPU")
+        return Needs()
+
+    def apply(self, value: Value, plan: Plan, target: Target) -> None:
+        if int(value) == 1:
+            return
+        plan.load["distributed_config"] = Call("transformers.DistributedConfig", {"tp_size": value, "tp_plan": "auto"})
+        plan.not_servable.append(f"tp_size={value} (serve has no tensor-parallel flag)")
 
 
 @register

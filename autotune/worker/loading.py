@@ -54,7 +54,7 @@ def load_model(model: ModelSpec, plan: Plan, device: str) -> torch.nn.Module:
         model.path,
         revision=model.revision,
         trust_remote_code=model.trust_remote_code,
-        device_map=device,
+        device_map=None if "distributed_config" in plan.load else device,  # each rank's shard goes to its device
         **materialize(plan.load),
     )
     loaded.eval()
