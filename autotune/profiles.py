@@ -6,6 +6,7 @@ Prices are indicative on-demand cloud prices per GPU-hour (late 2025); override 
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from dataclasses import asdict, dataclass
@@ -37,6 +38,8 @@ class GpuProfile:
         if self.kind != "cuda":
             # compute-capability limits only concern GPUs
             return f"needs a CUDA GPU ({needs.why})" if needs.cuda else None
+        if needs.gpus > 1 and needs.gpus > visible_gpu_count():
+            return f"{needs.why} (this machine has {visible_gpu_count()})"
         capability = self.compute_capability or 0.0
         if needs.min_compute_capability and capability < needs.min_compute_capability:
             return f"{needs.why} ({self.name} has {capability})"
@@ -121,6 +124,28 @@ def detect_gpu(index: int = 0) -> DetectedDevice | None:
         return None
     finally:
         pynvml.nvmlShutdown()
+
+
+@functools.cache
+def visible_gpu_count() -> int:
+    """The NVIDIA GPUs this process may use: NVML's count, narrowed by CUDA_VISIBLE_DEVICES when it is set."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except (ImportError, OSError) as error:
+        log.debug("no NVML: %s", error)
+        return 0
+    except pynvml.NVMLError:
+        return 0
+    try:
+        count = pynvml.nvmlDeviceGetCount()
+    finally:
+        pynvml.nvmlShutdown()
+    if visible is None:
+        return count
+    return min(count, len([item for item in visible.split(",") if item.strip()]))
 
 
 def _nvml_bandwidth(pynvml, handle) -> float | None:

@@ -23,6 +23,7 @@ class Needs:
     cuda: bool = False
     min_compute_capability: float | None = None
     below_compute_capability: float | None = None
+    gpus: int = 1  # how many GPUs of the profile's kind it runs on (tensor parallelism)
     why: str = ""
 
 
@@ -275,6 +276,49 @@ _TORCHAO_CONFIGS = {
     "int4": Call("torchao.quantization.Int4WeightOnlyConfig", {"int4_packing_format": "tile_packed_to_4d"}),
     "fp8": Call("torchao.quantization.Float8WeightOnlyConfig"),
 }
+
+
+@register
+class UseKernelsKnob(Knob):
+    name = "use_kernels"
+    help = "hub kernels (the kernels package) for the layers transformers maps to one, e.g. RMSNorm on CUDA"
+    short_name = "kernels"
+    choices = ("off", "on")
+    default = "off"
+    # The worker's own check after loading: transformers keeps every original forward when none could be fetched.
+    refusals = ("no hub kernel could be fetched",)
+
+    def apply(self, value: Value, plan: Plan, target: Target) -> None:
+        if value == "off":
+            return
+        plan.load["use_kernels"] = True
+        plan.not_servable.append("use_kernels=on (serve loads the model without hub kernels)")
+
+
+@register
+class TpSizeKnob(Knob):
+    name = "tp_size"
+    help = "tensor parallelism: the model sharded over this many ranks (torchrun), from_pretrained(tp_plan='auto')"
+    short_name = "tp"
+    choices = (1, 2, 4, 8)
+    default = 1
+
+    def cost(self, value: Value) -> int:
+        return 1 if int(value) > 1 else 0  # one process per rank to start, each loading the model
+
+    def duration_group(self, value: Value | None) -> object:
+        return value
+
+    def needs(self, value: Value) -> Needs:
+        if int(value) > 1:
+            return Needs(gpus=int(value), why=f"tp_size={value} runs one rank per GPU")
+        return Needs()
+
+    def apply(self, value: Value, plan: Plan, target: Target) -> None:
+        if int(value) == 1:
+            return
+        plan.load["distributed_config"] = Call("transformers.DistributedConfig", {"tp_size": value, "tp_plan": "auto"})
+        plan.not_servable.append(f"tp_size={value} (serve has no tensor-parallel flag)")
 
 
 @register

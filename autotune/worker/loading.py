@@ -9,6 +9,7 @@ import torch
 
 from autotune.process.results import ModelSpec
 from autotune.space.plan import Call, Plan, Ref
+from autotune.worker.hub_kernels import require_hub_kernel_layers, require_kernels_package
 
 
 def materialize(value: Any) -> Any:
@@ -47,14 +48,18 @@ def _resolve(path: str) -> Any:
 def load_model(model: ModelSpec, plan: Plan, device: str) -> torch.nn.Module:
     from transformers import AutoModelForCausalLM
 
+    if plan.load.get("use_kernels"):
+        require_kernels_package()
     loaded = AutoModelForCausalLM.from_pretrained(
         model.path,
         revision=model.revision,
         trust_remote_code=model.trust_remote_code,
-        device_map=device,
+        device_map=None if "distributed_config" in plan.load else device,  # each rank's shard goes to its device
         **materialize(plan.load),
     )
     loaded.eval()
+    if plan.load.get("use_kernels"):
+        require_hub_kernel_layers(loaded)
     return loaded
 
 

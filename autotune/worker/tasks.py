@@ -55,6 +55,7 @@ from autotune.worker.measurement.quality import compare_with_reference, compute_
 from autotune.worker.measurement.quality import save_reference as save_reference_file
 from autotune.worker.measurement.timing import repeat_until
 from autotune.worker.serve_trial import serve_trial
+from autotune.worker.tensor_parallel import is_rank, is_reporting_rank, ranks_of, run_ranks, shared_clock
 from autotune.worker.workload import GenerateWorkload, build_inputs, make_workload
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,8 @@ class Phases:
 
     def announce(self, name: str) -> None:
         """One line in the log (this process's stdout), read by the study process for its progress display."""
+        if not is_reporting_rank():
+            return
         sys.stdout.write(phase_lines.line(name, time.perf_counter() - self.started))
         sys.stdout.flush()
 
@@ -250,6 +253,9 @@ def _trial(spec: TaskSpec, phases: Phases) -> TaskResult:
     assert spec.candidate is not None and spec.reference_path is not None
     planned = Plan.from_json(spec.candidate.plan)
     workload_spec = replace(spec.workload, kind=planned.workload or spec.workload.kind)
+    ranks = ranks_of(planned)
+    if ranks > 1 and not is_rank():
+        return run_ranks(spec, ranks)
     if workload_spec.kind == "serve":
         return serve_trial(replace(spec, workload=workload_spec), phases)
     with phases("load"):
@@ -270,7 +276,7 @@ def _trial(spec: TaskSpec, phases: Phases) -> TaskResult:
         energy = EnergyCounter(spec.device)
         energy.start()
         w = workload_spec
-        iterations = repeat_until(workload.run, w.min_iterations, w.min_seconds, w.max_iterations)
+        iterations = repeat_until(workload.run, w.min_iterations, w.min_seconds, w.max_iterations, shared_clock)
         joules = energy.joules()
         peak = memory.peak_bytes()
         workload.close()
@@ -282,6 +288,8 @@ def _trial(spec: TaskSpec, phases: Phases) -> TaskResult:
     metrics["peak_memory_bytes"] = float(peak)
     metrics["peak_memory_gb"] = peak / 1e9
     metrics["warmup_s"] = phases.timings["warmup"]
+    if ranks > 1:
+        metrics["tp_ranks"] = float(ranks)  # the memory figures are rank 0's: one shard and its share of the work
     metrics |= energy_figures(joules, sum(len(row) for i in iterations for row in i.generated))
     details = TaskDetails(plan=plan.to_json() if plan != planned else None)  # what ran, when this installation differs
     return TaskResult(Outcome.OK, metrics=metrics, stats=stats, environment=environment(spec.device), details=details)

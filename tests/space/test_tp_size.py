@@ -1,0 +1,89 @@
+"""The tp_size knob: a DistributedConfig in the plan; the worker runs torchrun ranks; none outlives its trial."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from autotune.paths import PACKAGED_SPACE
+from autotune.process.results import Candidate, ModelSpec, Outcome, TaskSpec
+from autotune.process.runner import Limits, run_task
+from autotune.profiles import PROFILES, visible_gpu_count
+from autotune.report.snippets import serve_command
+from autotune.search import baseline_config
+from autotune.space import Call, Plan, Target, build_plan, load_space
+from tests.conftest import run_cli
+
+BASE = {"dtype": "float32", "attn_implementation": "sdpa", "quantization": "none", "batching": "generate"}
+SPACE = load_space(PACKAGED_SPACE)
+RANK_MODULE = "autotune.worker.tensor_parallel"
+
+
+def test_two_ranks_load_with_a_distributed_config_and_one_is_the_baseline():
+    plan = build_plan({**BASE, "tp_size": 2}, Target("cuda"))
+    assert plan.load["distributed_config"] == Call("transformers.DistributedConfig", {"tp_size": 2, "tp_plan": "auto"})
+    assert Plan.from_json(json.loads(json.dumps(plan.to_json()))) == plan
+    assert build_plan({**BASE, "tp_size": 1}, Target("cuda")) == build_plan(BASE, Target("cuda"))
+    assert baseline_config(SPACE, "float32", PROFILES["cpu"], "throughput", "sdpa")["tp_size"] == 1
+    assert "tp_size=2" in serve_command("org/model", plan, "cuda").splitlines()[1]
+
+
+def test_the_distributed_config_is_one_transformers_builds():
+    from autotune.worker.loading import materialize
+
+    config = materialize(build_plan({**BASE, "tp_size": 4}, Target("cuda")).load["distributed_config"])
+    assert (config.tp_size, config.tp_plan) == (4, "auto")
+
+
+def test_a_gpu_profile_needs_as_many_gpus_as_ranks_and_cpu_runs_ranks_on_the_host():
+    gpus = visible_gpu_count()
+    for ranks in (2, 4, 8):
+        reason = PROFILES["h100"].why_not_value("tp_size", ranks)
+        expected = None if gpus >= ranks else f"tp_size={ranks} runs one rank per GPU (this machine has {gpus})"
+        assert reason == expected
+        assert PROFILES["cpu"].why_not_value("tp_size", ranks) is None
+
+
+def _ranks_alive() -> list[psutil.Process]:
+    return [p for p in psutil.process_iter(["cmdline"]) if RANK_MODULE in " ".join(p.info["cmdline"] or [])]
+
+
+@pytest.mark.slow
+def test_two_ranks_on_cpu_measure_and_leave_no_process(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    shape = ["--batch-size", "1", "--input-len", "16", "--output-len", "8"]
+    args = ["measure", "--model", "demo", "--device", "cpu", "--set", "tp_size=2", *shape, "--json"]
+    completed = run_cli(args, tmp_path, cli_env)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    document = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert document["outcome"] == "ok" and document["config"]["tp_size"] == 2
+    assert document["metrics"]["tp_ranks"] == 2 and document["metrics"]["throughput_tok_s"] > 0
+    assert document["metrics"]["greedy_agreement"] == 1.0  # sharded matmuls, the reference's greedy tokens
+    assert _ranks_alive() == []
+
+
+@pytest.mark.slow
+def test_ranks_that_hang_are_killed_with_the_worker_at_the_timeout(tmp_path: Path) -> None:
+    plan = build_plan({**BASE, "tp_size": 2}, Target("cpu"))
+    spec = TaskSpec(
+        task="trial",
+        model=ModelSpec("demo", path=str(tmp_path / "no-model")),
+        device="cpu",
+        cache_dir=str(tmp_path / "cache"),
+        candidate=Candidate({**BASE, "tp_size": 2}, plan.to_json()),
+        reference_path=str(tmp_path / "no-reference.pt"),
+        fault={"phase": "load", "kind": "hang"},  # in every rank: the first phase a rank runs on its own
+    )
+    seen: set[int] = set()
+    result = run_task(spec, tmp_path / "w", Limits(timeout_s=60), on_tick=lambda: seen.update(_pids(_ranks_alive())))
+    assert result.outcome == Outcome.TIMEOUT
+    assert len(seen) >= 2, "the ranks never started, so the test proves nothing"
+    time.sleep(0.5)
+    assert [p for p in _ranks_alive() if p.pid in seen] == [], "a rank outlived its trial"
+
+
+def _pids(processes: list[psutil.Process]) -> set[int]:
+    return {process.pid for process in processes}

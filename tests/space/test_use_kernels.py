@@ -1,0 +1,67 @@
+"""The use_kernels knob: from_pretrained(use_kernels=True); a trial whose layers run no hub kernel is unsupported."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from autotune.paths import PACKAGED_SPACE
+from autotune.process.results import ModelSpec, Outcome
+from autotune.profiles import PROFILES
+from autotune.report.snippets import python_snippet, serve_command
+from autotune.search import baseline_config
+from autotune.space import Plan, Target, build_plan, load_space
+from tests.conftest import run_cli
+
+BASE = {"dtype": "float32", "attn_implementation": "eager", "quantization": "none", "batching": "generate"}
+SPACE = load_space(PACKAGED_SPACE)
+NO_KERNEL_ON_CPU = (
+    "no hub kernel could be fetched for any layer: 0 of 13 kernel-capable layers (RMSNorm, SiLU) run one on cpu; "
+    "transformers maps none of them to a cpu kernel"
+)
+
+
+def test_on_loads_with_use_kernels_and_off_is_the_baseline():
+    plan = build_plan({**BASE, "use_kernels": "on"}, Target("cuda"))
+    assert plan.load["use_kernels"] is True
+    assert Plan.from_json(json.loads(json.dumps(plan.to_json()))) == plan
+    assert build_plan({**BASE, "use_kernels": "off"}, Target("cuda")) == build_plan(BASE, Target("cuda"))
+    assert baseline_config(SPACE, "float32", PROFILES["cpu"], "throughput", "sdpa")["use_kernels"] == "off"
+
+
+def test_the_snippet_loads_with_use_kernels_and_serve_says_it_has_no_flag():
+    plan = build_plan({**BASE, "use_kernels": "on"}, Target("cuda"))
+    assert "use_kernels=True" in python_snippet("org/model", plan, "cuda", 16)
+    assert "use_kernels=on" in serve_command("org/model", plan, "cuda").splitlines()[1]
+
+
+def test_the_worker_check_blames_use_kernels_even_beside_a_rare_attention():
+    from autotune.worker.failures import UnsupportedError, classify
+
+    classified = classify(UnsupportedError(NO_KERNEL_ON_CPU), {**BASE, "use_kernels": "on"})
+    assert (classified.outcome, classified.knob) == (Outcome.UNSUPPORTED, "use_kernels")
+
+
+def test_a_model_whose_layers_all_fell_back_is_unsupported_with_the_reason(cache_dir: Path):
+    from autotune.worker.demo_model import ensure_demo_model
+    from autotune.worker.failures import UnsupportedError
+    from autotune.worker.loading import load_model
+
+    demo_model_path = ensure_demo_model(cache_dir)
+    plan = build_plan({**BASE, "use_kernels": "on"}, Target("cpu"))
+    with pytest.raises(UnsupportedError) as raised:
+        load_model(ModelSpec(id="demo", path=str(demo_model_path)), plan, "cpu")
+    assert str(raised.value) == NO_KERNEL_ON_CPU
+
+
+@pytest.mark.slow
+def test_measure_with_use_kernels_on_cpu_is_unsupported(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    shape = ["--batch-size", "1", "--input-len", "16", "--output-len", "8"]
+    args = ["measure", "--model", "demo", "--device", "cpu", "--set", "use_kernels=on", *shape, "--json"]
+    completed = run_cli(args, tmp_path, cli_env)
+    assert "Traceback" not in completed.stderr
+    document = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert document["outcome"] == "unsupported"
+    assert document["message"] == f"UnsupportedError: {NO_KERNEL_ON_CPU}"
