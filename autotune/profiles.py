@@ -36,6 +36,8 @@ class GpuProfile:
     def why_not(self, needs: Needs) -> str | None:
         """Why this profile cannot run a knob value with these needs, or None."""
         if self.kind != "cuda":
+            if needs.gpus > CPU_RANKS_AT_MOST:
+                return f"the cpu profile runs at most {CPU_RANKS_AT_MOST} gloo ranks (they share this host's cores)"
             # compute-capability limits only concern GPUs
             return f"needs a CUDA GPU ({needs.why})" if needs.cuda else None
         if needs.gpus > 1 and needs.gpus > visible_gpu_count():
@@ -53,6 +55,8 @@ class GpuProfile:
     def to_json(self) -> dict:
         return asdict(self)
 
+
+CPU_RANKS_AT_MOST = 2  # tensor-parallel ranks on the cpu profile: enough to prove the path, not a deployment
 
 PROFILES: dict[str, GpuProfile] = {
     profile.name: profile

@@ -39,13 +39,15 @@ def test_the_distributed_config_is_one_transformers_builds():
     assert (config.tp_size, config.tp_plan) == (4, "auto")
 
 
-def test_a_gpu_profile_needs_as_many_gpus_as_ranks_and_cpu_runs_ranks_on_the_host():
+def test_a_gpu_profile_needs_as_many_gpus_as_ranks_and_cpu_runs_two_ranks_on_the_host():
     gpus = visible_gpu_count()
     for ranks in (2, 4, 8):
         reason = PROFILES["h100"].why_not_value("tp_size", ranks)
         expected = None if gpus >= ranks else f"tp_size={ranks} runs one rank per GPU (this machine has {gpus})"
         assert reason == expected
-        assert PROFILES["cpu"].why_not_value("tp_size", ranks) is None
+    assert PROFILES["cpu"].why_not_value("tp_size", 2) is None
+    for ranks in (4, 8):
+        assert "at most 2 gloo ranks" in (PROFILES["cpu"].why_not_value("tp_size", ranks) or "")
 
 
 def _ranks_alive() -> list[psutil.Process]:
