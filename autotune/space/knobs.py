@@ -182,12 +182,13 @@ class SdpaBackendKnob(Knob):
     default = "auto"
 
     def needs(self, value: Value) -> Needs:
-        if value in _SDPA_AMPERE_KERNELS:
-            return Needs(
-                cuda=True, min_compute_capability=8.0, why=f"torch's {value} sdpa kernel needs an Ampere or newer GPU"
-            )
-        if value in _SDPA_CUDA_KERNELS:
-            return Needs(cuda=True, why=f"the {value} sdpa kernel is a CUDA kernel")
+        if value == "flash":  # torch has a CPU flash kernel too; on CUDA it is built for Ampere and up
+            return Needs(min_compute_capability=8.0, why="torch's flash sdpa kernel needs an Ampere or newer GPU")
+        if value == "cudnn":
+            why = "the cudnn sdpa kernel needs an Ampere or newer GPU"
+            return Needs(cuda=True, min_compute_capability=8.0, why=why)
+        if value == "efficient":
+            return Needs(cuda=True, why="the efficient sdpa kernel is a CUDA kernel")
         return Needs()
 
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
@@ -204,8 +205,6 @@ _SDPA_BACKENDS = {
     "cudnn": "CUDNN_ATTENTION",
     "math": "MATH",
 }
-_SDPA_CUDA_KERNELS = ("flash", "efficient", "cudnn")
-_SDPA_AMPERE_KERNELS = ("flash", "cudnn")  # torch builds them for compute capability 8.0 and up
 
 
 @register

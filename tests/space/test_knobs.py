@@ -94,7 +94,8 @@ def test_each_knobs_failure_words_blame_it_when_it_is_set_off_its_default(name):
 
 def test_a_refusal_blames_its_knob_whatever_the_value():
     refusal = ValueError("GPTJForCausalLM does not support an attention implementation through sdpa yet")
-    assert [name for name, knob in KNOBS.items() if knob.refusals] == ["attn_implementation", "use_kernels", "kv_cache_backend"]
+    refusing = [name for name, knob in KNOBS.items() if knob.refusals]
+    assert refusing == ["attn_implementation", "use_kernels", "kv_cache_backend"]
     assert classify(refusal, BASELINE).knob == "attn_implementation"
     assert classify(refusal, {"dtype": "float32"}).knob is None  # the knob is not set: nothing to exclude
 

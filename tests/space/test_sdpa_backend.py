@@ -62,34 +62,36 @@ def test_it_applies_only_with_sdpa_attention_and_never_under_continuous_batching
     assert SPACE.violation(auto) is None
 
 
-def test_kernels_other_than_math_need_cuda_and_the_baseline_lets_torch_pick():
+def test_efficient_and_cudnn_need_cuda_and_the_baseline_lets_torch_pick():
     cpu = SPACE.prune(PROFILES["cpu"].why_not_value)
-    assert cpu.knob("sdpa_backend").values == ("auto", "math")
-    assert "CUDA" in cpu.removed["sdpa_backend"]["flash"]
+    assert cpu.knob("sdpa_backend").values == ("auto", "flash", "math")  # torch has CPU flash and math kernels
+    assert "CUDA" in cpu.removed["sdpa_backend"]["efficient"] and "CUDA" in cpu.removed["sdpa_backend"]["cudnn"]
+    assert SPACE.prune(PROFILES["t4"].why_not_value).knob("sdpa_backend").values == ("auto", "efficient", "math")
     assert SPACE.prune(PROFILES["h100"].why_not_value).knob("sdpa_backend").values == KNOBS["sdpa_backend"].choices
     assert baseline_config(SPACE, "float32", PROFILES["cpu"], "throughput", "sdpa")["sdpa_backend"] == "auto"
 
 
 def test_measure_refuses_a_cuda_kernel_on_cpu(tmp_path: Path, cli_env: dict[str, str]) -> None:
     args = ["measure", "--model", "demo", "--device", "cpu", "--set", "attn_implementation=sdpa",
-            "--set", "sdpa_backend=flash"]  # fmt: skip
+            "--set", "sdpa_backend=efficient"]  # fmt: skip
     completed = run_cli(args, tmp_path, cli_env)
     assert completed.returncode == 2 and "Traceback" not in completed.stderr
     expected = (
-        "sdpa_backend=flash cannot run on profile cpu: "
-        "needs a CUDA GPU (torch's flash sdpa kernel needs an Ampere or newer GPU)"
+        "sdpa_backend=efficient cannot run on profile cpu: "
+        "needs a CUDA GPU (the efficient sdpa kernel is a CUDA kernel)"
     )
     assert completed.stderr == f"autotune: error: {expected}\n"
 
 
 @pytest.mark.slow
-def test_measure_with_the_math_kernel_on_cpu(tmp_path: Path, cli_env: dict[str, str]) -> None:
+@pytest.mark.parametrize("kernel", ["math", "flash"])
+def test_measure_with_a_forced_kernel_on_cpu(kernel: str, tmp_path: Path, cli_env: dict[str, str]) -> None:
     shape = ["--batch-size", "1", "--input-len", "16", "--output-len", "8"]
     args = ["measure", "--model", "demo", "--device", "cpu", "--set", "attn_implementation=sdpa",
-            "--set", "sdpa_backend=math", *shape, "--json"]  # fmt: skip
+            "--set", f"sdpa_backend={kernel}", *shape, "--json"]  # fmt: skip
     completed = run_cli(args, tmp_path, cli_env)
     assert completed.returncode == 0, completed.stderr[-2000:]
     document = json.loads(completed.stdout.strip().splitlines()[-1])
     assert document["outcome"] == "ok"
-    assert document["config"]["attn_implementation"] == "sdpa" and document["config"]["sdpa_backend"] == "math"
+    assert document["config"]["attn_implementation"] == "sdpa" and document["config"]["sdpa_backend"] == kernel
     assert document["metrics"]["throughput_tok_s"] > 0
