@@ -339,21 +339,31 @@ class BatchingKnob(Knob):
             return
         # Keep the attention backend the trial asked for instead of switching to flash.
         plan.continuous["auto_switch_to_flash"] = False
-        # Unsized, the paged cache takes ~90% of free GPU memory (or sizes from RAM on CPU): size it for the workload.
-        pages_per_request = -(-target.tokens_per_request // PAGE_SIZE)
-        num_blocks = target.requests * pages_per_request + SPARE_PAGES
-        plan.continuous |= {"page_size": PAGE_SIZE, "num_blocks": num_blocks, "max_requests_per_batch": target.requests}
-        plan.serve_flags += [
-            "--continuous-batching",
-            "--cb-block-size",
-            str(PAGE_SIZE),
-            "--cb-num-blocks",
-            str(num_blocks),
-        ]
+        plan.serve_flags.append("--continuous-batching")
+        size_paged_cache(plan, target, PAGE_SIZE)
 
 
-PAGE_SIZE = 32  # tokens per page of the paged KV cache
+PAGE_SIZE = 32  # tokens per page of the paged KV cache, unless the page_size knob says otherwise
 SPARE_PAGES = 2
+
+
+def size_paged_cache(plan: Plan, target: Target, page_size: int) -> None:
+    """Size the paged cache for the workload's requests at this page size.
+
+    Unsized, it takes ~90% of free GPU memory (or sizes from RAM on CPU), and peak memory would say nothing.
+    """
+    pages_per_request = -(-target.tokens_per_request // page_size)
+    num_blocks = target.requests * pages_per_request + SPARE_PAGES
+    plan.continuous |= {"page_size": page_size, "num_blocks": num_blocks, "max_requests_per_batch": target.requests}
+    _set_flag(plan.serve_flags, "--cb-block-size", str(page_size))
+    _set_flag(plan.serve_flags, "--cb-num-blocks", str(num_blocks))
+
+
+def _set_flag(flags: list[str], flag: str, value: str) -> None:
+    if flag in flags:
+        flags[flags.index(flag) + 1] = value
+    else:
+        flags += [flag, value]
 
 
 @register
@@ -459,6 +469,98 @@ class MaxBatchTokensKnob(Knob):
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         plan.continuous["max_batch_tokens"] = value
         plan.serve_flags += ["--cb-max-batch-tokens", str(value)]
+
+
+@register
+class PageSizeKnob(Knob):
+    name = "page_size"
+    help = (
+        "tokens per page of the paged KV cache under continuous batching (32 when unset); "
+        "the number of pages still comes from the workload"
+    )
+    short_name = "page"
+    # transformers' own default (256) is never run: autotune always sizes the cache from the workload.
+    default = None
+
+    def accepts(self, value: Value) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= MIN_PAGE_SIZE
+
+    def describe_values(self) -> str:
+        return f"an integer of at least {MIN_PAGE_SIZE} (tokens per page)"
+
+    def memory_rank(self, value: Value) -> int | None:
+        return int(value)  # a request's last page is partly empty: larger pages waste more
+
+    def orders_memory(self) -> bool:
+        return True
+
+    def apply(self, value: Value, plan: Plan, target: Target) -> None:
+        size_paged_cache(plan, target, int(value))
+
+
+MIN_PAGE_SIZE = 4  # transformers refuses smaller pages (5.17 and 5.22)
+
+
+class _AutoOnOffKnob(Knob):
+    """A ContinuousBatchingConfig switch: auto lets transformers decide, on and off force it."""
+
+    field: ClassVar[str]
+    choices = ("auto", "on", "off")
+    default = "auto"
+    # auto turns out as on or off: no lighter than off, no heavier than on.
+    memory_ranks: ClassVar[dict[Value, int]] = {"off": 0, "auto": 1, "on": 2}
+
+    def apply(self, value: Value, plan: Plan, target: Target) -> None:
+        if value != "auto":
+            plan.continuous[self.field] = value == "on"
+
+
+@register
+class CudaGraphKnob(_AutoOnOffKnob):
+    name = "use_cuda_graph"
+    help = (
+        "CUDA graphs of continuous batching's forward passes; auto: transformers turns them on only for "
+        "attention that needs no mask (flash)"
+    )
+    short_name = "cuda_graph"
+    field = "use_cuda_graph"
+    failure_words = ("graph",)
+
+    def needs(self, value: Value) -> Needs:
+        if value == "on":
+            return Needs(cuda=True, why="CUDA graphs need CUDA: elsewhere transformers turns them off, a no-op")
+        if value == "off":
+            return Needs(cuda=True, why="off differs from auto only on CUDA: elsewhere graphs are never used")
+        return Needs()
+
+    def apply(self, value: Value, plan: Plan, target: Target) -> None:
+        super().apply(value, plan, target)
+        if value != "auto":
+            plan.serve_flags.append("--cb-use-cuda-graph" if value == "on" else "--no-cb-use-cuda-graph")
+
+
+@register
+class AsyncBatchingKnob(_AutoOnOffKnob):
+    name = "use_async_batching"
+    help = (
+        "continuous batching prepares the next batch while the GPU runs this one (twice the batch buffers); "
+        "auto: transformers turns it on with CUDA graphs and flash attention"
+    )
+    short_name = "async"
+    field = "use_async_batching"
+    failure_words = ("async",)
+
+    def needs(self, value: Value) -> Needs:
+        if value == "on":
+            return Needs(cuda=True, why="async batching needs a CUDA or XPU device: transformers refuses it elsewhere")
+        if value == "off":
+            return Needs(cuda=True, why="off differs from auto only on CUDA: elsewhere async batching is never used")
+        return Needs()
+
+    def apply(self, value: Value, plan: Plan, target: Target) -> None:
+        super().apply(value, plan, target)
+        if value != "auto":
+            plan.not_servable.append(f"use_async_batching={value} (serve has no flag for it)")
 
 
 @register

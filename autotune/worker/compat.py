@@ -23,8 +23,9 @@ FLEX_STATIC_CACHE_WORKS_UNTIL = Version("5.17.0")
 STATIC_CACHES = ("static", "offloaded_static")
 # Renamed in later transformers: the plan uses the newest names, older versions get theirs.
 _RENAMED_CONTINUOUS_FIELDS = {"page_size": "block_size"}
-# Options an older version does not have because it never does what they turn off.
+# Options an older version does not have; what they do is done another way there (see pin_attention).
 _ABSENT_MEANS_DEFAULT = {"auto_switch_to_flash"}
+PAGED = "paged|"  # the prefix of the attention implementations that read a paged cache
 
 
 def transformers_version() -> Version:
@@ -102,7 +103,7 @@ def _require_kv_cache_backend(plan: Plan) -> None:
 def continuous_batching_config(kwargs: dict[str, Any]) -> Any:
     """A ContinuousBatchingConfig of the installed transformers from the plan's keyword arguments.
 
-    transformers 5.17 calls the page size `block_size` and has no `auto_switch_to_flash` (it never switches).
+    transformers 5.17 calls the page size `block_size` and has no `auto_switch_to_flash` (see pin_attention).
     Any other field this version lacks is unsupported, never dropped silently.
     """
     from transformers import ContinuousBatchingConfig
@@ -120,6 +121,32 @@ def continuous_batching_config(kwargs: dict[str, Any]) -> Any:
                 f"continuous batching option {name} is unknown to transformers {transformers_version()}; upgrade it"
             )
     return ContinuousBatchingConfig(**adapted)
+
+
+def pin_attention(model: Any, kwargs: dict[str, Any]) -> str | None:
+    """Keep the model's attention under continuous batching on a transformers without `auto_switch_to_flash`.
+
+    transformers 5.17 switches sdpa or eager to flash under continuous batching whenever flash is installed,
+    unless the attention is already a `paged|` one: it is set so here. Returns the attention to restore after
+    the run, or None when nothing was changed.
+    """
+    from transformers import ContinuousBatchingConfig
+
+    has_switch = "auto_switch_to_flash" in {field.name for field in fields(ContinuousBatchingConfig)}
+    current = model.config._attn_implementation
+    if kwargs.get("auto_switch_to_flash", True) or has_switch or current.startswith(PAGED):
+        return None
+    model.set_attn_implementation(PAGED + current)
+    return current
+
+
+def check_attention_kept(loaded: str, running: str) -> None:
+    """Continuous batching runs the paged form of the loaded attention (eager: paged|eager), never another one."""
+    if running.removeprefix(PAGED) != loaded.removeprefix(PAGED):
+        raise UnsupportedError(
+            f"transformers {transformers_version()} switched continuous batching from {loaded} attention to "
+            f"{running}, so {loaded} cannot be measured under it here"
+        )
 
 
 def _refuse_known_broken_combinations(plan: Plan) -> None:

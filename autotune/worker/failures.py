@@ -96,6 +96,7 @@ def _blamed_knob(lowered: str, config: dict[str, Any]) -> str | None:
 _COMMON_VALUES = {
     "none",
     "off",
+    "auto",
     "generate",
     "dynamic",
     "sdpa",

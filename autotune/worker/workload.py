@@ -14,7 +14,7 @@ from autotune.data import CORPUS, load_prompts
 from autotune.errors import UserError
 from autotune.process.results import WorkloadSpec
 from autotune.space.plan import Plan
-from autotune.worker.compat import continuous_batching_config
+from autotune.worker.compat import check_attention_kept, continuous_batching_config, pin_attention
 from autotune.worker.failures import BrokenOutputError, UnsupportedError
 from autotune.worker.loading import materialize
 from autotune.worker.measurement.figures import Iteration
@@ -150,10 +150,15 @@ class ContinuousWorkload:
         self.output_len = spec.output_len
         # No eos_token_id: continuous batching then disables early stopping, so every request is full length.
         generation_config = GenerationConfig(max_new_tokens=spec.output_len, do_sample=False)
-        config = continuous_batching_config(materialize(plan.continuous))
+        kwargs = materialize(plan.continuous)
+        config = continuous_batching_config(kwargs)
+        self.model = model
+        loaded = model.config._attn_implementation
+        self.restore_attention = pin_attention(model, kwargs)
         self.manager = model.init_continuous_batching(
             generation_config=generation_config, continuous_batching_config=config
         )
+        check_attention_kept(loaded, model.config._attn_implementation)
         self.manager.warmup()
         self.manager.start()
 
@@ -183,6 +188,8 @@ class ContinuousWorkload:
 
     def close(self) -> None:
         self.manager.stop(block=True, timeout=30)
+        if self.restore_attention is not None:
+            self.model.set_attn_implementation(self.restore_attention)
 
 
 def iteration_from_timestamps(outputs: list[Any], start: float, end: float) -> Iteration:
