@@ -6,12 +6,14 @@ import json
 import logging
 import os
 import sys
+from dataclasses import replace
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from autotune.analysis.objectives import goal_from_flags
 from autotune.cli.flags import (
     Artifacts,
     AsJson,
@@ -20,6 +22,8 @@ from autotune.cli.flags import (
     Device,
     Hardware,
     Model,
+    Objective,
+    Objectives,
     SpacePath,
     Storage,
     Study,
@@ -61,6 +65,7 @@ def _root(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log wha
 @app.command()
 @with_groups
 def search(
+    context: typer.Context,
     *,
     model: Model,
     hardware: Hardware,
@@ -74,6 +79,8 @@ def search(
     workload: Workload,
     seed: Annotated[int | None, typer.Option("--seed", help="Seed of the sampler.")] = None,
     constraint: Constraints = None,
+    objective: Objective = None,
+    objectives: Objectives = None,
     devices: Annotated[
         str | None, typer.Option("--devices", help="One worker per GPU, e.g. 0,1,2,3 (cpu for CPU workers).")
     ] = None,
@@ -85,7 +92,13 @@ def search(
     """Search configurations of MODEL and write the Pareto front to an HTML report.
 
     Example: autotune search --model demo --trials 8 --constraint "kl<=0.01"
+
+    Example: autotune search --model demo --trials 8 --objective latency
     """
+    workload_given = _given(context, "kind")
+    goal = goal_from_flags(objective, objectives, workload_given, constraint or [])
+    if goal.workload is not None:
+        workload = replace(workload, kind=goal.workload)
     printer = TrialPrinter(out)  # progress from the first second: the imports below take a while
     printer.progress("loading autotune's libraries (optuna, sqlalchemy)")
     from autotune.analysis.constraints import parse_constraints
@@ -106,7 +119,8 @@ def search(
         storage=StorageSpec(study, storage, artifacts),
         space_path=space,
         seed=seed,
-        constraints=tuple(parse_constraints(constraint or [])),
+        constraints=tuple(parse_constraints(goal.constraints)),
+        objectives=goal.objectives,
         devices=tuple(device.strip() for device in devices.split(",")) if devices else (),
         warm_start=warm_start,
     )
@@ -115,7 +129,8 @@ def search(
     summary = run_search(request, printer)
     print_search_summary(summary)
     stored = load_stored_study(summary.storage, summary.study_name)
-    print_front(summary.study_name, collect(stored, summary.storage).cards)
+    data = collect(stored, summary.storage)
+    print_front(summary.study_name, data.cards, data.settings.objective_metrics)
     path = build_report(summary.study_name, summary.storage, report or default_report_path(summary.study_name))
     out.print(f"report: {path}")
     stored_in = attach_report(summary.study_name, summary.storage, artifacts, path)
@@ -208,6 +223,12 @@ def compare(
     print_comparison(study_a, study_b, comparison, as_json)
     if comparison.regressed:
         raise typer.Exit(3)
+
+
+def _given(context: typer.Context, parameter: str) -> bool:
+    """Whether the user wrote the flag (not its default, not an environment variable)."""
+    source = context.get_parameter_source(parameter)
+    return source is not None and source.name == "COMMANDLINE"
 
 
 def _fraction(text: str, flag: str) -> float:

@@ -79,6 +79,22 @@ Constraints = Annotated[
         '"throughput>=500", "ttft_ms<=50", "top1>=99%".',
     ),
 ]
+Objective = Annotated[
+    str | None,
+    typer.Option(
+        "--objective",
+        help="A preset of objectives, workload and constraints: latency, throughput, balanced, memory.",
+        show_default="balanced",
+    ),
+]
+Objectives = Annotated[
+    str | None,
+    typer.Option(
+        "--objectives",
+        help='The objectives, in order, replacing the preset\'s: "goodput,memory,kl", "tpot,ttft,energy".',
+        show_default="the preset's",
+    ),
+]
 AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 Device = Annotated[str | None, typer.Option("--device", help="cuda, cuda:N or cpu.", show_default="from --gpu")]
 SpacePath = Annotated[

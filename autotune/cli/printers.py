@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
-from autotune.analysis.metrics import KL_DIVERGENCE, THROUGHPUT
+from autotune.analysis.metrics import KL_DIVERGENCE, OBJECTIVES, PEAK_MEMORY, THROUGHPUT, Metric
 from autotune.cli.progress import ProgressDisplay
 from autotune.space import Config
 from autotune.space.knobs import short_name
@@ -98,10 +99,17 @@ def print_worker_summary(summary: SearchSummary) -> None:
     )
 
 
-def print_front(study_name: str, cards: list[ParetoCard]) -> None:
+SHOWN_IN_FRONT = {THROUGHPUT.name, "ttft_s", PEAK_MEMORY.name, KL_DIVERGENCE.name, "top1_agreement"}
+
+
+def print_front(study_name: str, cards: list[ParetoCard], objectives: Sequence[Metric] = OBJECTIVES) -> None:
+    """The front's figures, and a column for each of the study's objectives the usual ones leave out."""
+    extra = [metric for metric in objectives if metric.name not in SHOWN_IN_FRONT]
     table = Table(title=f"Pareto front of {study_name}")
     for column in ("#", "configuration", "tok/s", "vs baseline", "ttft", "memory", "KL", "top-1"):
         table.add_column(column)
+    for metric in extra:
+        table.add_column(metric.heading)
     for card in cards:
         m = card.record.metrics
         table.add_row(
@@ -113,8 +121,15 @@ def print_front(study_name: str, cards: list[ParetoCard]) -> None:
             format_bytes(m["peak_memory_bytes"]),
             f"{m[KL_DIVERGENCE.name]:.2e}",
             f"{m['top1_agreement'] * 100:.1f}%",
+            *(_figure(metric, m.get(metric.name)) for metric in extra),
         )
     out.print(table)
+
+
+def _figure(metric: Metric, value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value * 1000:.2f} ms" if metric.unit == "s" else f"{value:.4g} {metric.unit}".rstrip()
 
 
 # ------------------------------------------------------------------------------------ measure

@@ -7,14 +7,14 @@ page: nothing from a trial can add markup or script.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from html import escape
 from pathlib import Path
 
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
-from autotune.analysis.metrics import KL_DIVERGENCE, KL_FLOOR, METRICS, PEAK_MEMORY, THROUGHPUT
-from autotune.analysis.pareto import log_kl
+from autotune.analysis.metrics import KL_DIVERGENCE, METRICS, PEAK_MEMORY, THROUGHPUT, Metric
 from autotune.report.data import FailureGroup, ParetoCard, ReportData
 from autotune.report.serving import load_facts, load_table
 from autotune.study import TrialRecord
@@ -97,34 +97,43 @@ def _front_figures(data: ReportData) -> str:
     complete = data.complete
     if not complete:
         return "<p>No trial completed yet, so there is no front to draw.</p>"
-    front = set(data.pareto)
-    return _figure_html(_speed_memory_figure(complete, front, data), "fig-front") + _figure_html(
-        _three_d_figure(complete, front, data), "fig-front-3d"
-    )
+    front, objectives = set(data.pareto), data.settings.objective_metrics
+    html = _figure_html(_front_figure(complete, front, data, objectives), "fig-front")
+    if len(objectives) >= 3:
+        html += _figure_html(_three_d_figure(complete, front, data, objectives), "fig-front-3d")
+    return html
 
 
-def _speed_memory_figure(complete: list[TrialRecord], front: set[int], data: ReportData) -> go.Figure:
+def _front_figure(
+    complete: list[TrialRecord], front: set[int], data: ReportData, objectives: Sequence[Metric]
+) -> go.Figure:
+    """The first objective against the second (or the first alone), coloured by the third where there is one."""
+    y_metric = objectives[0]
+    x_metric = objectives[1] if len(objectives) > 1 else None
+    colour = objectives[2] if len(objectives) > 2 else None
     figure = go.Figure()
     for on_front in (False, True):
         records = [r for r in complete if (r.number in front) == on_front]
         if not records:
             continue
+        marker: dict = {"size": 14 if on_front else 9, "line": {"width": 2 if on_front else 0, "color": "#d62728"}}
+        if colour is not None:
+            shown = [colour.on_scale(r.metrics[colour.name]) for r in complete]
+            marker |= {
+                "color": [colour.on_scale(r.metrics[colour.name]) for r in records],
+                "colorscale": "Viridis",
+                "cmin": math.log10(colour.log_floor) if colour.log_floor else min(shown),
+                "cmax": max(shown) + 1e-9,
+                "colorbar": {"title": colour.axis_title} if on_front else None,
+                "showscale": on_front,
+            }
         figure.add_trace(
             go.Scatter(
-                x=[r.metrics[PEAK_MEMORY.name] for r in records],
-                y=[r.metrics[THROUGHPUT.name] for r in records],
+                x=[_x_value(r, x_metric) for r in records],
+                y=[_shown(r, y_metric) for r in records],
                 mode="markers",
                 name="Pareto front" if on_front else "other trials",
-                marker={
-                    "size": 14 if on_front else 9,
-                    "color": [log_kl(r.metrics[KL_DIVERGENCE.name]) for r in records],
-                    "colorscale": "Viridis",
-                    "cmin": math.log10(KL_FLOOR),
-                    "cmax": max(log_kl(r.metrics[KL_DIVERGENCE.name]) for r in complete) + 1e-9,
-                    "colorbar": {"title": "log10 KL"} if on_front else None,
-                    "showscale": on_front,
-                    "line": {"width": 2 if on_front else 0, "color": "#d62728"},
-                },
+                marker=marker,
                 hovertext=[_hover(r) for r in records],
                 hoverinfo="text",
             )
@@ -133,8 +142,8 @@ def _speed_memory_figure(complete: list[TrialRecord], front: set[int], data: Rep
         if record is not None:
             figure.add_trace(
                 go.Scatter(
-                    x=[record.metrics[PEAK_MEMORY.name]],
-                    y=[record.metrics[THROUGHPUT.name]],
+                    x=[_x_value(record, x_metric)],
+                    y=[_shown(record, y_metric)],
                     mode="markers+text",
                     text=[label],
                     textposition="top center",
@@ -144,22 +153,40 @@ def _speed_memory_figure(complete: list[TrialRecord], front: set[int], data: Rep
                     hoverinfo="text",
                 )
             )
+    against = f" vs {x_metric.heading}" if x_metric else ", trial by trial"
+    coloured = f" (colour: {colour.label})" if colour else ""
     figure.update_layout(
-        title="Speed vs memory (colour: KL divergence from the reference)",
-        xaxis_title="peak memory (GB)",
-        yaxis_title="decode throughput (tokens/s)",
+        title=f"{y_metric.heading.capitalize()}{against}{coloured}",
+        xaxis={"title": _axis_title(x_metric) if x_metric else "trial", "type": _axis_type(x_metric)},
+        yaxis={"title": _axis_title(y_metric), "type": _axis_type(y_metric)},
         height=520,
         legend={"orientation": "h", "y": -0.2},
     )
     return figure
 
 
-def _three_d_figure(complete: list[TrialRecord], front: set[int], data: ReportData) -> go.Figure:
+def _x_value(record: TrialRecord, metric: Metric | None) -> float:
+    return _shown(record, metric) if metric is not None else record.number
+
+
+def _axis_type(metric: Metric | None) -> str:
+    return "log" if metric is not None and metric.log_floor else "linear"
+
+
+def _axis_title(metric: Metric) -> str:
+    """On the figure's own scale (a log axis shows KL as it is, not its log10)."""
+    return f"{metric.heading} ({metric.unit})" if metric.unit and metric.unit != "nats/token" else metric.heading
+
+
+def _three_d_figure(
+    complete: list[TrialRecord], front: set[int], data: ReportData, objectives: Sequence[Metric]
+) -> go.Figure:
+    y_metric, x_metric, z_metric = objectives[:3]
     figure = go.Figure(
         go.Scatter3d(
-            x=[r.metrics[PEAK_MEMORY.name] for r in complete],
-            y=[r.metrics[THROUGHPUT.name] for r in complete],
-            z=[max(r.metrics[KL_DIVERGENCE.name], KL_FLOOR) for r in complete],
+            x=[_shown(r, x_metric) for r in complete],
+            y=[_shown(r, y_metric) for r in complete],
+            z=[_shown(r, z_metric) for r in complete],
             mode="markers",
             name="trials",
             marker={
@@ -174,9 +201,9 @@ def _three_d_figure(complete: list[TrialRecord], front: set[int], data: ReportDa
         if record is not None:
             figure.add_trace(
                 go.Scatter3d(
-                    x=[record.metrics[PEAK_MEMORY.name]],
-                    y=[record.metrics[THROUGHPUT.name]],
-                    z=[max(record.metrics[KL_DIVERGENCE.name], KL_FLOOR)],
+                    x=[_shown(record, x_metric)],
+                    y=[_shown(record, y_metric)],
+                    z=[_shown(record, z_metric)],
                     mode="markers+text",
                     text=[label],
                     name=label,
@@ -185,19 +212,25 @@ def _three_d_figure(complete: list[TrialRecord], front: set[int], data: ReportDa
                     hoverinfo="text",
                 )
             )
+    scene: dict = {"camera": {"eye": {"x": 1.6, "y": -1.6, "z": 0.8}}}  # far enough that no axis is cut off
+    for axis, metric in (("xaxis", x_metric), ("yaxis", y_metric), ("zaxis", z_metric)):
+        scene[f"{axis}_title"] = _axis_title(metric)
+        if metric.log_floor:
+            scene[f"{axis}_type"] = "log"
+    title = "All three objectives" if len(objectives) == 3 else "The first three objectives"
     figure.update_layout(
-        title="All three objectives (red: Pareto front)",
-        scene={
-            "xaxis_title": "memory (GB)",
-            "yaxis_title": "tokens/s",
-            "zaxis_title": "KL",
-            "zaxis_type": "log",
-            "camera": {"eye": {"x": 1.6, "y": -1.6, "z": 0.8}},  # far enough that no axis is cut off
-        },
+        title=f"{title} (red: Pareto front)",
+        scene=scene,
         height=600,
         margin={"l": 0, "r": 0, "b": 0, "t": 60},
     )
     return figure
+
+
+def _shown(record: TrialRecord, metric: Metric) -> float:
+    """The figure as a 3-D axis shows it: above its floor where the axis is logarithmic."""
+    value = record.metrics[metric.name]
+    return max(value, metric.log_floor) if metric.log_floor else value
 
 
 def _figure_html(figure: go.Figure, div_id: str) -> str:

@@ -154,7 +154,8 @@ class TrialLoop:
         taken = set(studies.measured_keys(self.study))
         complete = {config_key(r.config): (r.config, r.metrics) for r in records if r.outcome == Outcome.OK}
         skip = lambda c: self._never_run(c, history)  # noqa: E731
-        planned = next_queued(self.space, self.prepared.baseline_config, self.warm_up, complete, taken, skip)
+        baseline, objectives = self.prepared.baseline_config, self.session.settings.objective_metrics
+        planned = next_queued(self.space, baseline, self.warm_up, complete, taken, skip, objectives)
         if planned is not None:
             self.study.enqueue_trial(planned.config, user_attrs={"roles": [planned.why]})
 

@@ -12,6 +12,7 @@ from optuna.trial import TrialState
 
 from autotune import study as studies
 from autotune.analysis.constraints import Constraint, parse_constraints
+from autotune.analysis.objectives import ENERGY, check_available
 from autotune.analysis.pareto import front_numbers
 from autotune.errors import UserError
 from autotune.paths import default_space_path
@@ -24,6 +25,7 @@ from autotune.specs import HardwareSpec, SearchRequest, WorkerRequest
 from autotune.study import StudySettings, artifacts
 from autotune.study.claims import Claims
 from autotune.study.recovery import LogAttacher, recover_interrupted
+from autotune.worker.measurement.energy import has_energy_counter
 
 
 @dataclass
@@ -130,18 +132,29 @@ def open_session(request: SearchRequest, events: SearchEvents) -> Session:
         quality=request.quality.__dict__,
         constraints=[str(constraint) for constraint in request.constraints],
     )
+    if request.objectives:
+        settings.objectives = list(request.objectives)
     storage, existing = None, None
     if not studies.sqlite_file_missing(url):
         storage = studies.open_storage(url)
         existing = studies.find_study(storage, name)
         if existing is not None:
             stored = studies.stored_settings(existing)
+            settings.objectives = settings.objectives if request.objectives else stored.objectives  # none given: keep
             settings.check_resumable(stored, name)
             settings.constraints = settings.constraints or stored.constraints  # none given: keep the study's
+    _check_objectives(settings, hardware)
     if request.warm_start:
         find_warm_start(request, url)  # bad input now, before anything is written
     artifacts.check_location(request.storage.artifacts, url)  # bad input now, before anything is written
     return Session(request, hardware, space, name, url, storage, existing, settings)
+
+
+def _check_objectives(settings: StudySettings, hardware: Hardware) -> None:
+    """An objective this device or workload cannot measure is bad input, not a study of failed trials."""
+    counter = ENERGY in settings.objectives and has_energy_counter(hardware.device)
+    device_kind = "cuda" if hardware.device.startswith("cuda") else "cpu"
+    check_available(settings.objectives, settings.workload.get("kind", "throughput"), device_kind, counter)
 
 
 def find_warm_start(request: SearchRequest, url: str) -> optuna.Study:
@@ -164,6 +177,7 @@ def join_session(worker: WorkerRequest, events: SearchEvents) -> tuple[Session, 
     hardware = hardware_for(GpuProfile(**stored.profile), worker.device)
     if hardware.note:
         events.note(hardware.note)
+    _check_objectives(stored, hardware)
     space = SearchSpace.from_json(stored.space)
     storage = studies.open_storage(url)
     session = Session(_joined(worker, stored), hardware, space, name, url, storage, study, stored, True)

@@ -3,7 +3,7 @@
 Chosen from benchmarks/replay.py, which replays strategies against an exhaustively measured grid:
 
 - a warm-up set after the reference and the baseline: the baseline with one knob changed, once for
-  every value of every knob, cheapest first. It maps each knob's effect on all three objectives;
+  every value of every knob, cheapest first. It maps each knob's effect on every objective;
 - compositions: for each trade-off between the objectives, the warm-up changes that served it,
   combined on the baseline (fastest dtype + compiling + fastest attention, say);
 - predicted changes: one-knob changes of Pareto configurations, each predicted from the warm-up's
@@ -17,12 +17,14 @@ Chosen from benchmarks/replay.py, which replays strategies against an exhaustive
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from autotune.analysis.metrics import KL_DIVERGENCE, OBJECTIVES, PEAK_MEMORY, THROUGHPUT, Metric
 from autotune.analysis.pareto import contributions, hypervolume, raw_losses, scaled, scaled_losses
 from autotune.process.results import Outcome
 from autotune.space import KNOBS, Config, SearchSpace, config_key
@@ -82,21 +84,29 @@ def _fill(space: SearchSpace, config: Config) -> Config:
     return filled
 
 
-# Trade-offs between the objectives (throughput, memory, KL) for which the warm-up's best changes
-# are combined: each objective alone, each pair, and all three.
-TRADE_OFFS: tuple[tuple[str, tuple[float, float, float]], ...] = (
-    ("throughput", (1.0, 0.0, 0.0)),
-    ("memory", (0.0, 1.0, 0.0)),
-    ("quality", (0.0, 0.0, 1.0)),
-    ("throughput and memory", (1.0, 1.0, 0.0)),
-    ("throughput and quality", (1.0, 0.0, 1.0)),
-    ("memory and quality", (0.0, 1.0, 1.0)),
-    ("all three", (1.0, 1.0, 1.0)),
-)
+# How the trade-offs name an objective ("the warm-up's best changes for throughput and quality").
+TRADE_OFF_NAMES = {THROUGHPUT.name: "throughput", PEAK_MEMORY.name: "memory", KL_DIVERGENCE.name: "quality"}
+
+
+def trade_offs(objectives: Sequence[Metric] = OBJECTIVES) -> list[tuple[str, np.ndarray]]:
+    """Each objective alone, each pair, ..., all of them: a label and the weights of the scaled losses."""
+    names = [TRADE_OFF_NAMES.get(metric.name, metric.heading) for metric in objectives]
+    chosen = []
+    for size in range(1, len(objectives) + 1):
+        for subset in itertools.combinations(range(len(objectives)), size):
+            label = " and ".join(names[i] for i in subset)
+            if size == len(objectives) > 2:
+                label = "all three" if size == 3 else f"all {size}"
+            chosen.append((label, np.array([1.0 if i in subset else 0.0 for i in range(len(objectives))])))
+    return chosen
 
 
 def compositions(
-    space: SearchSpace, baseline: Config, warm_up: list[Planned], measured: Mapping[str, Mapping[str, float]]
+    space: SearchSpace,
+    baseline: Config,
+    warm_up: list[Planned],
+    measured: Mapping[str, Mapping[str, float]],
+    objectives: Sequence[Metric] = OBJECTIVES,
 ) -> list[Planned]:
     """For each trade-off, the baseline with the warm-up changes that served it, best first.
 
@@ -109,9 +119,9 @@ def compositions(
     tried = [p.config for p in warm_up if config_key(p.config) in measured]
     if base is None or not tried:
         return []
-    losses = scaled_losses([base] + [measured[config_key(config)] for config in tried])
+    losses = scaled_losses([base] + [measured[config_key(config)] for config in tried], objectives)
     planned: dict[str, Planned] = {}
-    for label, weights in TRADE_OFFS:
+    for label, weights in trade_offs(objectives):
         scores = losses @ weights
         helpful = sorted((score, i) for i, score in enumerate(scores[1:]) if score < scores[0])
         config = _combine(space, baseline, [tried[i] for _, i in helpful])
@@ -170,27 +180,29 @@ def _needs_at_least_as_much_memory(config: Config, other: Config) -> bool:
     return True
 
 
-def promising_neighbours(space: SearchSpace, baseline: Config, measured: Mapping[str, Measured]) -> list[Planned]:
+def promising_neighbours(
+    space: SearchSpace, baseline: Config, measured: Mapping[str, Measured], objectives: Sequence[Metric] = OBJECTIVES
+) -> list[Planned]:
     """One-knob changes of Pareto configurations that the warm-up predicts would add to the front.
 
-    A change's effect is read off the warm-up, which made the same change to the baseline: throughput
-    and memory scale by the ratio it showed there, KL by its ratio too (a shift on the log scale).
+    A change's effect is read off the warm-up, which made the same change to the baseline: each
+    objective scales by the ratio it showed there (KL too: a shift on its log scale).
     Sorted by the hypervolume the prediction would add, largest first; changes predicted to add
     nothing are left out.
     """
     keys = list(measured)
     if not keys:
         return []
-    raw = raw_losses([figures for _, figures in measured.values()])
+    raw = raw_losses([figures for _, figures in measured.values()], objectives)
     ranked: dict[str, tuple[float, Planned]] = {}
     for i in np.flatnonzero(contributions(scaled(raw, raw.min(axis=0), raw.max(axis=0))) > 0):
         anchor, figures = measured[keys[i]]
         for name, value, config in _one_knob_changes(space, anchor):
-            effect = _effect(space, baseline, measured, name, anchor.get(name), value)
+            effect = _effect(space, baseline, measured, name, anchor.get(name), value, objectives)
             key = config_key(config)
-            if effect is None or key in measured:
+            if effect is None or key in measured or not np.all(np.isfinite(_logs(figures, objectives))):
                 continue
-            gain = _hypervolume_gain(raw, _raw_from_logs(_logs(figures) + effect))
+            gain = _hypervolume_gain(raw, _raw_from_logs(_logs(figures, objectives) + effect, objectives))
             if gain > max(GAIN_FLOOR, ranked.get(key, (0.0, None))[0]):
                 why = f"predicted to extend the front: {name}={value} on the front's {_describe(anchor, baseline)}"
                 ranked[key] = (gain, Planned(config, why))
@@ -215,13 +227,20 @@ def _one_knob_changes(space: SearchSpace, config: Config) -> Iterable[tuple[str,
 
 
 def _effect(
-    space: SearchSpace, baseline: Config, measured: Mapping[str, Measured], name: str, old: object, new: object
+    space: SearchSpace,
+    baseline: Config,
+    measured: Mapping[str, Measured],
+    name: str,
+    old: object,
+    new: object,
+    objectives: Sequence[Metric] = OBJECTIVES,
 ) -> np.ndarray | None:
     """Log-figure difference between the baseline with `name` at `new` and at `old`, when both were measured."""
     before, after = (_baseline_with(space, baseline, measured, name, value) for value in (old, new))
     if before is None or after is None:
         return None
-    return _logs(after) - _logs(before)
+    effect = _logs(after, objectives) - _logs(before, objectives)
+    return effect if np.all(np.isfinite(effect)) else None  # a zero figure (no goodput) has no ratio
 
 
 def _baseline_with(
@@ -235,14 +254,26 @@ def _baseline_with(
     return entry[1] if entry is not None else None
 
 
-def _logs(figures: Mapping[str, float]) -> np.ndarray:
-    """log throughput, log memory, log10 KL: the scales on which a knob's effect is roughly additive."""
-    raw = raw_losses([figures])[0]
-    return np.array([math.log(-raw[0]), math.log(raw[1]), raw[2]])
+def _logs(figures: Mapping[str, float], objectives: Sequence[Metric] = OBJECTIVES) -> np.ndarray:
+    """Each objective on the scale where a knob's effect is roughly additive: log of the figure (log throughput,
+    log memory), or the log10 it is compared on already (KL); NaN for a figure that is not positive."""
+    raw = raw_losses([figures], objectives)[0]
+    return np.array([_log_of(metric, loss) for metric, loss in zip(objectives, raw, strict=True)])
 
 
-def _raw_from_logs(logs: np.ndarray) -> np.ndarray:
-    return np.array([[-math.exp(logs[0]), math.exp(logs[1]), logs[2]]])
+def _log_of(metric: Metric, loss: float) -> float:
+    if metric.log_floor:
+        return loss
+    value = abs(loss)  # the figure itself: losses of maximised figures are negated
+    return math.log(value) if value > 0 else math.nan
+
+
+def _raw_from_logs(logs: np.ndarray, objectives: Sequence[Metric] = OBJECTIVES) -> np.ndarray:
+    raw = [
+        log if metric.log_floor else math.exp(log) * (-1 if metric.direction == "maximize" else 1)
+        for metric, log in zip(objectives, logs, strict=True)
+    ]
+    return np.array([raw])
 
 
 def _describe(config: Config, baseline: Config) -> str:
@@ -257,14 +288,15 @@ def next_queued(
     measured: Mapping[str, Measured],
     taken: set[str],
     skip: Callable[[Config], object],
+    objectives: Sequence[Metric] = OBJECTIVES,
 ) -> Planned | None:
     """What the strategy queues next: the warm-up set, its compositions, changes predicted to extend the front, then
     nothing (the sampler takes over). `measured` maps keys of complete trials to (config, figures)."""
     figures = {key: entry[1] for key, entry in measured.items()}
     for plan in (
         lambda: warm_up,
-        lambda: compositions(space, baseline, warm_up, figures),
-        lambda: promising_neighbours(space, baseline, measured),
+        lambda: compositions(space, baseline, warm_up, figures, objectives),
+        lambda: promising_neighbours(space, baseline, measured, objectives),
     ):
         planned = next_planned(plan(), taken, skip)
         if planned is not None:

@@ -108,6 +108,11 @@ class StudySettings:
 
     def check_resumable(self, stored: StudySettings, name: str) -> None:
         """Refuse to resume a study created with other binding settings."""
+        if self.objectives != stored.objectives:  # before the workload: a preset sets both
+            raise StudyMismatchError(
+                f"study {name!r} optimises {', '.join(stored.objectives)}, not {', '.join(self.objectives)}; repeat "
+                "its --objective/--objectives flags or give none to keep them, or pass --study NEW_NAME"
+            )
         for key in self.BINDING:
             if getattr(self, key) != getattr(stored, key):
                 label = {"space_fingerprint": "search space"}.get(key, key)

@@ -1,0 +1,112 @@
+"""What a study optimises: `--objective` presets, `--objectives` lists, and whether a device can produce them.
+
+A preset is what a user means by one word: the objectives (in the order Optuna stores their values;
+the first one sorts the front and leads the strategy), the workload that measures them, and the
+constraints that keep quality. Flags the user gives override the preset's: `--workload` its workload,
+`--constraint` its constraints, `--objectives` its objectives. README ("Objectives") says why each is so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from autotune.analysis.constraints import ALIASES
+from autotune.analysis.metrics import METRICS, OBJECTIVES, Metric
+from autotune.errors import UserError
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    objectives: tuple[str, ...]  # metric names
+    workload: str  # the workload kind that measures them
+    constraints: tuple[str, ...]  # as `--constraint` reads them
+
+
+QUALITY_KEPT = "kl<=0.01"  # nats/token; lower-precision dtypes stay far under it (README, "Objectives")
+
+PRESETS: dict[str, Preset] = {
+    preset.name: preset
+    for preset in (
+        Preset("latency", ("tpot_s", "ttft_s"), "latency", (QUALITY_KEPT,)),
+        Preset("throughput", ("throughput_tok_s", "peak_memory_gb"), "throughput", (QUALITY_KEPT,)),
+        Preset("balanced", tuple(metric.name for metric in OBJECTIVES), "throughput", ()),
+        Preset("memory", ("peak_memory_gb", "kl_divergence", "throughput_tok_s"), "throughput", ()),
+    )
+}
+
+SERVE_ONLY = frozenset(
+    {"goodput_req_s", "requests_per_s", "errors"}
+    | {f"{figure}_p{q}_s" for figure in ("itl", "e2e") for q in (50, 95, 99)}
+    | {"ttft_p99_s"}
+)
+ENERGY = "energy_j_per_token"
+
+
+def preset_named(name: str) -> Preset:
+    try:
+        return PRESETS[name.strip().lower()]
+    except KeyError:
+        raise UserError(f"--objective {name!r} is not a preset: use {', '.join(PRESETS)}") from None
+
+
+def parse_objectives(text: str) -> tuple[str, ...]:
+    """`goodput,memory,kl` -> metric names, in the order given; UserError for an unknown or repeated one."""
+    names: list[str] = []
+    for word in (part.strip().lower() for part in text.split(",")):
+        name = ALIASES.get(word, (word, ""))[0]
+        metric = METRICS.get(name)
+        if metric is None or metric.direction is None:
+            known = ", ".join(sorted({*_objective_aliases(), *(n for n, m in METRICS.items() if m.direction)}))
+            raise UserError(f"--objectives: {word!r} is not an objective; use a comma-separated list of {known}")
+        if name in names:
+            raise UserError(f"--objectives names {name} twice; give each objective once")
+        names.append(name)
+    return tuple(names)
+
+
+def _objective_aliases() -> list[str]:
+    return [alias for alias, (name, _) in ALIASES.items() if METRICS[name].direction is not None]
+
+
+def why_unavailable(metric: Metric, workload: str, device_kind: str, has_energy_counter: bool) -> str | None:
+    """Why trials of this study could not produce the figure, or None when they can."""
+    if metric.name in SERVE_ONLY and workload != "serve":
+        return f"{metric.name} is measured under --workload serve only (this study's workload is {workload})"
+    if metric.name == ENERGY and not has_energy_counter:
+        where = "a CPU" if device_kind == "cpu" else "this GPU (NVML reports no energy counter)"
+        return f"{metric.name} needs NVML's GPU energy counter, and {where} has none"
+    return None
+
+
+def check_available(objectives: Sequence[str], workload: str, device_kind: str, has_energy_counter: bool) -> None:
+    """One UserError line for the first objective no trial of this study could produce."""
+    for name in objectives:
+        reason = why_unavailable(METRICS[name], workload, device_kind, has_energy_counter)
+        if reason is not None:
+            raise UserError(f"objective {reason}; choose other --objectives")
+
+
+@dataclass(frozen=True)
+class Goal:
+    """What a search optimises and under which bounds, after a preset and the user's own flags."""
+
+    objectives: tuple[str, ...]  # empty: none asked (a new study gets the default three, a resumed one its own)
+    workload: str | None  # the preset's workload kind, None where the user chose it or no preset was given
+    constraints: tuple[str, ...]
+
+
+def goal_from_flags(
+    preset: str | None, objectives: str | None, workload_given: bool, constraints: Sequence[str]
+) -> Goal:
+    """The preset's choices, each replaced by what the user gave explicitly."""
+    chosen = preset_named(preset) if preset is not None else None
+    names = parse_objectives(objectives) if objectives is not None else ()
+    if chosen is None:
+        return Goal(names, None, tuple(constraints))
+    return Goal(
+        names or chosen.objectives,
+        None if workload_given else chosen.workload,
+        tuple(constraints) if constraints else chosen.constraints,
+    )
