@@ -125,11 +125,16 @@ class TrialLoop:
         for _ in range(MAX_CONSECUTIVE_SKIPS):
             trial = self._ask()
             config = self.space.suggest(trial)
-            reason = self._never_run(config, history) or self._given_up(config) or self._claim(config, trial.number)
+            reason = (
+                self._never_run(config, history)
+                or self._given_up(config)
+                or self._left_to_retry(config, trial)
+                or self._claim(config, trial.number)
+            )
             if reason is None:
                 return trial, config, self._roles(trial)
             studies.record_skip(self.study, trial, config, reason)
-        seen = studies.measured_keys(self.study)
+        seen = studies.measured_keys(self.study) | studies.awaiting_retry(self.study)
         untried = [
             c for c in self.space.configurations() if config_key(c) not in seen and not self._never_run(c, history)
         ]
@@ -151,7 +156,7 @@ class TrialLoop:
         waiting = self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
         if waiting:
             return
-        taken = set(studies.measured_keys(self.study))
+        taken = set(studies.measured_keys(self.study)) | set(studies.awaiting_retry(self.study))
         complete = {config_key(r.config): (r.config, r.metrics) for r in records if r.outcome == Outcome.OK}
         skip = lambda c: self._never_run(c, history)  # noqa: E731
         baseline, objectives = self.prepared.baseline_config, self.session.settings.objective_metrics
@@ -183,8 +188,7 @@ class TrialLoop:
 
     def _roles(self, trial: optuna.Trial) -> list[str]:
         roles = list(trial.user_attrs.get("roles", [SAMPLER]))
-        frozen = self.study.get_trials(deepcopy=False)[trial.number]  # Trial does not show its system attributes
-        if "failed_trial" in frozen.system_attrs and "retry" not in roles:
+        if self._failed_trial(trial) is not None and "retry" not in roles:
             roles.append("retry")
         return roles
 
@@ -194,6 +198,16 @@ class TrialLoop:
         trials = self.study.get_trials(deepcopy=False)
         interrupted = holder is not None and TrialRecord.from_frozen(trials[holder]).interrupted
         return f"interrupted twice, last as trial #{holder}: not run again" if interrupted else None
+
+    def _left_to_retry(self, config: Config, trial: optuna.Trial) -> str | None:
+        """An interrupted configuration is measured by its queued retry, not by a trial sampled meanwhile."""
+        interrupted = studies.awaiting_retry(self.study).get(config_key(config))
+        if interrupted is None or self._failed_trial(trial) == interrupted:
+            return None
+        return f"interrupted as trial #{interrupted}: its queued retry measures it"
+
+    def _failed_trial(self, trial: optuna.Trial) -> int | None:
+        return self.study.get_trials(deepcopy=False)[trial.number].system_attrs.get("failed_trial")
 
     def _claim(self, config: Config, number: int) -> str | None:
         holder = claim_configuration(self.study, self.claims, config_key(config), number)

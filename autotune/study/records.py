@@ -128,6 +128,24 @@ def measured_keys(study: optuna.Study) -> dict[str, int]:
     return seen
 
 
+def awaiting_retry(study: optuna.Study) -> dict[str, int]:
+    """Configurations of interrupted trials whose retry is queued or running -> the interrupted trial.
+
+    The retry measures them: nothing else (the planner, the sampler, a random pick) may take them meanwhile.
+    """
+    trials = study.get_trials(deepcopy=False)
+    unfinished_retries = {
+        trial.system_attrs["retry_history"][-1]
+        for trial in trials
+        if trial.system_attrs.get("retry_history") and not trial.state.is_finished()
+    }
+    return {
+        record.config_key: record.number
+        for record in map(TrialRecord.from_frozen, trials)
+        if record.number in unfinished_retries and record.interrupted and record.config_key
+    }
+
+
 def record_launch(trial: optuna.Trial, config: Config, plan: dict[str, Any], roles: list[str]) -> None:
     trial.set_user_attr("config", config)
     trial.set_user_attr("config_key", config_key(config))

@@ -330,9 +330,15 @@ def _roofline_and_cost(spec: TaskSpec, model: Any, plan: Plan, workload: Workloa
 # ------------------------------------------------------------------------------------------- faults
 
 
+STALL_S = 30.0
+
+
 def inject_fault(kind: str) -> None:
-    """Fail for real, as tests ask: hang, raise, exit without a result, die by a signal, run out of memory."""
-    if kind == "hang":
+    """Fail for real, as tests ask: hang, stall (then go on), raise, exit without a result, die by a signal,
+    run out of memory."""
+    if kind == "stall":  # a trial slow enough for a test to act while it runs
+        time.sleep(STALL_S)
+    elif kind == "hang":
         time.sleep(10**6)
     elif kind == "hang_with_child":
         subprocess.Popen([sys.executable, "-c", "import time; time.sleep(10**6)", "autotune-fault-child"])

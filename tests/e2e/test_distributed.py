@@ -26,10 +26,19 @@ pytestmark = pytest.mark.slow
 SMALL = ["--batch-size", "4", "--input-len", "64", "--output-len", "32"]
 
 
+# Each process's first trial stalls while loading, so a test's kill surely lands while a trial runs.
+FIRST_TRIAL_STALLS = json.dumps({"0": {"phase": "load", "kind": "stall"}})
+
+
 @pytest.fixture
 def env(cache_dir: Path) -> dict[str, str]:
     ensure_demo_model(cache_dir)
     return {**os.environ, "AUTOTUNE_CACHE_DIR": str(cache_dir)}
+
+
+@pytest.fixture
+def stalling_env(env: dict[str, str]) -> dict[str, str]:
+    return {**env, "AUTOTUNE_INJECT_FAULTS": FIRST_TRIAL_STALLS}
 
 
 def cli(args: list[str], workdir: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
@@ -46,14 +55,14 @@ def measured_keys(study: optuna.Study) -> list[str]:
     ]
 
 
-def test_three_workers_share_a_postgresql_study_and_survive_one_killed(tmp_path, env, postgres_url):  # noqa: F811
+def test_three_workers_share_a_postgresql_study_and_survive_one_killed(tmp_path, env, stalling_env, postgres_url):  # noqa: F811
     created = cli(["search", "--model", "demo", "--gpu", "cpu", "--study", "shared", "--storage", postgres_url,
                    "--trials", "1", *SMALL], tmp_path, env)  # fmt: skip
     assert created.returncode == 0, created.stdout + created.stderr
     command = [sys.executable, "-m", "autotune", "worker", "--study", "shared", "--storage", postgres_url,
                "--trials", "3", "--device", "cpu"]  # fmt: skip
-    workers = [subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True) for _ in range(3)]  # fmt: skip
+    workers = [subprocess.Popen(command, cwd=tmp_path, env=stalling_env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True) for _ in range(3)]  # fmt: skip
     victim = workers[0]
     study = optuna.load_study(study_name="shared", storage=postgres_url)
     deadline = time.monotonic() + 600
@@ -121,10 +130,10 @@ def test_warm_start_measures_the_previous_front_first(tmp_path, env):
     assert front <= set(first_ones), "a configuration of last night's front was not measured first"
 
 
-def test_a_worker_killed_mid_trial_fails_the_search_and_leaves_no_trial_running(tmp_path, env):
+def test_a_worker_killed_mid_trial_fails_the_search_and_leaves_no_trial_running(tmp_path, stalling_env):
     search = subprocess.Popen([sys.executable, "-m", "autotune", "search", "--model", "demo", "--gpu", "cpu",
                                "--study", "dies", "--devices", "cpu,cpu", "--trials", "4", *SMALL], cwd=tmp_path,
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+                              env=stalling_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     victim = _owner_of_a_measured_trial(tmp_path / "studies" / "dies.db", "dies", deadline_s=600)
     os.kill(victim, signal.SIGKILL)
     output, errors = search.communicate(timeout=1200)
@@ -146,7 +155,8 @@ def _owner_of_a_measured_trial(path: Path, name: str, deadline_s: float) -> int:
         time.sleep(0.5)
         if not path.exists():  # opening a missing SQLite file would create it
             continue
-        with contextlib.suppress(KeyError, sqlalchemy.exc.OperationalError):  # the study is not created yet
+        # The study is not created yet, or the file is busy with the search's own writes.
+        with contextlib.suppress(KeyError, sqlalchemy.exc.DBAPIError, optuna.exceptions.StorageInternalError):
             for trial in optuna.load_study(study_name=name, storage=f"sqlite:///{path}").get_trials(deepcopy=False):
                 if trial.state.name == "RUNNING" and "worker_pid" in trial.user_attrs:
                     return trial.user_attrs["owner"]["pid"]

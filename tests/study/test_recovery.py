@@ -150,3 +150,21 @@ def test_a_heartbeat_thread_keeps_a_trial_alive_through_a_long_blocking_call(tmp
         optuna.storages.fail_stale_trials(study)  # what another worker's recovery runs meanwhile
     states = {t.number: t.state for t in study.get_trials(deepcopy=False)}
     assert states == {beating.number: TrialState.RUNNING, silent.number: TrialState.FAIL}
+
+
+def test_an_interrupted_configuration_awaits_its_retry_until_the_retry_finishes(tmp_path):
+    new_study(tmp_path / "s.db")
+    study, claims = reopened(tmp_path / "s.db")
+    number = start_trial(study, claims, dead_owner())
+    assert studies.awaiting_retry(study) == {}  # running: its own trial holds it
+
+    study, claims = reopened(tmp_path / "s.db")
+    recover_interrupted(study, claims)
+    assert studies.awaiting_retry(study) == {config_key(BASELINE): number}  # not the planner's nor the sampler's
+    assert config_key(BASELINE) not in studies.measured_keys(study)
+
+    retry = start_trial(study, claims, this_process())
+    assert studies.awaiting_retry(study) == {config_key(BASELINE): number}
+    study.tell(retry, [1.0] * len(study.directions))
+    assert studies.awaiting_retry(study) == {}
+    assert studies.measured_keys(study)[config_key(BASELINE)] == retry
