@@ -43,9 +43,10 @@ from autotune.analysis.metrics import KL_DIVERGENCE, PEAK_MEMORY, THROUGHPUT
 from autotune.paths import PACKAGED_SPACE, default_cache_dir, demo_model_path
 from autotune.profiles import GpuProfile, resolve_hardware
 from autotune.search import baseline_config
+from autotune.search.prepare import runnable_space
 from autotune.search.strategy import ruled_out, warm_up_set
 from autotune.space import Config, SearchSpace, config_key, load_space
-from autotune.space.knobs import DtypeKnob
+from autotune.space.knobs import DtypeKnob, Target
 from autotune.study import StudySettings, TrialRecord
 from autotune.units import format_bytes, format_duration, parse_duration
 from benchmarks.llama_1b import DEFAULT_TRAIN_STEPS, model_folder
@@ -170,11 +171,11 @@ def checkpoint_dtype(folder: Path | None) -> str | None:
 # ---------------------------------------------------------------------------------------- planning
 
 
-def planned_trials(space_path: Path, profile: GpuProfile, dtype: str | None, storage: str) -> int:
+def planned_trials(space_path: Path, profile: GpuProfile, dtype: str | None, storage: str, batch_size: int = 8) -> int:
     """Trials the first search needs for the reference, the baseline and the warm-up set, as the search
     loop queues them, less those the study already has. With the checkpoint dtype unknown, the most
     that any dtype the profile runs would need."""
-    space = load_space(space_path).prune(profile.why_not_value)
+    space = runnable_space(load_space(space_path), profile, Target(profile.device_type, requests=batch_size))
     dtypes = [dtype] if dtype else [d for d in DtypeKnob.by_precision if profile.why_not_value("dtype", d) is None]
     measured = set(_existing_keys(storage))
     return max(len(_anchor_and_warm_up_keys(space, profile, d) - measured) for d in dtypes)
@@ -229,7 +230,7 @@ def run_searches(args: argparse.Namespace, runner: Runner, model: str, folder: P
     """The warm-up search (anchors and warm-up set), then the same search resumed with the budget left."""
     storage = storage_url(args.out)
     profile = resolve_hardware(args.gpu, args.device).profile
-    trials = planned_trials(args.space, profile, checkpoint_dtype(folder), storage)
+    trials = planned_trials(args.space, profile, checkpoint_dtype(folder), storage, args.batch_size)
     budget_s = parse_duration(args.budget)
     started = time.monotonic()
     steps = []

@@ -52,7 +52,7 @@ def main() -> None:
         key = config_key(config)
         if key in table["trials"]:
             continue
-        plan = build_plan(config, plan_target(hardware.profile, workload)).to_json()
+        plan = build_plan(config, plan_target(hardware.profile, request)).to_json()
         started = time.monotonic()
         result = run_task(trial_spec(request, prepared, config, plan), workdir / "trial", Limits(args.trial_timeout))
         duration = time.monotonic() - started

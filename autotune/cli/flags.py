@@ -111,6 +111,14 @@ Artifacts = Annotated[
 ]
 _Model = Annotated[str, typer.Option("--model", help="Hub id, local folder, or 'demo' (built-in, offline).")]
 _Revision = Annotated[str | None, typer.Option("--revision", help="Model revision on the hub.")]
+_AssistantModel = Annotated[
+    str | None,
+    typer.Option(
+        "--assistant-model",
+        help="The draft model speculative=assistant loads: a hub id or folder sharing the model's tokenizer.",
+        show_default="the demo's draft with --model demo, else none",
+    ),
+]
 _Gpu = Annotated[str, typer.Option("--gpu", help="Hardware profile (see `autotune gpus`), or auto.")]
 _Price = Annotated[
     float | None, typer.Option("--price", min=0, help="GPU price per hour.", show_default="the profile's")
@@ -147,8 +155,13 @@ _ServePort = Annotated[
 # ------------------------------------------------------------------------------------ groups
 
 
-def model_spec(model: _Model, revision: _Revision = None, trust_remote_code: TrustRemoteCode = False) -> ModelSpec:
-    return ModelSpec(model, revision=revision, trust_remote_code=trust_remote_code)
+def model_spec(
+    model: _Model,
+    revision: _Revision = None,
+    trust_remote_code: TrustRemoteCode = False,
+    assistant_model: _AssistantModel = None,
+) -> ModelSpec:
+    return ModelSpec(model, revision=revision, trust_remote_code=trust_remote_code, assistant=assistant_model)
 
 
 def hardware_spec(gpu: _Gpu = "auto", device: Device = None, price: _Price = None) -> HardwareSpec:

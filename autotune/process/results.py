@@ -101,6 +101,7 @@ class ModelSpec:
     path: str = ""  # where it loads from (filled in by the prepare task)
     revision: str | None = None
     trust_remote_code: bool = False
+    assistant: str | None = None  # the draft model of speculative=assistant: a hub id or folder (--assistant-model)
 
 
 @dataclass

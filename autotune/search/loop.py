@@ -172,7 +172,7 @@ class TrialLoop:
     def _unservable(self, config: Config) -> str | None:
         if self.request.workload.kind != "serve":
             return None
-        plan = build_plan(config, plan_target(self.session.profile, self.request.workload))
+        plan = build_plan(config, plan_target(self.session.profile, self.request))
         return f"transformers serve has no flag for: {', '.join(plan.not_servable)}" if plan.not_servable else None
 
     def _ask(self) -> optuna.Trial:
@@ -218,7 +218,7 @@ class TrialLoop:
 
     def _measure(self, trial: optuna.Trial, config: Config, roles: list[str]) -> TaskResult:
         self.events.trial_started(trial.number, config, roles)
-        built = build_plan(config, plan_target(self.session.profile, self.request.workload))
+        built = build_plan(config, plan_target(self.session.profile, self.request))
         studies.record_launch(trial, config, built.to_json(), roles)
         spec = trial_spec(self.request, self.prepared, config, built.to_json())
         if (fault := _injected_fault(self.launched)) is not None:

@@ -50,7 +50,7 @@ def measure(request: SearchRequest, settings: dict[str, Value]) -> tuple[Config,
         attention = info["default_attn_implementation"]
         baseline = baseline_config(space, info["checkpoint_dtype"], hardware.profile, "throughput", attention)
         config = _configuration(space.including(baseline), {**baseline, **settings}, settings)
-        built = build_plan(config, plan_target(hardware.profile, request.workload))
+        built = build_plan(config, plan_target(hardware.profile, request))
         if request.workload.kind == "serve" and built.not_servable:
             raise UserError(f"transformers serve has no flag for: {', '.join(built.not_servable)}; set other knobs")
         spec = trial_spec(request, prepared, config, built.to_json())

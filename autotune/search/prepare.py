@@ -8,12 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import UserError
-from autotune.process.results import Candidate, ModelSpec, Outcome, TaskResult, TaskSpec, WorkloadSpec
+from autotune.paths import demo_draft_path
+from autotune.process.results import Candidate, ModelSpec, Outcome, TaskResult, TaskSpec
 from autotune.process.runner import Limits, run_task
 from autotune.profiles import GpuProfile, Hardware
 from autotune.search.options import SearchError
 from autotune.space import Config, SearchSpace, Target, build_plan
-from autotune.space.knobs import AttentionKnob, DtypeKnob, WorkloadKnob, knob_defaults
+from autotune.space.knobs import KNOBS, AttentionKnob, DtypeKnob, WorkloadKnob, knob_defaults
 from autotune.specs import SearchRequest
 from autotune.study import PreparedFacts
 
@@ -63,7 +64,7 @@ def prepare(
     """
     profile = hardware.profile
     configs = [reference] if reference else [_defaults(d, request.workload.kind) for d in _precise_dtypes(profile)]
-    candidates = [_candidate(space, config, plan_target(profile, request.workload)) for config in configs]
+    candidates = [_candidate(space, config, plan_target(profile, request)) for config in configs]
     model = replace(request.model)  # a copy: the prepare task fills in its path
     spec = TaskSpec(
         "prepare",
@@ -137,9 +138,29 @@ def _with_defaults(space: SearchSpace, config: Config) -> Config:
     return space.including(full).normalize(full)
 
 
-def plan_target(profile: GpuProfile, workload: WorkloadSpec) -> Target:
-    """What plans are built for: the profile's device type and the workload's largest shape."""
-    return Target(profile.device_type, workload.batch_size, workload.input_len + workload.output_len, workload.kind)
+def plan_target(profile: GpuProfile, request: SearchRequest) -> Target:
+    """What plans are built for: the profile's device type, the workload's largest shape, the draft model."""
+    workload = request.workload
+    return Target(
+        profile.device_type,
+        workload.batch_size,
+        workload.input_len + workload.output_len,
+        workload.kind,
+        assistant_model=assistant_model(request),
+    )
+
+
+def runnable_space(declared: SearchSpace, profile: GpuProfile, target: Target) -> SearchSpace:
+    """What a search samples: the values the profile can run that the workload would not only see refused."""
+    hardware = declared.prune(profile.why_not_value)
+    return hardware.prune(lambda knob, value: KNOBS[knob].why_not_for(value, target))
+
+
+def assistant_model(request: SearchRequest) -> str | None:
+    """--assistant-model, or the demo's draft (built beside the demo model) for --model demo."""
+    if request.model.assistant is not None or request.model.id != "demo":
+        return request.model.assistant
+    return str(demo_draft_path(request.storage.cache_dir))
 
 
 def _candidate(space: SearchSpace, config: Config, target: Target) -> Candidate:

@@ -19,7 +19,7 @@ from autotune.paths import default_space_path
 from autotune.process.results import ModelSpec, QualitySpec, WorkloadSpec
 from autotune.profiles import GpuProfile, Hardware, hardware_for, resolve_hardware
 from autotune.search.options import SearchEvents
-from autotune.search.prepare import Prepared
+from autotune.search.prepare import Prepared, plan_target, runnable_space
 from autotune.space import Config, SearchSpace, config_key, load_space
 from autotune.specs import HardwareSpec, SearchRequest, WorkerRequest
 from autotune.study import StudySettings, artifacts
@@ -118,7 +118,7 @@ def open_session(request: SearchRequest, events: SearchEvents) -> Session:
     if hardware.note:
         events.note(hardware.note)
     declared = load_space(request.space_path or default_space_path())
-    space = declared.prune(hardware.profile.why_not_value)
+    space = runnable_space(declared, hardware.profile, plan_target(hardware.profile, request))
     _check_model_argument(request.model.id)
     name = request.storage.study_name or studies.default_study_name(request.model.id, hardware.profile.name)
     url = request.storage.url or studies.default_storage(name, request.storage.studies_dir)

@@ -35,6 +35,7 @@ class Target:
     requests: int = 8
     tokens_per_request: int = 192  # prompt + generated tokens
     workload: WorkloadKind = "throughput"  # the study's; a workload knob in the space overrides it
+    assistant_model: str | None = None  # the draft model speculative=assistant loads (--assistant-model)
 
 
 class Knob:
@@ -85,6 +86,10 @@ class Knob:
 
     def needs(self, value: Value) -> Needs:
         return Needs()
+
+    def why_not_for(self, value: Value, target: Target) -> str | None:
+        """Why a search for this workload never runs the value (it could only be refused); None: it may."""
+        return None
 
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         raise NotImplementedError
@@ -574,6 +579,90 @@ class ExecutionModeKnob(Knob):
         if value == "inference_mode":
             plan.contexts.append(Call("torch.inference_mode"))
             plan.not_servable.append("execution_mode=inference_mode (serve calls generate() as it is)")
+
+
+@register
+class SpeculativeKnob(Knob):
+    name = "speculative"
+    help = (
+        "speculative decoding in generate(): prompt_lookup (drafts copied from the prompt), assistant (a draft "
+        "model, --assistant-model), early_exit (the model's own first layers draft); lossless under greedy, "
+        "batch size 1 only"
+    )
+    short_name = "spec"
+    choices = ("none", "prompt_lookup", "assistant", "early_exit")
+    default = "none"
+    # "assisted generate is only supported for batch_size = 1": transformers' refusal of batches
+    failure_words = ("assisted", "assistant", "prompt_lookup", "early_exit", "speculat")
+
+    def why_not_for(self, value: Value, target: Target) -> str | None:
+        if value != "none" and target.requests > 1:
+            return (
+                f"transformers' assisted decoding takes one prompt at a time; this workload batches {target.requests}"
+            )
+        return None
+
+    def apply(self, value: Value, plan: Plan, target: Target) -> None:
+        if value == "none":
+            return
+        if value == "prompt_lookup":
+            plan.generate["prompt_lookup_num_tokens"] = DEFAULT_PROMPT_LOOKUP_TOKENS
+        elif value == "assistant":
+            plan.generate["assistant_model"] = _assistant_model(plan, target)
+        elif value == "early_exit":
+            plan.generate["assistant_early_exit"] = DEFAULT_EARLY_EXIT_LAYER
+        plan.not_servable.append(f"speculative={value} (serve has no flag for assisted decoding)")
+
+
+DEFAULT_PROMPT_LOOKUP_TOKENS = 10  # the transformers guide's value; speculative_tokens overrides it
+DEFAULT_EARLY_EXIT_LAYER = 2  # early_exit_layer overrides it
+
+
+def _assistant_model(plan: Plan, target: Target) -> Call | None:
+    """The draft model, loaded like the main one (dtype, device); None when none was given (unsupported)."""
+    if target.assistant_model is None:
+        return None
+    kwargs: dict[str, Any] = {"pretrained_model_name_or_path": target.assistant_model}
+    if "dtype" in plan.load:
+        kwargs["dtype"] = plan.load["dtype"]
+    kwargs["device_map"] = target.device_type
+    return Call("transformers.AutoModelForCausalLM.from_pretrained", kwargs)
+
+
+@register
+class SpeculativeTokensKnob(Knob):
+    name = "speculative_tokens"
+    help = "tokens drafted per step: prompt_lookup_num_tokens, or num_assistant_tokens for a draft model"
+    short_name = "spec_tokens"
+
+    def accepts(self, value: Value) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 128
+
+    def describe_values(self) -> str:
+        return "a whole number from 1 to 128"
+
+    def apply(self, value: Value, plan: Plan, target: Target) -> None:
+        if "prompt_lookup_num_tokens" in plan.generate:
+            plan.generate["prompt_lookup_num_tokens"] = value
+        elif "assistant_model" in plan.generate or "assistant_early_exit" in plan.generate:
+            plan.generate["num_assistant_tokens"] = value
+
+
+@register
+class EarlyExitLayerKnob(Knob):
+    name = "early_exit_layer"
+    help = "speculative=early_exit: the layer whose output drafts tokens (assistant_early_exit)"
+    short_name = "exit_layer"
+
+    def accepts(self, value: Value) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+    def describe_values(self) -> str:
+        return "a layer number from 1"
+
+    def apply(self, value: Value, plan: Plan, target: Target) -> None:
+        if "assistant_early_exit" in plan.generate:
+            plan.generate["assistant_early_exit"] = value
 
 
 @register

@@ -165,7 +165,7 @@ def imports_of(values: list[Any]) -> set[str]:
     for value in values:
         if isinstance(value, Call):
             if value.path.startswith("transformers."):
-                names.add(value.path.split(".", 1)[1])
+                names.add(value.path.split(".")[1])  # AutoModelForCausalLM of AutoModelForCausalLM.from_pretrained
             names |= imports_of(list(value.kwargs.values()) + list(value.attrs.values()))
         elif isinstance(value, dict):
             names |= imports_of(list(value.values()))

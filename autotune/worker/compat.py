@@ -63,9 +63,15 @@ def quantization_library(plan: Plan) -> str | None:
 def adapt_plan(plan: Plan) -> Plan:
     """The plan this installation runs, or UnsupportedError saying what to install or change."""
     _refuse_known_broken_combinations(plan)
+    _require_assistant_model(plan)
     _require_quantization_library(plan)
     _require_kv_cache_backend(plan)
     return plan
+
+
+def _require_assistant_model(plan: Plan) -> None:
+    if "assistant_model" in plan.generate and plan.generate["assistant_model"] is None:
+        raise UnsupportedError("speculative=assistant needs a draft model: give --assistant-model (a hub id or folder)")
 
 
 def _require_quantization_library(plan: Plan) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from autotune.data import EVAL_TEXT
+from autotune.paths import demo_model_path
 from autotune.process import phases as phase_lines
 from autotune.process.results import (
     Candidate,
@@ -36,7 +37,7 @@ from autotune.space.knobs import AttentionKnob
 from autotune.space.plan import Plan
 from autotune.validate import context_problem, position_limit
 from autotune.worker.compat import adapt_plan, quantization_library
-from autotune.worker.demo_model import demo_model_built, ensure_demo_model
+from autotune.worker.demo_model import demo_model_built, ensure_demo_draft
 from autotune.worker.environment import environment
 from autotune.worker.failures import BrokenOutputError, classify
 from autotune.worker.loading import load_model, load_tokenizer
@@ -142,7 +143,8 @@ def _resolve_model_path(spec: TaskSpec, phases: Phases) -> str:
     if spec.model.id == "demo":
         if not demo_model_built(Path(spec.cache_dir)):
             phases.announce("demo-model")
-        return str(ensure_demo_model(Path(spec.cache_dir)))
+        ensure_demo_draft(Path(spec.cache_dir))  # speculative=assistant's draft, trained beside it
+        return str(demo_model_path(Path(spec.cache_dir)))
     return spec.model.path or spec.model.id
 
 

@@ -46,6 +46,9 @@ def test_first_search_covers_the_reference_baseline_and_warm_up_set() -> None:
     # The checkpoint dtype unknown (a hub model not in the cache): the most any dtype would need; a T4 (Turing)
     # keeps the efficient and math sdpa kernels and none of the Ampere-only values.
     assert planned_trials(DEFAULT_SPACE, PROFILES["t4"], None, missing) == 35
+    # One prompt at a time: speculative decoding joins (prompt_lookup, assistant, early_exit, two more
+    # speculated-token counts, one more exit layer); batches of 8 never plan it (transformers refuses them).
+    assert planned_trials(DEFAULT_SPACE, PROFILES["cpu"], "bfloat16", missing, batch_size=1) == 28 + 6
 
 
 def test_the_proof_process_never_imports_torch() -> None:
