@@ -130,7 +130,10 @@ def search(
     print_search_summary(summary)
     stored = load_stored_study(summary.storage, summary.study_name)
     data = collect(stored, summary.storage)
-    print_front(summary.study_name, data.cards, data.settings.objective_metrics)
+    if data.cards:
+        print_front(summary.study_name, data.cards, data.settings.objective_metrics)
+    else:
+        out.print(f"Pareto front of {summary.study_name}: empty, {data.empty_front_reason()}")
     path = build_report(summary.study_name, summary.storage, report or default_report_path(summary.study_name))
     out.print(f"report: {path}")
     stored_in = attach_report(summary.study_name, summary.storage, artifacts, path)

@@ -135,6 +135,14 @@ class ReportData:
     def infeasible(self) -> list[int]:
         return [trial.number for trial in self.complete if not trial.feasible]
 
+    def empty_front_reason(self) -> str:
+        """Why no configuration is on the front: no complete trial, or none within the constraints."""
+        complete = len(self.complete)
+        if complete == 0:
+            return "no trial has completed yet"
+        limits = ", ".join(str(constraint) for constraint in self.constraints)
+        return f"none of the {complete} complete trials satisfies {limits}"
+
 
 def collect(study: optuna.Study, storage_url: str) -> ReportData:
     settings = studies.stored_settings(study)

@@ -242,7 +242,7 @@ def _figure_html(figure: go.Figure, div_id: str) -> str:
 
 def _cards(data: ReportData) -> str:
     if not data.cards:
-        return "<p>No configuration is on the front yet.</p>"
+        return f"<p>No configuration is on the front: {escape(data.empty_front_reason())}.</p>"
     return "".join(_card(card, index) for index, card in enumerate(data.cards))
 
 

@@ -45,6 +45,17 @@ def _resolve(path: str) -> Any:
     raise ModuleNotFoundError(f"no module in {path!r}")
 
 
+# What from_pretrained() and generate() import on their first call: every quantizer (and with them torchao,
+# where installed) and every loss (and with them scipy). Imported before the memory baseline, their tens of
+# megabytes count as the process's libraries, not as the model's memory.
+FIRST_CALL_MODULES = ("transformers.quantizers.auto", "transformers.loss.loss_utils", "transformers.generation.utils")
+
+
+def import_first_call_modules() -> None:
+    for module in FIRST_CALL_MODULES:
+        importlib.import_module(module)
+
+
 def load_model(model: ModelSpec, plan: Plan, device: str) -> torch.nn.Module:
     from transformers import AutoModelForCausalLM
 

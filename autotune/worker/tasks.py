@@ -40,7 +40,7 @@ from autotune.worker.compat import adapt_plan, quantization_library
 from autotune.worker.demo_model import demo_model_built, ensure_demo_draft
 from autotune.worker.environment import environment
 from autotune.worker.failures import BrokenOutputError, classify
-from autotune.worker.loading import load_model, load_tokenizer
+from autotune.worker.loading import import_first_call_modules, load_model, load_tokenizer
 from autotune.worker.measurement.energy import EnergyCounter, energy_figures
 from autotune.worker.measurement.figures import (
     broken_reason,
@@ -266,6 +266,7 @@ def _trial(spec: TaskSpec, phases: Phases) -> TaskResult:
         library = quantization_library(plan)
         if library:
             importlib.import_module(library)  # its library counts as process baseline, not as model memory
+        import_first_call_modules()
         memory = PeakMemory(spec.device)
         model = load_model(spec.model, plan, spec.device)
     inputs = build_inputs(tokenizer, workload_spec)

@@ -12,6 +12,7 @@ import itertools
 import json
 import math
 from dataclasses import replace
+from html import escape
 from html.parser import HTMLParser
 
 import pytest
@@ -145,6 +146,17 @@ def test_progress_ignores_infeasible_trials(tmp_path):
     assert report.infeasible == [1]
     assert report.progress.hypervolume == [1.0, 1.0] and report.progress.best_throughput == [100, 100]
     assert [str(c) for c in report.constraints] == ["kl_divergence<=0.01"]
+
+
+def test_an_empty_front_says_why_in_the_report(tmp_path):
+    study, url = fakes.new_study(tmp_path / "e.db", constraints=["kl_divergence<=0.01"])
+    assert collect(study, url).empty_front_reason() == "no trial has completed yet"
+    fakes.add_complete(study, fakes.FOUR_BIT, fakes.metrics(300, 1.0, 0.05, 0.9, 11.0), constraints={"k": 4.0})
+    report = collect(study, url)
+    assert report.cards == []
+    reason = "none of the 1 complete trials satisfies kl_divergence<=0.01"
+    assert report.empty_front_reason() == reason
+    assert f"No configuration is on the front: {escape(reason)}." in render(report)
 
 
 def test_failures_are_grouped_by_reason_with_their_text(data):

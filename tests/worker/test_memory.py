@@ -6,6 +6,7 @@ missing NVML leaves its figure out of the trial's details instead of writing a z
 
 from __future__ import annotations
 
+import subprocess
 import sys
 
 import pytest
@@ -50,3 +51,40 @@ def test_without_nvml_the_cuda_details_leave_the_nvml_figure_out_instead_of_a_ze
     peak.reset()
     assert peak.peak_bytes() == 123
     assert peak.details() == {"peak_reserved_bytes": 456.0}
+
+
+FIRST_LOAD = """
+import sys, torch
+from transformers import AutoModelForCausalLM
+from autotune.worker.loading import import_first_call_modules
+if sys.argv[2] == "first": import_first_call_modules()
+before = set(sys.modules)
+AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.bfloat16)
+print(" ".join(sorted({name.split(".")[0] for name in set(sys.modules) - before})))
+"""
+
+
+@pytest.mark.parametrize("library", ["torchao", "scipy"])
+def test_libraries_the_first_load_imports_are_imported_before_the_memory_baseline(library, tmp_path):
+    # transformers imports every quantizer (torchao with them) and every loss (scipy) on its first
+    # from_pretrained(): tens of MB of modules that must not count as the model's memory on CPU.
+    pytest.importorskip(library)
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=64,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+    )
+    LlamaForCausalLM(config).save_pretrained(tmp_path)
+
+    def imported_by_load(mode: str) -> set[str]:
+        run = subprocess.run([sys.executable, "-c", FIRST_LOAD, str(tmp_path), mode], capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr
+        return set(run.stdout.split())
+
+    assert library in imported_by_load("bare")  # what the trial would otherwise count as model memory
+    assert library not in imported_by_load("first")
