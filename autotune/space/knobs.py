@@ -507,17 +507,29 @@ MIN_PAGE_SIZE = 4  # transformers refuses smaller pages (5.17 and 5.22)
 
 
 class _AutoOnOffKnob(Knob):
-    """A ContinuousBatchingConfig switch: auto lets transformers decide, on and off force it."""
+    """A ContinuousBatchingConfig switch of its own name: auto lets transformers decide, on and off force it."""
 
-    field: ClassVar[str]
     choices = ("auto", "on", "off")
     default = "auto"
     # auto turns out as on or off: no lighter than off, no heavier than on.
     memory_ranks: ClassVar[dict[Value, int]] = {"off": 0, "auto": 1, "on": 2}
+    why_on: ClassVar[str]  # why on needs CUDA
+    why_off: ClassVar[str]  # why off needs CUDA
+    serve_switch: ClassVar[tuple[str, str] | None] = None  # serve's (on, off) flags; None: it has none
+
+    def needs(self, value: Value) -> Needs:
+        if value == "auto":
+            return Needs()
+        return Needs(cuda=True, why=self.why_on if value == "on" else self.why_off)
 
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
-        if value != "auto":
-            plan.continuous[self.field] = value == "on"
+        if value == "auto":
+            return
+        plan.continuous[self.name] = value == "on"
+        if self.serve_switch:
+            plan.serve_flags.append(self.serve_switch[0 if value == "on" else 1])
+        else:
+            plan.not_servable.append(f"{self.name}={value} (serve has no flag for it)")
 
 
 @register
@@ -528,20 +540,10 @@ class CudaGraphKnob(_AutoOnOffKnob):
         "attention that needs no mask (flash)"
     )
     short_name = "cuda_graph"
-    field = "use_cuda_graph"
     failure_words = ("graph",)
-
-    def needs(self, value: Value) -> Needs:
-        if value == "on":
-            return Needs(cuda=True, why="CUDA graphs need CUDA: elsewhere transformers turns them off, a no-op")
-        if value == "off":
-            return Needs(cuda=True, why="off differs from auto only on CUDA: elsewhere graphs are never used")
-        return Needs()
-
-    def apply(self, value: Value, plan: Plan, target: Target) -> None:
-        super().apply(value, plan, target)
-        if value != "auto":
-            plan.serve_flags.append("--cb-use-cuda-graph" if value == "on" else "--no-cb-use-cuda-graph")
+    why_on = "CUDA graphs need CUDA: elsewhere transformers turns them off, a no-op"
+    why_off = "off differs from auto only on CUDA: elsewhere graphs are never used"
+    serve_switch = ("--cb-use-cuda-graph", "--no-cb-use-cuda-graph")
 
 
 @register
@@ -552,20 +554,9 @@ class AsyncBatchingKnob(_AutoOnOffKnob):
         "auto: transformers turns it on with CUDA graphs and flash attention"
     )
     short_name = "async"
-    field = "use_async_batching"
     failure_words = ("async",)
-
-    def needs(self, value: Value) -> Needs:
-        if value == "on":
-            return Needs(cuda=True, why="async batching needs a CUDA or XPU device: transformers refuses it elsewhere")
-        if value == "off":
-            return Needs(cuda=True, why="off differs from auto only on CUDA: elsewhere async batching is never used")
-        return Needs()
-
-    def apply(self, value: Value, plan: Plan, target: Target) -> None:
-        super().apply(value, plan, target)
-        if value != "auto":
-            plan.not_servable.append(f"use_async_batching={value} (serve has no flag for it)")
+    why_on = "async batching needs a CUDA or XPU device: transformers refuses it elsewhere"
+    why_off = "off differs from auto only on CUDA: elsewhere async batching is never used"
 
 
 @register
