@@ -72,6 +72,7 @@ class TrialLoop:
         self.warm_up = warm_up_set(self.space, prepared.baseline_config)
         self.current: optuna.Trial | None = None  # asked and not finished yet: a signal must not leave it RUNNING
         self.started: float | None = None  # when the current trial's worker was launched
+        self.token = random.SystemRandom().randrange(1, 2**31)  # this loop, in the trials it takes
 
     def run(self) -> str:
         """Measure trials until something stops the search or a signal interrupts it; say what did."""
@@ -178,7 +179,11 @@ class TrialLoop:
     def _ask(self) -> optuna.Trial:
         """A new trial, marked as ours with a first heartbeat at once, so a crash can never leave it RUNNING."""
         with deferred():
-            trial = self.current = self.study.ask()
+            trial = self.study.ask()
+            while not self.claims.take_trial(trial_id(trial), self.token):
+                self.events.note(f"trial #{trial.number} was popped by another worker as well; it is theirs")
+                trial = self.study.ask()
+            self.current = trial
             self.started = None
             trial.set_user_attr(OWNER_ATTR, this_process())
             if self.request.run_id:

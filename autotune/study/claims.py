@@ -47,6 +47,12 @@ class Claims:
             holder = self.holder(config_key)
             return holder if holder is not None else self.claim(config_key, trial_number)
 
+    def take_trial(self, trial_id: int, token: int) -> bool:
+        """Whether the process holding `token` is the one that popped this queued trial. Optuna pops a
+        WAITING trial by reading it, then setting it RUNNING; on SQLite the read happens outside the write
+        transaction, so two workers can pop the same trial. The first to insert the row keeps it."""
+        return self.claim(f"asked trial id {trial_id}", token) == token
+
     def holder(self, config_key: str) -> int | None:
         with self.engine.connect() as connection:
             return connection.execute(

@@ -168,3 +168,16 @@ def test_an_interrupted_configuration_awaits_its_retry_until_the_retry_finishes(
     study.tell(retry, [1.0] * len(study.directions))
     assert studies.awaiting_retry(study) == {}
     assert studies.measured_keys(study)[config_key(BASELINE)] == retry
+
+
+def test_a_queued_trial_popped_by_two_workers_is_taken_by_the_first_only(tmp_path):
+    # On SQLite Optuna reads a WAITING trial outside the transaction that sets it RUNNING, so two workers
+    # can both pop it (CI: the second one's suggest() raised UpdateFinishedTrialError once the first skipped it).
+    study, _ = new_study(tmp_path / "s.db")
+    study.enqueue_trial(BASELINE)
+    trial = study.ask()
+    first, second = reopened(tmp_path / "s.db")[1], reopened(tmp_path / "s.db")[1]
+    assert first.take_trial(trial._trial_id, token=11)
+    assert not second.take_trial(trial._trial_id, token=22)
+    assert first.take_trial(trial._trial_id, token=11)  # asking again does not lose it
+    assert second.take_trial(trial._trial_id + 1, token=22)  # another trial is free to take
