@@ -5,8 +5,10 @@
 For the installed transformers, runs `autotune measure --model demo --device cpu --json` on the
 transformers defaults (the baseline) and on the baseline with one knob changed, for every value of
 the space that the cpu profile does not prune (the strategy's warm-up set), each in its own
-process. Prints one line per configuration: the values changed, the outcome, the throughput or the
-reason. Exits 1 when any configuration ends other than `ok` or `unsupported` (`error`, `crashed`,
+process: a batch of two prompts, or one prompt at a time for a value no batch can run (speculative
+decoding: transformers refuses assisted generation on batches), so that every value really runs.
+Prints one line per configuration: the values changed, the outcome, the throughput or the reason.
+Exits 1 when any configuration ends other than `ok` or `unsupported` (`error`, `crashed`,
 `timeout`, a refused command line, unreadable output): a transformers version the project claims
 must run every value or say why it cannot. CI runs it on the lowest supported transformers and on
 the pinned one (.ci/run).
@@ -29,18 +31,32 @@ from autotune.profiles import PROFILES
 from autotune.search import baseline_config
 from autotune.search.strategy import warm_up_set
 from autotune.space import Config, load_space
+from autotune.space.knobs import KNOBS, Target
 from autotune.units import parse_duration
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO_CHECKPOINT_DTYPE = "bfloat16"
 ACCEPTED = ("ok", "unsupported")
-WORKLOAD = ["--batch-size", "2", "--input-len", "32", "--output-len", "16"]
+BATCH = 2
+SHAPE = ["--input-len", "32", "--output-len", "16"]
 
 
 @dataclass(frozen=True)
 class Case:
     label: str
     config: Config
+
+    @property
+    def one_prompt_at_a_time(self) -> bool:
+        """A value of this configuration is never run on a batch (its knob says why)."""
+        batch = Target(device_type="cpu", requests=BATCH)
+        return any(name in KNOBS and KNOBS[name].why_not_for(value, batch) for name, value in self.config.items())
+
+    @property
+    def workload(self) -> list[str]:
+        if self.one_prompt_at_a_time:
+            return ["--workload", "latency", "--batch-size", "1", *SHAPE]
+        return ["--workload", "throughput", "--batch-size", str(BATCH), *SHAPE]
 
 
 @dataclass(frozen=True)
@@ -67,7 +83,8 @@ def cases(space_path: Path) -> list[Case]:
 def measure(case: Case, space_path: Path, timeout_s: float) -> Outcome:
     settings = [argument for name, value in case.config.items() for argument in ("--set", f"{name}={value}")]
     command = [sys.executable, "-m", "autotune", "measure", "--model", "demo", "--device", "cpu", "--space",
-               str(space_path), *WORKLOAD, "--trial-timeout", f"{int(timeout_s)}s", "--json", *settings]  # fmt: skip
+               str(space_path), *case.workload, "--trial-timeout", f"{int(timeout_s)}s", "--json",
+               *settings]  # fmt: skip
     started = time.monotonic()
     completed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout_s + 120)
     seconds = time.monotonic() - started
@@ -77,7 +94,8 @@ def measure(case: Case, space_path: Path, timeout_s: float) -> Outcome:
         last_line = (completed.stderr.strip().splitlines() or ["no output"])[-1]
         return Outcome(case, f"exit {completed.returncode}", last_line, seconds)
     if document["outcome"] == "ok":
-        return Outcome(case, "ok", f"{document['metrics']['throughput_tok_s']:.0f} tok/s", seconds)
+        shape = ", one prompt at a time" if case.one_prompt_at_a_time else ""
+        return Outcome(case, "ok", f"{document['metrics']['throughput_tok_s']:.0f} tok/s{shape}", seconds)
     return Outcome(case, document["outcome"], document["message"], seconds)
 
 

@@ -39,3 +39,14 @@ def test_measure_on_a_space_without_the_checkpoint_dtype_measures_the_defaults(
     assert completed.returncode == 0, completed.stderr[-2000:]
     document = json.loads(completed.stdout.strip().splitlines()[-1])
     assert document["config"]["dtype"] == "bfloat16" and document["outcome"] == "ok"
+
+
+def test_values_no_batch_can_run_are_measured_one_prompt_at_a_time() -> None:
+    """Speculative decoding is refused on batches: conformance runs it on one prompt, so it really runs."""
+    planned = cases(DEFAULT_SPACE)
+    speculative = [case for case in planned if case.config.get("speculative", "none") != "none"]
+    assert speculative and all(case.one_prompt_at_a_time for case in speculative)
+    for case in speculative:
+        assert case.workload[:4] == ["--workload", "latency", "--batch-size", "1"]
+    batched = [case for case in planned if case not in speculative]
+    assert all(case.workload[:4] == ["--workload", "throughput", "--batch-size", "2"] for case in batched)
