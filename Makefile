@@ -34,7 +34,7 @@ $(FLOOR_STAMP): pyproject.toml constraints-floor.txt
 	$(PYTHON) -m venv $(FLOOR_VENV)
 	$(FLOOR_VENV)/bin/python -m pip install -q --upgrade pip
 	$(FLOOR_VENV)/bin/python -m pip install -q "$(TORCH)"
-	$(FLOOR_VENV)/bin/python -m pip install -q -e . -c constraints-floor.txt
+	$(FLOOR_VENV)/bin/python -m pip install -q -e ".[quant]" -c constraints-floor.txt
 	touch $(FLOOR_STAMP)
 
 conformance: $(STAMP)
