@@ -38,7 +38,7 @@ import optuna
 
 from autotune.analysis.metrics import OBJECTIVES
 from autotune.analysis.pareto import hypervolume, raw_losses, scaled
-from autotune.search.strategy import Planned, next_planned, next_queued, ruled_out, warm_up_set
+from autotune.search.strategy import Planned, Situation, next_planned, next_queued, ruled_out, warm_up_set
 from autotune.space import Config, SearchSpace, config_key
 from autotune.study import make_sampler
 
@@ -54,6 +54,7 @@ class Grid:
     trials: dict[str, dict]  # config key -> {"config", "outcome", "metrics", "duration_s"}
     reference: Config
     baseline: Config
+    device: str  # the profile's device kind: "cpu" or "cuda"
     low: np.ndarray
     high: np.ndarray
 
@@ -67,6 +68,7 @@ class Grid:
             trials=table["trials"],
             reference=table["reference"],
             baseline=table["baseline"],
+            device=_device_kind(table.get("profile")),
             low=raw.min(axis=0),
             high=raw.max(axis=0),
         )
@@ -78,6 +80,13 @@ class Grid:
 
     def hypervolume(self, keys: list[str]) -> float:
         return hypervolume(self.points(keys))
+
+
+def _device_kind(profile: object) -> str:
+    """The grid's device kind: grid.py stores the profile's name (older grids) or its settings."""
+    if isinstance(profile, dict):
+        return str(profile.get("kind", "cpu"))
+    return "cpu" if profile in (None, "cpu") else "cuda"
 
 
 @dataclass
@@ -92,6 +101,11 @@ class Curve:
 
     def time_to(self, fraction: float) -> float:
         return next((s for f, s in zip(self.fractions, self.seconds, strict=True) if f >= fraction), math.inf)
+
+    def at_seconds(self, seconds: float) -> float:
+        """The fraction found by trials that finished within this much trial time (0 before the first)."""
+        done = [f for f, s in zip(self.fractions, self.seconds, strict=True) if s <= seconds]
+        return done[-1] if done else 0.0
 
 
 def replay(grid: Grid, strategy: str, seed: int, budget: int | None = None, enough: int | None = None) -> Curve:
@@ -151,7 +165,8 @@ def _next(
         done = {key: (grid.trials[key]["config"], grid.trials[key]["metrics"]) for key in measured}
         done = {key: entry for key, entry in done.items() if grid.trials[key]["outcome"] == "ok"}
         if compose:
-            planned = next_queued(grid.space, grid.baseline, plan, done, taken, skip)
+            durations = [(grid.trials[key]["config"], grid.trials[key]["duration_s"]) for key in measured]
+            planned = next_queued(Situation(grid.space, grid.baseline, grid.device), plan, done, taken, skip, durations)
         else:
             planned = next_planned(plan, taken, skip)
         if planned is not None:
@@ -194,17 +209,27 @@ SLOW_STRATEGIES = ("gp",)
 DEFAULT_STRATEGIES = ("random", "tpe", "nsga2", "gp", "autotune")
 
 
-def summarize(grid: Grid, curves: dict[str, list[Curve]], shares: tuple[float, ...] = (0.10, 0.25, 0.50)) -> str:
+def summarize(
+    grid: Grid,
+    curves: dict[str, list[Curve]],
+    shares: tuple[float, ...] = (0.10, 0.25, 0.50),
+    minutes: tuple[float, ...] = (),
+) -> str:
+    """The table: hypervolume found after a share of the grid's trials, and after minutes of trial time."""
     n = len(grid.trials)
     ran = sum(t["outcome"] == "ok" for t in grid.trials.values())
-    minutes = sum(t["duration_s"] for t in grid.trials.values()) / 60
-    lines = [f"grid: {n} configurations, {ran} ran, {minutes:.1f} min of trials in all", ""]
+    total = sum(t["duration_s"] for t in grid.trials.values()) / 60
+    lines = [f"grid: {n} configurations, {ran} ran, {total:.1f} min of trials in all", ""]
     head = "".join(f"  at {share:.0%} ({math.ceil(share * n)} trials)   " for share in shares)
+    head += "".join(f"  after {minute:g} min              " for minute in minutes)
     lines.append(f"{'strategy':<10}{head}  time to 95% of the grid's hypervolume")
     for name, runs in curves.items():
         cells = []
         for share in shares:
             values = [curve.at_trials(math.ceil(share * n)) for curve in runs]
+            cells.append(f"  {statistics.median(values):6.1%} [{min(values):.1%}-{max(values):.1%}]")
+        for minute in minutes:
+            values = [curve.at_seconds(minute * 60) for curve in runs]
             cells.append(f"  {statistics.median(values):6.1%} [{min(values):.1%}-{max(values):.1%}]")
         times = [curve.time_to(0.95) for curve in runs]
         finite = [t for t in times if math.isfinite(t)]
@@ -241,6 +266,7 @@ def main() -> None:
     parser.add_argument("--strategies", default=",".join(DEFAULT_STRATEGIES), help=f"of {', '.join(SAMPLERS)}")
     parser.add_argument("--budgets", default="10,25,50", help="the table's columns: percentages of the grid's trials")
     parser.add_argument("--gp-seeds", type=int, help="seeds for gp (default: --seeds); see SLOW_STRATEGIES")
+    parser.add_argument("--minutes", default="", help="more columns: the share found after these minutes of trials")
     args = parser.parse_args()
     grid = Grid.load(args.grid)
     shares = tuple(int(percent) / 100 for percent in args.budgets.split(","))
@@ -248,7 +274,8 @@ def main() -> None:
     names = args.strategies.split(",")
     seeds = {name: args.gp_seeds if name == "gp" and args.gp_seeds else args.seeds for name in names}
     curves = {name: _replays(grid, name, seeds[name], least) for name in names}
-    print(summarize(grid, curves, shares))
+    minutes = tuple(float(minute) for minute in args.minutes.split(",") if minute)
+    print(summarize(grid, curves, shares, minutes))
     if "autotune" in curves:
         print()
         for other in [name for name in curves if not name.startswith("autotune")]:

@@ -17,12 +17,13 @@ from autotune import study as studies
 from autotune.process import phases
 from autotune.process.results import Outcome, TaskResult
 from autotune.process.runner import Limits, run_task
+from autotune.search.forecast import duration_kind
 from autotune.search.interrupts import Interrupted, deferred
 from autotune.search.options import SearchEvents
 from autotune.search.prepare import Prepared, plan_target, trial_spec
 from autotune.search.session import Session, recover
-from autotune.search.strategy import next_queued, ruled_out, warm_up_set
-from autotune.space import KNOBS, Config, SearchSpace, build_plan, config_key
+from autotune.search.strategy import Situation, next_queued, ruled_out, warm_up_set
+from autotune.space import Config, SearchSpace, build_plan, config_key
 from autotune.study import TrialRecord, artifacts
 from autotune.study.optuna_internals import trial_id
 from autotune.study.recovery import OWNER_ATTR, Heartbeat, claim_configuration, this_process
@@ -160,10 +161,19 @@ class TrialLoop:
         taken = set(studies.measured_keys(self.study)) | set(studies.awaiting_retry(self.study))
         complete = {config_key(r.config): (r.config, r.metrics) for r in records if r.outcome == Outcome.OK}
         skip = lambda c: self._never_run(c, history)  # noqa: E731
-        baseline, objectives = self.prepared.baseline_config, self.session.settings.objective_metrics
-        planned = next_queued(self.space, baseline, self.warm_up, complete, taken, skip, objectives)
+        left = self.deadline - time.monotonic() if self.deadline is not None else None
+        planned = next_queued(self._situation(), self.warm_up, complete, taken, skip, _durations(records), left)
         if planned is not None:
             self.study.enqueue_trial(planned.config, user_attrs={"roles": [planned.why]})
+
+    def _situation(self) -> Situation:
+        return Situation(
+            self.space,
+            self.prepared.baseline_config,
+            self.session.profile.device_type,  # type: ignore[arg-type] - "cpu" or "cuda"
+            self.session.settings.objective_metrics,
+            self.request.workload.kind,
+        )
 
     def _never_run(self, config: Config, history: list[tuple[int, Config, str]]) -> str | None:
         """Why this configuration is skipped without running: a rule, an earlier failure, or (serve
@@ -299,15 +309,16 @@ def overrun_reason(config: Config, history: list[TrialRecord], seconds_left: flo
 
 def expected_duration_s(config: Config, history: list[TrialRecord]) -> float | None:
     """Median duration of finished trials that compile and batch as this one does, else of all of them."""
-    cut_short = (None, Outcome.BUDGET, Outcome.INTERRUPTED)
-    finished = [r for r in history if r.duration_s is not None and r.outcome not in cut_short]
-
-    def kind(values: Config) -> tuple:
-        return tuple(knob.duration_group(values.get(name)) for name, knob in KNOBS.items())
-
-    alike = [r.duration_s for r in finished if kind(r.config) == kind(config)]
-    durations = alike or [r.duration_s for r in finished]
+    finished = _durations(history)
+    alike = [seconds for ran, seconds in finished if duration_kind(ran) == duration_kind(config)]
+    durations = alike or [seconds for _, seconds in finished]
     return statistics.median(durations) if durations else None
+
+
+def _durations(history: list[TrialRecord]) -> list[tuple[Config, float]]:
+    """(configuration, seconds) of the trials that ran to their end, whatever their outcome."""
+    cut_short = (None, Outcome.BUDGET, Outcome.INTERRUPTED)
+    return [(r.config, r.duration_s) for r in history if r.duration_s is not None and r.outcome not in cut_short]
 
 
 def _injected_fault(launch_index: int) -> dict[str, str] | None:

@@ -1,14 +1,19 @@
-"""autotune's search strategy: what to measure before the sampler takes over, and what to skip.
+"""autotune's search strategy: what to measure before the sampler takes over, and in what order.
 
-Chosen from benchmarks/replay.py, which replays strategies against an exhaustively measured grid:
+Chosen from benchmarks/replay.py, which replays strategies against exhaustively measured grids, and
+from what the transformers guides recommend first (the knob handlers' priors, `Knob.expect`):
 
-- a warm-up set after the reference and the baseline: the baseline with one knob changed, once for
-  every value of every knob, cheapest first. It maps each knob's effect on every objective;
-- compositions: for each trade-off between the objectives, the warm-up changes that served it,
-  combined on the baseline (fastest dtype + compiling + fastest attention, say);
-- predicted changes: one-knob changes of Pareto configurations, each predicted from the warm-up's
-  trial that made the same change to the baseline, run while a prediction would extend the front,
-  the largest expected gain first;
+- the reference and the baseline (search/session.py queues them);
+- the recommended stacks: for each of the study's objectives, the configuration the guides name first
+  on this device (decode speed on a GPU: bf16 + static cache + compile; memory: 4-bit NF4 with bf16
+  compute; latency: the compiled static cache, one prompt at a time; serving: continuous batching);
+- then, in the order of what each is expected to add to the front per expected second of trial
+  (search/forecast.py: priors until a trial measures the change, then the measurement):
+  the warm-up set (the baseline with one knob changed, once for every value of every knob),
+  compositions (for each trade-off between the objectives, the warm-up changes that served it,
+  combined on the baseline) and predicted changes (one-knob changes of Pareto configurations).
+  What is expected to lose on the study's first objective waits until the rest has run; a warm-up
+  change is never dropped, only moved back;
 - configurations that earlier failures rule out are skipped without being run: after an
   out-of-memory error, any configuration that differs from that one only by needing more memory
   (a wider dtype, lighter quantization, more tokens per batch) is skipped too;
@@ -17,8 +22,8 @@ Chosen from benchmarks/replay.py, which replays strategies against an exhaustive
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
-import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -27,9 +32,10 @@ import numpy as np
 from autotune.analysis.metrics import KL_DIVERGENCE, OBJECTIVES, PEAK_MEMORY, THROUGHPUT, Metric
 from autotune.analysis.pareto import contributions, hypervolume, raw_losses, scaled, scaled_losses
 from autotune.process.results import Outcome
+from autotune.search.changes import describe, fill, with_value
+from autotune.search.forecast import Forecast, Forecaster, Measured, family
 from autotune.space import KNOBS, Config, SearchSpace, config_key
-
-Measured = tuple[Config, Mapping[str, float]]  # a complete trial's configuration and figures
+from autotune.space.knobs import DeviceKind, Value
 
 
 @dataclass(frozen=True)
@@ -39,49 +45,125 @@ class Planned:
 
 
 def warm_up_set(space: SearchSpace, baseline: Config) -> list[Planned]:
-    """The baseline with one knob changed, for each value of each knob; cheap trials first."""
+    """The baseline with one knob changed, for each value of each knob, in the space's order."""
     planned: dict[str, Planned] = {}
     for spec in space.knobs:
         for value in spec.values:
             if baseline.get(spec.name) == value:
                 continue
-            config = _with_value(space, baseline, spec.name, value)
+            config = with_value(space, baseline, spec.name, value)
             if config is not None and config_key(config) not in planned and config != baseline:
                 planned[config_key(config)] = Planned(config, f"warm-up: {spec.name}={value}")
-    return sorted(planned.values(), key=lambda p: trial_cost(p.config))
+    return list(planned.values())
 
 
-def trial_cost(config: Config) -> int:
-    """A rough order of trial durations, the sum of the knobs' costs (compiling is the slowest)."""
-    return sum(KNOBS[name].cost(value) for name, value in config.items() if name in KNOBS)
+# ------------------------------------------------------------------------------- recommended stacks
 
 
-def _with_value(space: SearchSpace, base: Config, name: str, value: str | int) -> Config | None:
-    """`base` with `name` set to `value`, changing the fewest other knobs to make it valid, or None."""
-    wanted = {**base, name: value}
-    for parent, values in space.knob(name).when.items():  # e.g. compile needs cache_implementation=static
-        if wanted.get(parent) not in values:
-            wanted[parent] = values[0]
-    wanted = _fill(space, wanted)
-    if space.violation(wanted) is None:
-        return wanted
-    for other in space.knobs:  # a rule forbids it as is: one more knob changed may allow it
-        if other.name == name:
+@dataclass(frozen=True)
+class Recipe:
+    """A stack the guides recommend for one aim: knobs and the values to try for each, in order of preference."""
+
+    aim: str
+    title: str
+    settings: tuple[tuple[str, tuple[Value, ...]], ...]
+    source: str
+    gpu_only: frozenset[str] = frozenset()  # knobs the recipe sets only on a GPU (elsewhere they keep the baseline's)
+
+
+FLASH = "<the best flash attention installed>"
+_FLASH_PACKAGES = {"flash_attention_3": "flash_attn_interface", "flash_attention_2": "flash_attn"}
+
+RECIPES: dict[str, Recipe] = {
+    recipe.aim: recipe
+    for recipe in (
+        Recipe(
+            "throughput",
+            "bf16 + static cache + torch.compile",
+            (
+                ("dtype", ("bfloat16", "float16")),
+                ("attn_implementation", (FLASH,)),
+                ("cache_implementation", ("static",)),
+                ("compile", ("reduce-overhead", "default")),
+            ),
+            "the guides' first recipe for decode speed: static cache + torch.compile, up to 4x (llm_optims); "
+            "bf16 on Ampere and newer (perf)",
+            gpu_only=frozenset({"dtype", "attn_implementation"}),
+        ),
+        Recipe(
+            "latency",
+            "compiled static cache, one prompt at a time",
+            (
+                ("dtype", ("bfloat16", "float16")),
+                ("cache_implementation", ("static",)),
+                ("compile", ("reduce-overhead", "default")),
+            ),
+            "static cache + torch.compile for per-token latency (llm_optims, perf)",
+            gpu_only=frozenset({"dtype"}),
+        ),
+        Recipe(
+            "memory",
+            "4-bit NF4 weights, bf16 compute",
+            (("quantization", ("bnb-4bit", "torchao-int4", "quanto-int4", "bnb-8bit")), ("dtype", ("bfloat16",))),
+            "the guides' way to fit a model in memory: bitsandbytes 4-bit, about a quarter of the weight memory "
+            "(gpu-one, overview)",
+        ),
+        Recipe(
+            "serve",
+            "continuous batching",
+            (("batching", ("continuous",)), ("dtype", ("bfloat16", "float16"))),
+            "continuous batching keeps the GPU busy under concurrent requests (serving, overview)",
+            gpu_only=frozenset({"dtype"}),
+        ),
+    )
+}
+
+
+def aims(objectives: Sequence[Metric], workload: str) -> list[str]:
+    """The recipes a study's objectives call for, in the objectives' order."""
+    wanted: list[str] = []
+    for metric in objectives:
+        kind = family(metric)
+        if kind in ("speed", "time"):
+            if workload == "serve":
+                wanted += ["serve", "throughput"]
+            else:
+                wanted.append("latency" if workload == "latency" or kind == "time" else "throughput")
+        elif kind == "memory":
+            wanted.append("memory")
+    return list(dict.fromkeys(wanted))
+
+
+def recommended_stacks(
+    space: SearchSpace, baseline: Config, objectives: Sequence[Metric], workload: str, device: DeviceKind
+) -> list[Planned]:
+    """The stacks the guides recommend for these objectives, each as it fits this space, unique, not the baseline."""
+    planned: dict[str, Planned] = {}
+    for aim in aims(objectives, workload):
+        recipe = RECIPES[aim]
+        config = _realise(space, baseline, recipe, device)
+        if config != baseline and config_key(config) not in planned:
+            planned[config_key(config)] = Planned(config, f"recommended for {aim}: {recipe.title} ({recipe.source})")
+    return list(planned.values())
+
+
+def _realise(space: SearchSpace, baseline: Config, recipe: Recipe, device: DeviceKind) -> Config:
+    """The baseline with each of the recipe's knobs set to its first value that fits with those set before."""
+    config, fixed = dict(baseline), {}
+    for name, preferred in recipe.settings:
+        if name in recipe.gpu_only and device != "cuda":
             continue
-        for alternative in other.values:
-            candidate = _fill(space, {**wanted, other.name: alternative})
-            if candidate.get(name) == value and space.violation(candidate) is None:
-                return candidate
-    return None
+        for value in _installed_flash() if preferred == (FLASH,) else preferred:
+            changed = with_value(space, config, name, value) if name in space.knob_names() else None
+            if changed is not None and all(changed.get(k) == v for k, v in fixed.items()):
+                config, fixed = changed, {**fixed, name: value}
+                break
+    return config
 
 
-def _fill(space: SearchSpace, config: Config) -> Config:
-    """Give every knob that applies a value (the first one) when it has none, then drop the rest."""
-    filled: Config = {}
-    for spec in space.knobs:
-        if space.applies(spec, filled):
-            filled[spec.name] = config.get(spec.name, spec.values[0])
-    return filled
+def _installed_flash() -> tuple[str, ...]:
+    """Flash attention values whose package is installed here, best first (the space prunes by hardware)."""
+    return tuple(value for value, package in _FLASH_PACKAGES.items() if importlib.util.find_spec(package) is not None)
 
 
 # How the trade-offs name an objective ("the warm-up's best changes for throughput and quality").
@@ -137,7 +219,7 @@ def _combine(space: SearchSpace, baseline: Config, changed_configs: list[Config]
         change = {name for name in baseline.keys() | changed.keys() if baseline.get(name) != changed.get(name)}
         if change & touched:
             continue
-        candidate = _fill(space, {**{k: v for k, v in config.items() if k not in change}, **_pick(changed, change)})
+        candidate = fill(space, {**{k: v for k, v in config.items() if k not in change}, **_pick(changed, change)})
         if space.violation(candidate) is None:
             config, touched = candidate, touched | change
     return config
@@ -180,125 +262,143 @@ def _needs_at_least_as_much_memory(config: Config, other: Config) -> bool:
     return True
 
 
-def promising_neighbours(
-    space: SearchSpace, baseline: Config, measured: Mapping[str, Measured], objectives: Sequence[Metric] = OBJECTIVES
-) -> list[Planned]:
-    """One-knob changes of Pareto configurations that the warm-up predicts would add to the front.
+def promising_neighbours(forecaster: Forecaster, front: Sequence[Config]) -> list[Planned]:
+    """One-knob changes of the front's configurations, each with why it might extend the front; unscored."""
+    planned: dict[str, Planned] = {}
+    space, baseline = forecaster.space, forecaster.baseline
+    for anchor in front:
+        for spec in space.knobs:
+            for value in spec.values:
+                if anchor.get(spec.name) == value:
+                    continue
+                config = with_value(space, anchor, spec.name, value)
+                if config is not None and config_key(config) not in planned:
+                    where = describe(anchor, baseline)
+                    why = f"predicted to extend the front: {spec.name}={value} on the front's {where}"
+                    planned[config_key(config)] = Planned(config, why)
+    return list(planned.values())
 
-    A change's effect is read off the warm-up, which made the same change to the baseline: each
-    objective scales by the ratio it showed there (KL too: a shift on its log scale).
-    Sorted by the hypervolume the prediction would add, largest first; changes predicted to add
-    nothing are left out.
-    """
-    keys = list(measured)
-    if not keys:
-        return []
-    raw = raw_losses([figures for _, figures in measured.values()], objectives)
-    ranked: dict[str, tuple[float, Planned]] = {}
-    for i in np.flatnonzero(contributions(scaled(raw, raw.min(axis=0), raw.max(axis=0))) > 0):
-        anchor, figures = measured[keys[i]]
-        for name, value, config in _one_knob_changes(space, anchor):
-            effect = _effect(space, baseline, measured, name, anchor.get(name), value, objectives)
-            key = config_key(config)
-            if effect is None or key in measured or not np.all(np.isfinite(_logs(figures, objectives))):
-                continue
-            gain = _hypervolume_gain(raw, _raw_from_logs(_logs(figures, objectives) + effect, objectives))
-            if gain > max(GAIN_FLOOR, ranked.get(key, (0.0, None))[0]):
-                why = f"predicted to extend the front: {name}={value} on the front's {_describe(anchor, baseline)}"
-                ranked[key] = (gain, Planned(config, why))
-    return [planned for _, planned in sorted(ranked.values(), key=lambda item: -item[0])]
+
+GAIN_FLOOR = 1e-9
+LOSS_MARGIN = 0.03  # a forecast this much worse than the baseline on the first objective is expected to lose
+
+
+@dataclass(frozen=True)
+class Scored:
+    planned: Planned
+    forecast: Forecast
+    gain: float  # hypervolume its hopeful figures would add to what was measured
+    loses_lead: bool  # expected to do worse than the baseline on the study's first objective
+    warm_up: bool
+
+    def key(self) -> tuple:
+        """Not expected to lose on the first objective first; then what it could add per second; then the
+        warm-up changes that could add nothing, cheapest first."""
+        rate = self.gain / max(self.forecast.seconds, 1e-9)
+        return (self.loses_lead, self.gain <= GAIN_FLOOR, -rate, self.forecast.seconds)
+
+
+def rank(forecaster: Forecaster, candidates: Iterable[tuple[Planned, bool]]) -> list[Scored]:
+    """Candidates (planned, is a warm-up change) in the order they should run: see Scored.key. A composition or
+    predicted change that could add nothing to the front is left out; a warm-up change never is."""
+    objectives = forecaster.objectives
+    measured = [figures for _, figures in forecaster.measured.values()]
+    raw = raw_losses(measured, objectives) if measured else np.empty((0, len(objectives)))
+    baseline = forecaster.forecast(forecaster.baseline).figures  # type: ignore[union-attr] - never None
+    scored = []
+    for planned, warm_up in candidates:
+        forecast = forecaster.forecast(planned.config, measured_effects_only=not warm_up)
+        if forecast is None:
+            continue
+        gain = _hypervolume_gain(raw, raw_losses([forecast.hopeful], objectives))
+        if gain <= GAIN_FLOOR and not warm_up:
+            continue
+        loses = _loses(objectives[0], forecast.figures, baseline)
+        scored.append(Scored(planned, forecast, gain, loses, warm_up))
+    return sorted(scored, key=Scored.key)
+
+
+def _loses(metric: Metric, figures: Mapping[str, float], baseline: Mapping[str, float]) -> bool:
+    value, base = figures.get(metric.name), baseline.get(metric.name)
+    if value is None or base is None:
+        return False
+    if family(metric) == "kl":
+        return value > base + 1e-4
+    ratio = value / base if base else 1.0
+    return ratio < 1 - LOSS_MARGIN if metric.direction == "maximize" else ratio > 1 + LOSS_MARGIN
 
 
 def _hypervolume_gain(raw: np.ndarray, candidate: np.ndarray) -> float:
     """Hypervolume one more point adds, all losses scaled to the bounds of the set with it."""
+    if not np.all(np.isfinite(candidate)):
+        return 0.0
+    if not len(raw):
+        return 1.0
     both = np.vstack([raw, candidate])
     low, high = both.min(axis=0), both.max(axis=0)
     return hypervolume(scaled(both, low, high)) - hypervolume(scaled(raw, low, high))
 
 
-GAIN_FLOOR = 1e-9
+@dataclass(frozen=True)
+class Situation:
+    """What the strategy plans from: the space, the anchors, the study's aims, and what ran so far."""
 
+    space: SearchSpace
+    baseline: Config
+    device: DeviceKind = "cpu"
+    objectives: Sequence[Metric] = OBJECTIVES
+    workload: str = "throughput"
 
-def _one_knob_changes(space: SearchSpace, config: Config) -> Iterable[tuple[str, str | int, Config]]:
-    for spec in space.knobs:
-        for value in spec.values:
-            if config.get(spec.name) != value and (changed := _with_value(space, config, spec.name, value)):
-                yield spec.name, value, changed
-
-
-def _effect(
-    space: SearchSpace,
-    baseline: Config,
-    measured: Mapping[str, Measured],
-    name: str,
-    old: object,
-    new: object,
-    objectives: Sequence[Metric] = OBJECTIVES,
-) -> np.ndarray | None:
-    """Log-figure difference between the baseline with `name` at `new` and at `old`, when both were measured."""
-    before, after = (_baseline_with(space, baseline, measured, name, value) for value in (old, new))
-    if before is None or after is None:
-        return None
-    effect = _logs(after, objectives) - _logs(before, objectives)
-    return effect if np.all(np.isfinite(effect)) else None  # a zero figure (no goodput) has no ratio
-
-
-def _baseline_with(
-    space: SearchSpace, baseline: Config, measured: Mapping[str, Measured], name: str, value: object
-) -> Mapping[str, float] | None:
-    if baseline.get(name) == value:
-        config: Config | None = baseline
-    else:
-        config = _with_value(space, baseline, name, value) if value is not None else None
-    entry = measured.get(config_key(config)) if config is not None else None
-    return entry[1] if entry is not None else None
-
-
-def _logs(figures: Mapping[str, float], objectives: Sequence[Metric] = OBJECTIVES) -> np.ndarray:
-    """Each objective on the scale where a knob's effect is roughly additive: log of the figure (log throughput,
-    log memory), or the log10 it is compared on already (KL); NaN for a figure that is not positive."""
-    raw = raw_losses([figures], objectives)[0]
-    return np.array([_log_of(metric, loss) for metric, loss in zip(objectives, raw, strict=True)])
-
-
-def _log_of(metric: Metric, loss: float) -> float:
-    if metric.log_floor:
-        return loss
-    value = abs(loss)  # the figure itself: losses of maximised figures are negated
-    return math.log(value) if value > 0 else math.nan
-
-
-def _raw_from_logs(logs: np.ndarray, objectives: Sequence[Metric] = OBJECTIVES) -> np.ndarray:
-    raw = [
-        log if metric.log_floor else math.exp(log) * (-1 if metric.direction == "maximize" else 1)
-        for metric, log in zip(objectives, logs, strict=True)
-    ]
-    return np.array([raw])
-
-
-def _describe(config: Config, baseline: Config) -> str:
-    changed = [f"{name}={value}" for name, value in config.items() if baseline.get(name) != value]
-    return ", ".join(changed) or "baseline"
+    def stacks(self) -> list[Planned]:
+        return recommended_stacks(self.space, self.baseline, self.objectives, self.workload, self.device)
 
 
 def next_queued(
-    space: SearchSpace,
-    baseline: Config,
+    situation: Situation,
     warm_up: list[Planned],
     measured: Mapping[str, Measured],
     taken: set[str],
     skip: Callable[[Config], object],
-    objectives: Sequence[Metric] = OBJECTIVES,
+    durations: Sequence[tuple[Config, float]] = (),
+    seconds_left: float | None = None,
 ) -> Planned | None:
-    """What the strategy queues next: the warm-up set, its compositions, changes predicted to extend the front, then
-    nothing (the sampler takes over). `measured` maps keys of complete trials to (config, figures)."""
+    """What the strategy queues next: the recommended stacks, then warm-up changes, compositions and predicted
+    changes ranked (see `rank`), then nothing (the sampler takes over). `measured` maps keys of complete trials to
+    (config, figures); `durations` holds (config, seconds) of finished trials. A trial not expected to finish in
+    `seconds_left` is passed over."""
+    stack = next_planned(situation.stacks(), taken, skip)
+    if stack is not None:
+        return stack
+    space, baseline, objectives = situation.space, situation.baseline, situation.objectives
+    forecaster = Forecaster(space, baseline, situation.device, measured, durations, objectives)
     figures = {key: entry[1] for key, entry in measured.items()}
-    for plan in (
-        lambda: warm_up,
-        lambda: compositions(space, baseline, warm_up, figures, objectives),
-        lambda: promising_neighbours(space, baseline, measured, objectives),
-    ):
-        planned = next_planned(plan(), taken, skip)
-        if planned is not None:
-            return planned
+    front = [measured[key][0] for key in _front_keys(measured, objectives)]
+    candidates = itertools.chain(
+        ((planned, True) for planned in warm_up),
+        ((planned, False) for planned in compositions(space, baseline, warm_up, figures, objectives)),
+        ((planned, False) for planned in promising_neighbours(forecaster, front)),
+    )
+    fresh = _unique(c for c in candidates if config_key(c[0].config) not in taken and not skip(c[0].config))
+    for scored in rank(forecaster, fresh):
+        if seconds_left is None or scored.forecast.seconds <= seconds_left:
+            return scored.planned
     return None
+
+
+def _unique(candidates: Iterable[tuple[Planned, bool]]) -> list[tuple[Planned, bool]]:
+    """The first of each configuration, a warm-up change whenever one of them is."""
+    found: dict[str, tuple[Planned, bool]] = {}
+    for planned, warm_up in candidates:
+        key = config_key(planned.config)
+        if key not in found:
+            found[key] = (planned, warm_up)
+    return list(found.values())
+
+
+def _front_keys(measured: Mapping[str, Measured], objectives: Sequence[Metric]) -> list[str]:
+    keys = list(measured)
+    if not keys:
+        return []
+    raw = raw_losses([figures for _, figures in measured.values()], objectives)
+    shares = contributions(scaled(raw, raw.min(axis=0), raw.max(axis=0)))
+    return [keys[i] for i in np.flatnonzero(shares > 0)]

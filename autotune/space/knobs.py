@@ -28,6 +28,25 @@ class Needs:
 
 
 @dataclass(frozen=True)
+class Expectation:
+    """What the guides lead one to expect of a knob value on one device kind, against the knob's transformers
+    default (or, for a knob whose default depends on the model, against a fixed value the handler names).
+
+    A prior, not a figure: what a trial measures always wins over it. Factors multiply; `kl` adds.
+    """
+
+    speed: float = 1.0  # decode tokens/s (per-token and first-token latency divide by it)
+    memory: float = 1.0  # peak memory
+    kl: float = 0.0  # nats/token added to the divergence from the most precise reference
+    time: float = 1.0  # the trial's duration (loading, first call or compile, measuring) against a plain trial
+    spread: float = 0.35  # how unsure: the standard deviation of ln(speed) and ln(memory) around the factors
+
+
+NEUTRAL = Expectation(spread=0.2)
+DeviceKind = DeviceType
+
+
+@dataclass(frozen=True)
 class Target:
     """What the plan is built for: the device, and the workload's largest shape (it sizes the paged cache)."""
 
@@ -67,9 +86,9 @@ class Knob:
     def orders_memory(self) -> bool:
         return bool(self.memory_ranks)
 
-    def cost(self, value: Value) -> int:
-        """A rough order of trial durations: 0 runs as fast as the baseline, higher takes longer."""
-        return 0
+    def expect(self, value: Value, device: DeviceKind) -> Expectation:
+        """What the guides lead one to expect of this value on this device kind (a prior; see Expectation)."""
+        return NEUTRAL
 
     def duration_group(self, value: Value | None) -> object:
         """Trials whose knobs give the same groups take about as long; None for knobs that do not matter.
@@ -121,6 +140,19 @@ def build_plan(config: dict[str, Value], target: Target) -> Plan:
     return plan
 
 
+# Where the expectations (Knob.expect) come from, named in their comments:
+# [overview]  transformers docs, optimization_overview.md: the techniques and what each does for speed and memory
+# [perf]      transformers' performance guide (shared/seeds/001): triage ladder, mixed precision "large speed/memory
+#             wins on GPUs", compile with mode="reduce-overhead", bitsandbytes to make a model fit
+# [gpu-one]   perf_infer_gpu_one.md: FlashAttention-2, LLM.int8 halves nn.Linear in fp16/bf16, 4-bit loading
+# [optims]    llm_optims.md: static cache + torch.compile "up to a 4x speed up" (less for larger models), speculative
+#             decoding, half-precision and 8-bit weight memory
+# [serving]   transformers serve optimizations: continuous batching for throughput, compile incompatible with it
+# [h100]      autotune's one H100 run (shared/notes/api-facts.md, a 1.1B Llama at batch 8): bnb-8bit 0.25x, bnb-4bit
+#             0.75x, flex_attention 0.88x, offloaded cache 0.98x the bf16 baseline; eager decode launch-bound
+# [cpu]       benchmarks/results/techniques-cpu.md and the CPU grids (benchmarks/results/grid-demo-cpu*.json)
+
+
 @register
 class DtypeKnob(Knob):
     name = "dtype"
@@ -128,6 +160,16 @@ class DtypeKnob(Knob):
     choices = ("float32", "bfloat16", "float16")
     by_precision = ("float32", "bfloat16", "float16")  # most precise first: the reference takes the first that runs
     memory_ranks: ClassVar[dict[Value, int]] = {"float32": 2, "bfloat16": 1, "float16": 1}
+
+    def expect(self, value: Value, device: DeviceKind) -> Expectation:
+        """Against float32 (the default depends on the checkpoint)."""
+        if value == "float32":
+            return Expectation(spread=0.2)
+        # half the weight bytes [optims]; KL as measured on the demo model (README, Objectives)
+        kl = 1e-4 if value == "bfloat16" else 2e-5
+        if device == "cuda":
+            return Expectation(speed=1.8, memory=0.55, kl=kl)  # "large speed/memory wins on GPUs" [perf]
+        return Expectation(speed=1.0, memory=0.6, kl=kl)  # no tensor cores: about as fast [cpu]
 
     def needs(self, value: Value) -> Needs:
         if value == "bfloat16":
@@ -158,6 +200,20 @@ class AttentionKnob(Knob):
     def describe_values(self) -> str:
         return super().describe_values() + ", or a hub kernel such as kernels-community/flash-attn2"
 
+    def expect(self, value: Value, device: DeviceKind) -> Expectation:
+        """Against sdpa (transformers' pick for most architectures)."""
+        if device == "cpu":
+            if value == "flex_attention":
+                return Expectation(speed=0.7, time=2.5)  # compiles its kernel on the first call [cpu]
+            return NEUTRAL
+        if value == "eager":
+            return Expectation(speed=0.95, memory=1.05, spread=0.2)  # sdpa fuses attention [gpu-one]
+        if value == "flex_attention":
+            return Expectation(speed=0.88, time=1.5)  # [h100]
+        if str(value).startswith("flash_attention") or "/" in str(value):
+            return Expectation(speed=1.1, memory=0.95)  # fewer memory reads and writes [gpu-one, optims]
+        return NEUTRAL
+
     def needs(self, value: Value) -> Needs:
         if value == "flash_attention_2":
             return Needs(cuda=True, min_compute_capability=8.0, why="flash_attention_2 needs an Ampere or newer GPU")
@@ -185,6 +241,14 @@ class SdpaBackendKnob(Knob):
     help = "the kernel behind sdpa attention: auto (torch picks per call), or one forced with sdpa_kernel"
     choices = ("auto", "flash", "efficient", "cudnn", "math")
     default = "auto"
+
+    def expect(self, value: Value, device: DeviceKind) -> Expectation:
+        """Against auto (torch picks the kernel per call)."""
+        if value == "math":
+            return Expectation(speed=0.75, memory=1.1)  # the unfused reference kernel [cpu]
+        if value == "cudnn" and device == "cuda":
+            return Expectation(speed=1.05, spread=0.2)
+        return NEUTRAL
 
     def needs(self, value: Value) -> Needs:
         if value == "flash":  # torch has a CPU flash kernel too; on CUDA it is built for Ampere and up
@@ -239,6 +303,16 @@ class QuantizationKnob(Knob):
     def duration_group(self, value: Value | None) -> object:
         return value
 
+    def expect(self, value: Value, device: DeviceKind) -> Expectation:
+        """Against none. Memory: the weights in 8 bits are about half of bf16's, in 4 bits about a quarter
+        [gpu-one, optims], the rest of the peak unchanged. None is expected to be faster [h100, cpu]."""
+        if value == "none":
+            return Expectation(spread=0.2)
+        backend, _, kind = str(value).partition("-")
+        memory, kl = (0.35, 1e-2) if "4" in kind else (0.55, 1e-3)  # 4bit, int4
+        speed = _QUANTIZED_SPEED[device].get(backend, 0.5)
+        return Expectation(speed=speed, memory=memory, kl=kl, time=1.3)  # quantizing while loading takes time
+
     def needs(self, value: Value) -> Needs:
         if value == "torchao-int4":
             return Needs(
@@ -273,6 +347,15 @@ def _bitsandbytes_config(kind: str, plan: Plan) -> Call:
     return Call("transformers.BitsAndBytesConfig", kwargs)
 
 
+# Decode speed of quantized weights against unquantized ones, by backend: bitsandbytes 8-bit 0.25x and 4-bit 0.75x
+# [h100] (LLM.int8's outlier decomposition is the slow one); weight-only torchao about even uncompiled; quanto and
+# every backend on CPU slower [cpu].
+_QUANTIZED_SPEED: dict[str, dict[str, float]] = {
+    "cuda": {"bnb": 0.4, "torchao": 0.95, "quanto": 0.5},
+    "cpu": {"bnb": 0.35, "torchao": 0.5, "quanto": 0.4},
+}
+
+
 # torchao's weight-only configurations. int4: the tinygemm layout, the one that needs no package beyond torch
 # (the default "plain" layout needs mslk-cuda).
 _TORCHAO_CONFIGS = {
@@ -292,6 +375,11 @@ class UseKernelsKnob(Knob):
     # The worker's own check after loading: transformers keeps every original forward when none could be fetched.
     refusals = ("no hub kernel could be fetched",)
 
+    def expect(self, value: Value, device: DeviceKind) -> Expectation:
+        if value == "on" and device == "cuda":
+            return Expectation(speed=1.05, spread=0.2)  # fused kernels for mapped layers [overview]
+        return NEUTRAL
+
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         if value == "off":
             return
@@ -307,8 +395,12 @@ class TpSizeKnob(Knob):
     choices = (1, 2, 4, 8)
     default = 1
 
-    def cost(self, value: Value) -> int:
-        return 1 if int(value) > 1 else 0  # one process per rank to start, each loading the model
+    def expect(self, value: Value, device: DeviceKind) -> Expectation:
+        if int(value) == 1:
+            return NEUTRAL
+        # One process per rank, each loading its shard; on CPU the ranks share the host's cores [cpu].
+        speed = 1.3 if device == "cuda" else 0.5
+        return Expectation(speed=speed, memory=1 / int(value) ** 0.5, time=2.0)  # "more memory ... sharding" [overview]
 
     def duration_group(self, value: Value | None) -> object:
         return value
@@ -332,8 +424,11 @@ class BatchingKnob(Knob):
     choices = ("generate", "continuous")
     default = "generate"
 
-    def cost(self, value: Value) -> int:
-        return 1 if value == "continuous" else 0
+    def expect(self, value: Value, device: DeviceKind) -> Expectation:
+        if value != "continuous":
+            return NEUTRAL
+        # "maximizes throughput by keeping the GPU busy" [overview, serving]; on CPU generate_batch ran slower [cpu]
+        return Expectation(speed=1.2 if device == "cuda" else 0.6, time=1.3)
 
     def duration_group(self, value: Value | None) -> object:
         return value
@@ -380,6 +475,17 @@ class CacheKnob(Knob):
     default = "dynamic"
     failure_words = ("cache", "quanto", "hqq", "offload")
 
+    def expect(self, value: Value, device: DeviceKind) -> Expectation:
+        """Against dynamic. A static cache alone is not compiled here (disable_compile): the compile knob says what
+        compiling it brings."""
+        if value == "static":
+            return Expectation(memory=1.05, spread=0.2)  # allocated for the longest sequence up front
+        if str(value).startswith("offloaded"):
+            return Expectation(speed=0.9, memory=0.9, spread=0.25)  # [h100: 0.98x at 1.1B]; KV on the host [overview]
+        if value == "quantized":
+            return Expectation(speed=0.7, memory=0.95, kl=1e-3)  # KV quantized and dequantized per step [cpu]
+        return NEUTRAL
+
     def needs(self, value: Value) -> Needs:
         if str(value).startswith("offloaded"):
             return Needs(cuda=True, why="offloaded caches move layers between GPU and CPU")
@@ -410,6 +516,12 @@ class KvCacheBackendKnob(Knob):
     refusals = ("kv cache quantization", "quantization backend", "kv-cache backend")
     memory_ranks: ClassVar[dict[Value, int]] = {"fp8": 1, "quanto": 0, "hqq": 0}
 
+    def expect(self, value: Value, device: DeviceKind) -> Expectation:
+        """Against quanto (generate()'s default backend)."""
+        if value == "fp8":
+            return Expectation(speed=1.3, memory=1.02, kl=-5e-4)  # 8 bits per tensor: lighter work, closer [cpu]
+        return NEUTRAL
+
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         if not plan.quantized_kv_cache:
             return
@@ -429,8 +541,18 @@ class CompileKnob(Knob):
     default = "off"
     failure_words = ("compile", "inductor", "dynamo", "triton")
 
-    def cost(self, value: Value) -> int:
-        return 2 if value != "off" else 0  # compiled trials are the slowest
+    def expect(self, value: Value, device: DeviceKind) -> Expectation:
+        """Against a static cache not compiled. Static cache + torch.compile: "up to a 4x speed up", less for larger
+        models [optims]; reduce-overhead (CUDA graphs) is the mode the guides name [perf], and generate()'s auto-compile
+        in that mode measured 8.1x at 1.1B [h100]. Compiling takes the first call: the slowest trials."""
+        if value == "off":
+            return NEUTRAL
+        if device == "cpu":
+            return Expectation(speed=1.5, time=2.5, spread=0.5)  # less Python overhead; no CUDA graphs [overview]
+        if value in _CUDA_GRAPH_MODES:
+            time = 6.0 if value == "max-autotune" else 3.0
+            return Expectation(speed=4.0, memory=1.1, time=time, spread=0.6)
+        return Expectation(speed=2.0, time=3.0 if value == "default" else 6.0, spread=0.6)
 
     def duration_group(self, value: Value | None) -> object:
         return value not in (None, "off")
@@ -516,6 +638,12 @@ class _AutoOnOffKnob(Knob):
     why_on: ClassVar[str]  # why on needs CUDA
     why_off: ClassVar[str]  # why off needs CUDA
     serve_switch: ClassVar[tuple[str, str] | None] = None  # serve's (on, off) flags; None: it has none
+    speed_on_cuda: ClassVar[float] = 1.0  # what forcing it on is expected to bring on CUDA, against auto
+
+    def expect(self, value: Value, device: DeviceKind) -> Expectation:
+        if device != "cuda" or value == "auto":
+            return NEUTRAL
+        return Expectation(speed=self.speed_on_cuda if value == "on" else 1.0, spread=0.25)
 
     def needs(self, value: Value) -> Needs:
         if value == "auto":
@@ -543,6 +671,7 @@ class CudaGraphKnob(_AutoOnOffKnob):
     failure_words = ("graph",)
     why_on = "CUDA graphs need CUDA: elsewhere transformers turns them off, a no-op"
     why_off = "off differs from auto only on CUDA: elsewhere graphs are never used"
+    speed_on_cuda = 1.3  # no kernel-launch overhead per forward pass, as compile's CUDA-graph modes [perf]
     serve_switch = ("--cb-use-cuda-graph", "--no-cb-use-cuda-graph")
 
 
@@ -557,6 +686,7 @@ class AsyncBatchingKnob(_AutoOnOffKnob):
     failure_words = ("async",)
     why_on = "async batching needs a CUDA or XPU device: transformers refuses it elsewhere"
     why_off = "off differs from auto only on CUDA: elsewhere async batching is never used"
+    speed_on_cuda = 1.1  # the next batch prepared while this one runs
 
 
 @register
@@ -565,6 +695,11 @@ class ExecutionModeKnob(Knob):
     help = "no_grad: generate() as it is (it runs under torch.no_grad); inference_mode: inside torch.inference_mode()"
     choices = ("no_grad", "inference_mode")
     default = "no_grad"  # generate() as it is
+
+    def expect(self, value: Value, device: DeviceKind) -> Expectation:
+        if value == "inference_mode":
+            return Expectation(speed=1.05, spread=0.15)  # 5-17% on CPU (api-facts, optimum-benchmark) [perf]
+        return NEUTRAL
 
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         if value == "inference_mode":
@@ -585,6 +720,15 @@ class SpeculativeKnob(Knob):
     default = "none"
     # "assisted generate is only supported for batch_size = 1": transformers' refusal of batches
     failure_words = ("assisted", "assistant", "prompt_lookup", "early_exit", "speculat")
+
+    def expect(self, value: Value, device: DeviceKind) -> Expectation:
+        """Lossless under greedy decoding [optims]. A draft model helps most when it is much smaller than the
+        model; prompt lookup on input-grounded tasks [optims]. Both ran slower on the CPU demo [cpu]."""
+        if value == "none":
+            return NEUTRAL
+        if device == "cpu":
+            return Expectation(speed=0.6, time=1.5)
+        return Expectation(speed=1.5 if value == "assistant" else 1.2, time=1.5, spread=0.5)
 
     def why_not_for(self, value: Value, target: Target) -> str | None:
         if value != "none" and target.requests > 1:

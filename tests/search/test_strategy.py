@@ -8,15 +8,20 @@ from pathlib import Path
 
 import pytest
 
+from autotune.analysis.metrics import METRICS, OBJECTIVES
 from autotune.paths import PACKAGED_SPACE
 from autotune.process.results import Outcome
+from autotune.profiles import PROFILES
+from autotune.search.forecast import Forecaster
 from autotune.search.strategy import (
+    Situation,
     compositions,
     next_planned,
     next_queued,
     promising_neighbours,
+    rank,
+    recommended_stacks,
     ruled_out,
-    trial_cost,
     warm_up_set,
 )
 from autotune.space import config_key, load_space
@@ -27,6 +32,9 @@ GRID_SPACE = load_space(REPO / "search_spaces" / "cpu-grid.yaml")
 BASELINE = {"dtype": "bfloat16", "attn_implementation": "sdpa", "quantization": "none", "batching": "generate",
             "cache_implementation": "dynamic"}  # fmt: skip
 REFERENCE = {**BASELINE, "dtype": "float32"}
+BASELINE_FULL = {"dtype": "bfloat16", "attn_implementation": "sdpa", "sdpa_backend": "auto", "quantization": "none",
+                 "use_kernels": "off", "tp_size": 1, "batching": "generate", "cache_implementation": "dynamic",
+                 "execution_mode": "no_grad", "speculative": "none"}  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------ rules
@@ -68,9 +76,6 @@ def test_the_warm_up_set_changes_one_knob_of_the_baseline_per_value():
         assert GRID_SPACE.violation(planned.config) is None
         knob, value = planned.why.removeprefix("warm-up: ").split("=")
         assert str(planned.config[knob]) == value
-    costs = [trial_cost(p.config) for p in plan]
-    assert costs == sorted(costs), "cheap trials first"
-    assert plan[-1].config.get("compile") == "default"  # compiling is the dearest
 
 
 def test_the_warm_up_set_changes_another_knob_when_a_rule_demands_it():
@@ -125,9 +130,11 @@ def test_a_change_is_predicted_from_the_same_change_to_the_baseline():
         config_key(COMPILED): (COMPILED, figures(2000, 3.0, 1e-4)),
         config_key(REFERENCE): (REFERENCE, figures(1500, 4.0, 1e-6)),
     }
-    first = promising_neighbours(GRID_SPACE, BASELINE, measured)[0]
-    assert first.config == {**COMPILED, "dtype": "float32"}
-    assert first.why.startswith("predicted to extend the front: ")
+    forecaster = Forecaster(GRID_SPACE, BASELINE, "cpu", measured)
+    first = rank(forecaster, [(p, False) for p in promising_neighbours(forecaster, [REFERENCE, COMPILED])])[0]
+    assert first.planned.config == {**COMPILED, "dtype": "float32"}
+    assert first.planned.why.startswith("predicted to extend the front: ")
+    assert first.forecast.figures["throughput_tok_s"] == pytest.approx(3000)
 
 
 def test_no_prediction_without_the_warm_up_trial_of_that_change():
@@ -135,29 +142,71 @@ def test_no_prediction_without_the_warm_up_trial_of_that_change():
         config_key(BASELINE): (BASELINE, figures(1000, 2.0, 1e-4)),
         config_key(REFERENCE): (REFERENCE, figures(1500, 4.0, 1e-6)),
     }
-    predicted = [p.config for p in promising_neighbours(GRID_SPACE, BASELINE, measured)]
-    assert predicted == [BASELINE] or predicted == []  # only dtype changes were seen: nothing new to run
-    assert all(config_key(c) not in measured for c in predicted)
+    forecaster = Forecaster(GRID_SPACE, BASELINE, "cpu", measured)
+    ranked = rank(forecaster, [(p, False) for p in promising_neighbours(forecaster, [REFERENCE])])
+    assert [s.planned.config for s in ranked] in ([], [BASELINE])  # only the dtype change was measured
+
+
+def test_a_warm_up_change_is_forecast_from_the_priors_and_what_its_siblings_measured():
+    eight_bit, four_bit = ({**BASELINE, "quantization": q} for q in ("bnb-8bit", "bnb-4bit"))
+    before = Forecaster(GRID_SPACE, BASELINE, "cuda", {config_key(BASELINE): (BASELINE, figures(1000, 2.0, 1e-4))})
+    expected = before.forecast(four_bit)
+    assert expected.figures["throughput_tok_s"] < 1000 and expected.figures["peak_memory_gb"] < 1.0
+    assert expected.hopeful["throughput_tok_s"] > expected.figures["throughput_tok_s"]
+    # bnb-8bit ran at a tenth of the baseline's speed, far below its prior: 4-bit is expected slower too
+    measured = {**before.measured, config_key(eight_bit): (eight_bit, figures(100, 1.2, 1e-3))}
+    after = Forecaster(GRID_SPACE, BASELINE, "cuda", measured).forecast(four_bit)
+    assert after.figures["throughput_tok_s"] < expected.figures["throughput_tok_s"] / 1.5
 
 
 def test_nothing_is_predicted_once_the_whole_grid_is_measured(grid):
     measured = measured_from(grid, [t["config"] for t in grid.trials.values()])
-    assert promising_neighbours(GRID_SPACE, BASELINE, measured) == []
+    forecaster = Forecaster(GRID_SPACE, BASELINE, "cpu", measured)
+    neighbours = promising_neighbours(forecaster, [c for c, _ in measured.values()])
+    assert neighbours and rank(forecaster, [(p, False) for p in neighbours]) == []
 
 
-def test_the_queue_goes_warm_up_then_compositions_then_predictions_then_the_sampler(grid):
+GPU_SPACE = load_space(PACKAGED_SPACE)
+
+
+def test_the_recommended_stacks_run_right_after_the_anchors_on_a_gpu():
+    speed, memory = recommended_stacks(GPU_SPACE, BASELINE_FULL, OBJECTIVES, "throughput", "cuda")
+    assert speed.config["cache_implementation"] == "static" and speed.config["compile"] == "reduce-overhead"
+    assert speed.config["dtype"] == "bfloat16" and speed.why.startswith("recommended for throughput: ")
+    assert memory.config["quantization"] == "bnb-4bit" and memory.config["dtype"] == "bfloat16"
+    situation = Situation(GPU_SPACE, BASELINE_FULL, "cuda")
+    first = next_queued(situation, warm_up_set(GPU_SPACE, BASELINE_FULL), {}, set(), lambda c: None)
+    assert first == speed
+    taken = {config_key(speed.config), config_key(memory.config)}
+    after = next_queued(situation, warm_up_set(GPU_SPACE, BASELINE_FULL), {}, taken, lambda c: None)
+    assert after is not None and not after.why.startswith("recommended")
+
+
+def test_a_cpu_stack_keeps_the_baseline_dtype_and_compiles_without_cuda_graphs():
+    cpu_space = GPU_SPACE.prune(PROFILES["cpu"].why_not_value)
+    (speed,) = recommended_stacks(cpu_space, BASELINE_FULL, OBJECTIVES[:1], "throughput", "cpu")
+    assert speed.config["dtype"] == BASELINE_FULL["dtype"]
+    assert speed.config["compile"] == "default"  # reduce-overhead needs CUDA: the next preference
+    (latency,) = recommended_stacks(cpu_space, BASELINE_FULL, [METRICS["tpot_s"]], "latency", "cpu")
+    assert latency.why.startswith("recommended for latency") and latency.config["compile"] == "default"
+
+
+def test_the_queue_never_drops_a_warm_up_change_and_runs_what_loses_the_first_objective_last(grid):
     plan = warm_up_set(GRID_SPACE, BASELINE)
+    situation = Situation(GRID_SPACE, BASELINE, "cuda")
     done: list[dict] = [REFERENCE, BASELINE]
     roles = []
-    while (planned := next_queued(GRID_SPACE, BASELINE, plan, measured_from(grid, done),
+    while (planned := next_queued(situation, plan, measured_from(grid, done),
                                   {config_key(c) for c in done}, lambda config: None)) is not None:  # fmt: skip
         done.append(planned.config)
-        roles.append(planned.why.split(":")[0])
-    warm_up = [p for p in plan if p.config != REFERENCE]  # the reference ran already: float32 is not re-run
-    assert roles[: len(warm_up)] == ["warm-up"] * len(warm_up)
-    rest = roles[len(warm_up) :]
-    assert rest[0] == "composed" and "predicted to extend the front" in rest
-    assert rest == sorted(rest, key=lambda role: role != "composed"), "compositions before predictions"
+        roles.append(planned.why)
+    keys = {config_key(c) for c in done}
+    assert all(config_key(p.config) in keys for p in plan), "every warm-up change ran"
+    assert roles[0].startswith("recommended for throughput") and roles[1].startswith("recommended for memory")
+    # bnb-8bit is expected slower on a GPU (its priors); the compile values are expected faster
+    speed_losers = [i for i, why in enumerate(roles) if why == "warm-up: quantization=bnb-8bit"]
+    compiled = [i for i, why in enumerate(roles) if why.startswith(("warm-up: compile=", "recommended for throughput"))]
+    assert compiled and speed_losers and max(compiled) < min(speed_losers), roles
     assert len(done) < len(grid.trials), "then the sampler: the queue does not walk the whole grid"
 
 
@@ -210,10 +259,10 @@ def test_replays_are_reproducible_per_seed_and_differ_between_seeds(grid):
     assert replay(grid, "random", seed=3).fractions != replay(grid, "random", seed=4).fractions
 
 
-def test_autotune_starts_with_reference_baseline_and_warm_up_set(grid):
-    curve = replay(grid, "autotune", seed=0, budget=3)
-    assert len(curve.fractions) == 3
-    assert curve.seconds == [5.0, 10.0, 15.0]  # the reference, the baseline, then the cheapest warm-up trial
+def test_autotune_starts_with_reference_baseline_and_the_recommended_stacks(grid):
+    curve = replay(grid, "autotune", seed=0, budget=4)
+    assert len(curve.fractions) == 4
+    assert curve.seconds == [5.0, 10.0, 40.0, 45.0]  # reference, baseline, bf16 + static + compile, 4-bit NF4
 
 
 def test_autotune_skips_what_an_oom_rules_out(grid):

@@ -8,12 +8,14 @@ import json
 import pytest
 
 from autotune.cli.printers import knobs_line
+from autotune.paths import PACKAGED_SPACE
 from autotune.process.results import Outcome, WorkloadSpec
 from autotune.report.snippets import json_snippet, python_snippet
 from autotune.search import expected_duration_s
+from autotune.search.forecast import Forecaster
 from autotune.search.prepare import _with_defaults
-from autotune.search.strategy import ruled_out, trial_cost
-from autotune.space import KNOBS, Call, Plan, Ref, Target, build_plan, parse_space
+from autotune.search.strategy import ruled_out
+from autotune.space import KNOBS, Call, Plan, Ref, Target, build_plan, load_space, parse_space
 from autotune.space.knobs import knob_defaults, short_name
 from autotune.study import TrialRecord
 from autotune.worker.failures import _COMMON_VALUES, classify
@@ -59,12 +61,26 @@ def test_an_oom_rules_out_the_heavier_values_of_each_ranked_knob(name):
     assert ruled_out({**BASELINE, name: lightest}, [(3, {**BASELINE, name: heaviest}, Outcome.OOM)]) is None
 
 
-def test_compiled_values_cost_most_and_continuous_batching_next():
-    assert KNOBS["compile"].cost("default") > KNOBS["batching"].cost("continuous") > 0
-    assert KNOBS["compile"].cost("off") == KNOBS["batching"].cost("generate") == 0
-    assert all(knob.cost(knob.default) == 0 for knob in KNOBS.values() if knob.default is not None)
+def test_every_value_states_what_the_guides_lead_one_to_expect_on_each_device():
+    for knob in KNOBS.values():
+        for value in knob.choices or ():
+            for device in ("cpu", "cuda"):
+                expectation = knob.expect(value, device)
+                assert expectation.speed > 0 and expectation.memory > 0 and expectation.time >= 1, (knob.name, value)
+                assert expectation.spread > 0
+    # static cache + compile: a large gain on CUDA, slow to measure; bnb-8bit: about half the memory, slower
+    compiled = KNOBS["compile"].expect("reduce-overhead", "cuda")
+    assert compiled.speed >= 3 and compiled.time > KNOBS["batching"].expect("continuous", "cuda").time
+    eight_bit, four_bit = (KNOBS["quantization"].expect(v, "cuda") for v in ("bnb-8bit", "bnb-4bit"))
+    assert eight_bit.speed < 1 and 0.4 < eight_bit.memory < 0.7 and four_bit.memory < eight_bit.memory
+    assert KNOBS["dtype"].expect("bfloat16", "cuda").memory < 0.6  # half the weight bytes of float32
+
+
+def test_a_trial_compiling_is_expected_to_take_longest_before_any_ran():
+    forecaster = Forecaster(load_space(PACKAGED_SPACE), BASELINE, "cuda", measured={})
     compiled = {**BASELINE, "cache_implementation": "static", "compile": "default"}
-    assert trial_cost(compiled) > trial_cost({**BASELINE, "batching": "continuous"}) > trial_cost(BASELINE)
+    continuous = {**BASELINE, "batching": "continuous"}
+    assert forecaster.seconds(compiled) > forecaster.seconds(continuous) > forecaster.seconds(BASELINE) == 1.0
 
 
 def test_trials_that_compile_batch_and_quantize_alike_are_expected_to_take_alike():

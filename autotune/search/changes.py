@@ -1,0 +1,44 @@
+"""One knob changed on a configuration, changing the fewest others to keep it valid in the space."""
+
+from __future__ import annotations
+
+from autotune.space import Config, SearchSpace
+from autotune.space.knobs import Value
+
+
+def with_value(space: SearchSpace, base: Config, name: str, value: Value) -> Config | None:
+    """`base` with `name` set to `value`, changing the fewest other knobs to make it valid, or None."""
+    wanted = {**base, name: value}
+    for parent, values in space.knob(name).when.items():  # e.g. compile needs cache_implementation=static
+        if wanted.get(parent) not in values:
+            wanted[parent] = values[0]
+    wanted = fill(space, wanted)
+    if space.violation(wanted) is None:
+        return wanted
+    for other in space.knobs:  # a rule forbids it as is: one more knob changed may allow it
+        if other.name == name:
+            continue
+        for alternative in other.values:
+            candidate = fill(space, {**wanted, other.name: alternative})
+            if candidate.get(name) == value and space.violation(candidate) is None:
+                return candidate
+    return None
+
+
+def fill(space: SearchSpace, config: Config) -> Config:
+    """Give every knob that applies a value (the first one) when it has none, then drop the rest."""
+    filled: Config = {}
+    for spec in space.knobs:
+        if space.applies(spec, filled):
+            filled[spec.name] = config.get(spec.name, spec.values[0])
+    return filled
+
+
+def changed_knobs(base: Config, config: Config) -> dict[str, Value | None]:
+    """The knobs whose value differs from `base`'s, with their value in `config` (None: left out)."""
+    return {name: config.get(name) for name in base.keys() | config.keys() if base.get(name) != config.get(name)}
+
+
+def describe(config: Config, base: Config) -> str:
+    changed = [f"{name}={value}" for name, value in config.items() if base.get(name) != value]
+    return ", ".join(changed) or "baseline"
