@@ -38,6 +38,7 @@ from autotune.cli.printers import (
     out,
     print_best,
     print_comparison,
+    print_dry_run,
     print_front,
     print_gpus,
     print_measurement,
@@ -45,7 +46,9 @@ from autotune.cli.printers import (
     print_worker_summary,
 )
 from autotune.errors import NothingSatisfiesError, SearchError, UserError
+from autotune.process.results import ModelSpec, WorkloadSpec
 from autotune.search import interrupts
+from autotune.specs import BudgetSpec, HardwareSpec
 
 app = typer.Typer(
     add_completion=False,
@@ -88,17 +91,29 @@ def search(
         str | None, typer.Option("--warm-start", help="Measure this study's Pareto configurations first.")
     ] = None,
     artifacts: Artifacts = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="Print the trials the search would run first, in order, with why; run nothing."),
+    ] = False,
+    as_json: AsJson = False,
 ) -> None:
     """Search configurations of MODEL and write the Pareto front to an HTML report.
 
     Example: autotune search --model demo --trials 8 --constraint "kl<=0.01"
 
     Example: autotune search --model demo --trials 8 --objective latency
+
+    Example: autotune search --model Qwen/Qwen3-8B --gpu h100 --dry-run
     """
     workload_given = _given(context, "kind")
     goal = goal_from_flags(objective, objectives, workload_given, constraint or [])
     if goal.workload is not None:
         workload = replace(workload, kind=goal.workload)
+    if dry_run:
+        _dry_run(model, hardware, workload, budget, space, goal.objectives, as_json)
+        return
+    if as_json:
+        raise UserError("--json goes with --dry-run here; a search prints its trials and writes a report")
     printer = TrialPrinter(out)  # progress from the first second: the imports below take a while
     printer.progress("loading autotune's libraries (optuna, sqlalchemy)")
     from autotune.analysis.constraints import parse_constraints
@@ -142,6 +157,23 @@ def search(
     if summary.failed_workers:
         print(f"autotune: {'; '.join(summary.failed_workers)} (its lines above say why)", file=sys.stderr)
         raise typer.Exit(1)
+
+
+def _dry_run(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    workload: WorkloadSpec,
+    budget: BudgetSpec,
+    space: Path | None,
+    objectives: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """`search --dry-run`: the planned first trials; no study, no model run, no GPU needed."""
+    from autotune.search.dry_run import dry_run
+    from autotune.specs import SearchRequest
+
+    request = SearchRequest(model, hardware, workload, budget=budget, space_path=space, objectives=objectives)
+    print_dry_run(dry_run(request), as_json)
 
 
 @app.command()

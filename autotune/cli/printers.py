@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from autotune.analysis.pick import Pick
     from autotune.report.data import ParetoCard
     from autotune.search import SearchSummary
+    from autotune.search.dry_run import DryRun
     from autotune.study import TrialRecord
 
 out = Console(highlight=False, markup=False, soft_wrap=True)
@@ -90,6 +91,37 @@ def print_search_summary(summary: SearchSummary) -> None:
         f"{name} {format_duration(seconds)}" for name, seconds in summary.spent_s.items() if seconds >= 0.05
     )
     out.print(f"time spent: {spent}")
+
+
+def print_dry_run(run: DryRun, as_json: bool) -> None:
+    """The planned first trials: each one's expected time (in plain trials), why it runs, what it changes."""
+    if as_json:
+        print(run.to_json())
+        return
+    profile = run.profile
+    out.print(
+        f"dry run on {profile.name} ({profile.description}): checkpoint dtype {run.checkpoint}; nothing runs and no "
+        "study is created. Each trial is planned as if the one before measured what the guides lead one to expect "
+        "(the knobs' priors): a real search changes course as soon as a trial measures something else."
+    )
+    table = Table(title=f"the first {len(run.trials)} trials")
+    for column in ("#", "time", "why", "configuration (the anchors in full, the rest as changes from the baseline)"):
+        table.add_column(column)
+    for number, trial in enumerate(run.trials):
+        anchor = trial.why in ("reference", "baseline", "reference and baseline")
+        shown = trial.config if anchor else _changes(trial.config, run.baseline)
+        table.add_row(str(number), f"{trial.relative_seconds:.1f}x", trial.why, knobs_line(shown) or "(none)")
+    out.print(table)
+    out.print("time: the trial's expected duration against a plain one (the baseline's kind)")
+    if run.sampler_next:
+        out.print("then Optuna's sampler proposes the rest (study.make_sampler)")
+    else:
+        out.print(f"the strategy plans more after these {len(run.trials)}: give --trials N to list N")
+
+
+def _changes(config: Config, baseline: Config) -> Config:
+    changed = {name: value for name, value in config.items() if baseline.get(name) != value}
+    return changed | {name: "-" for name in baseline if name not in config}
 
 
 def print_worker_summary(summary: SearchSummary) -> None:

@@ -2,8 +2,22 @@
 
 from __future__ import annotations
 
-from autotune.space import Config, SearchSpace
+from autotune.space import Config, SearchSpace, config_key
 from autotune.space.knobs import Value
+
+
+class Changes:
+    """`with_value` on one space, remembered: the strategy asks for the same changes at every step."""
+
+    def __init__(self, space: SearchSpace) -> None:
+        self.space = space
+        self._known: dict[tuple[str, str, str], Config | None] = {}
+
+    def with_value(self, base: Config, name: str, value: Value) -> Config | None:
+        key = (config_key(base), name, f"{type(value).__name__}:{value}")
+        if key not in self._known:
+            self._known[key] = with_value(self.space, base, name, value)
+        return self._known[key]
 
 
 def with_value(space: SearchSpace, base: Config, name: str, value: Value) -> Config | None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from autotune.analysis.metrics import OBJECTIVES, Metric
-from autotune.search.changes import with_value
+from autotune.search.changes import Changes
 from autotune.space import KNOBS, Config, SearchSpace, config_key
 from autotune.space.knobs import DeviceKind, Expectation
 
@@ -115,14 +115,15 @@ class Forecaster:
         measured: Mapping[str, Measured],
         durations: Sequence[tuple[Config, float]] = (),
         objectives: Sequence[Metric] = OBJECTIVES,
+        changes: Changes | None = None,
     ) -> None:
         self.space = space
+        self.changes = changes or Changes(space)
         self.baseline = baseline
         self.device = device
         self.measured = measured
         self.durations = durations
         self.objectives = tuple(objectives)
-        self._one_change: dict[tuple[str, str], Config | None] = {}
 
     # ------------------------------------------------------------------------------------ figures
 
@@ -196,10 +197,7 @@ class Forecaster:
 
     def _single_change(self, name: str, value: object) -> Config | None:
         """The warm-up configuration that changes this knob to this value (None: none can)."""
-        key = (name, json_key(value))
-        if key not in self._one_change:
-            self._one_change[key] = None if value is None else with_value(self.space, self.baseline, name, value)
-        return self._one_change[key]
+        return None if value is None else self.changes.with_value(self.baseline, name, value)  # type: ignore[arg-type]
 
     def _measured_effect(self, config: Config) -> _Effect | None:
         base, entry = self.measured.get(config_key(self.baseline)), self.measured.get(config_key(config))
@@ -254,14 +252,19 @@ class Forecaster:
     def seconds(self, config: Config) -> float:
         """The trial's expected duration: the median of trials that ran alike (same duration groups), else the
         baseline-alike trials' median times the priors' time factors (1 unit before any trial ran)."""
-        alike = [seconds for ran, seconds in self.durations if duration_kind(ran) == duration_kind(config)]
+        alike = self._durations_by_kind.get(duration_kind(config))
         if alike:
             return statistics.median(alike)
-        plain_kind = duration_kind(self.baseline)
-        plain = [seconds for ran, seconds in self.durations if duration_kind(ran) == plain_kind]
+        plain = self._durations_by_kind.get(duration_kind(self.baseline))
         unit = statistics.median(plain) if plain else 1.0
-        factor = math.prod(self._expect(name, value).time for name, value in config.items())
-        return unit * factor
+        return unit * math.prod(self._expect(name, value).time for name, value in config.items())
+
+    @cached_property
+    def _durations_by_kind(self) -> dict[tuple, list[float]]:
+        by_kind: dict[tuple, list[float]] = {}
+        for ran, seconds in self.durations:
+            by_kind.setdefault(duration_kind(ran), []).append(seconds)
+        return by_kind
 
 
 def duration_kind(config: Config) -> tuple:
@@ -285,7 +288,3 @@ def _log_ratio(after: Mapping[str, float], before: Mapping[str, float], name: st
     if a is None or b is None or a <= 0 or b <= 0:
         return None
     return math.log(a / b)
-
-
-def json_key(value: object) -> str:
-    return f"{type(value).__name__}:{value}"

@@ -71,6 +71,7 @@ class TrialLoop:
         self.spending = Spending()
         self.launched = 0
         self.warm_up = warm_up_set(self.space, prepared.baseline_config)
+        self.situation = self._situation()
         self.current: optuna.Trial | None = None  # asked and not finished yet: a signal must not leave it RUNNING
         self.started: float | None = None  # when the current trial's worker was launched
         self.token = random.SystemRandom().randrange(1, 2**31)  # this loop, in the trials it takes
@@ -162,7 +163,7 @@ class TrialLoop:
         complete = {config_key(r.config): (r.config, r.metrics) for r in records if r.outcome == Outcome.OK}
         skip = lambda c: self._never_run(c, history)  # noqa: E731
         left = self.deadline - time.monotonic() if self.deadline is not None else None
-        planned = next_queued(self._situation(), self.warm_up, complete, taken, skip, _durations(records), left)
+        planned = next_queued(self.situation, self.warm_up, complete, taken, skip, _durations(records), left)
         if planned is not None:
             self.study.enqueue_trial(planned.config, user_attrs={"roles": [planned.why]})
 
@@ -252,6 +253,7 @@ class TrialLoop:
                 self._record(trial, config, result, duration)
         if result.excludes:
             self.space = _exclude(self.study, self.session.space, result)
+            self.situation = self._situation()
         self.spending.add_trial(result, duration)
         self.launched += 1
         self.events.trial_finished(TrialRecord.from_frozen(self.study.get_trials(deepcopy=False)[trial.number]))

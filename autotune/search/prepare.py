@@ -138,6 +138,11 @@ def _with_defaults(space: SearchSpace, config: Config) -> Config:
     return space.including(full).normalize(full)
 
 
+def expected_reference(space: SearchSpace, profile: GpuProfile, workload: str, attention: str) -> Config:
+    """The reference the prepare step picks when the most precise dtype fits in memory (its first candidate)."""
+    return _with_defaults(space, {**_defaults(_precise_dtypes(profile)[0], workload), AttentionKnob.name: attention})
+
+
 def plan_target(profile: GpuProfile, request: SearchRequest) -> Target:
     """What plans are built for: the profile's device type, the workload's largest shape, the draft model."""
     workload = request.workload

@@ -26,13 +26,14 @@ import importlib.util
 import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
 from autotune.analysis.metrics import KL_DIVERGENCE, OBJECTIVES, PEAK_MEMORY, THROUGHPUT, Metric
 from autotune.analysis.pareto import contributions, hypervolume, raw_losses, scaled, scaled_losses
 from autotune.process.results import Outcome
-from autotune.search.changes import describe, fill, with_value
+from autotune.search.changes import Changes, describe, fill, with_value
 from autotune.search.forecast import Forecast, Forecaster, Measured, family
 from autotune.space import KNOBS, Config, SearchSpace, config_key
 from autotune.space.knobs import DeviceKind, Value
@@ -86,8 +87,7 @@ RECIPES: dict[str, Recipe] = {
                 ("cache_implementation", ("static",)),
                 ("compile", ("reduce-overhead", "default")),
             ),
-            "the guides' first recipe for decode speed: static cache + torch.compile, up to 4x (llm_optims); "
-            "bf16 on Ampere and newer (perf)",
+            "the guides' first recipe for decode speed, up to 4x (llm_optims); bf16 on Ampere and newer (perf)",
             gpu_only=frozenset({"dtype", "attn_implementation"}),
         ),
         Recipe(
@@ -104,9 +104,11 @@ RECIPES: dict[str, Recipe] = {
         Recipe(
             "memory",
             "4-bit NF4 weights, bf16 compute",
-            (("quantization", ("bnb-4bit", "torchao-int4", "quanto-int4", "bnb-8bit")), ("dtype", ("bfloat16",))),
-            "the guides' way to fit a model in memory: bitsandbytes 4-bit, about a quarter of the weight memory "
-            "(gpu-one, overview)",
+            (
+                ("quantization", ("bnb-4bit", "torchao-int4", "quanto-int4", "bnb-8bit")),
+                ("dtype", ("bfloat16", "float16")),
+            ),
+            "the guides' way to fit a model: about a quarter of the weight memory (gpu-one, overview)",
         ),
         Recipe(
             "serve",
@@ -271,7 +273,7 @@ def promising_neighbours(forecaster: Forecaster, front: Sequence[Config]) -> lis
             for value in spec.values:
                 if anchor.get(spec.name) == value:
                     continue
-                config = with_value(space, anchor, spec.name, value)
+                config = forecaster.changes.with_value(anchor, spec.name, value)
                 if config is not None and config_key(config) not in planned:
                     where = describe(anchor, baseline)
                     why = f"predicted to extend the front: {spec.name}={value} on the front's {where}"
@@ -352,6 +354,10 @@ class Situation:
     def stacks(self) -> list[Planned]:
         return recommended_stacks(self.space, self.baseline, self.objectives, self.workload, self.device)
 
+    @cached_property
+    def changes(self) -> Changes:
+        return Changes(self.space)
+
 
 def next_queued(
     situation: Situation,
@@ -366,14 +372,16 @@ def next_queued(
     changes ranked (see `rank`), then nothing (the sampler takes over). `measured` maps keys of complete trials to
     (config, figures); `durations` holds (config, seconds) of finished trials. A trial not expected to finish in
     `seconds_left` is passed over."""
-    stack = next_planned(situation.stacks(), taken, skip)
+    space, baseline, objectives = situation.space, situation.baseline, situation.objectives
+    forecaster = Forecaster(space, baseline, situation.device, measured, durations, objectives, situation.changes)
+    first, waiting = _stacks_first(situation, forecaster)
+    stack = next_planned(first, taken, skip)
     if stack is not None:
         return stack
-    space, baseline, objectives = situation.space, situation.baseline, situation.objectives
-    forecaster = Forecaster(space, baseline, situation.device, measured, durations, objectives)
     figures = {key: entry[1] for key, entry in measured.items()}
     front = [measured[key][0] for key in _front_keys(measured, objectives)]
     candidates = itertools.chain(
+        ((planned, True) for planned in waiting),
         ((planned, True) for planned in warm_up),
         ((planned, False) for planned in compositions(space, baseline, warm_up, figures, objectives)),
         ((planned, False) for planned in promising_neighbours(forecaster, front)),
@@ -383,6 +391,16 @@ def next_queued(
         if seconds_left is None or scored.forecast.seconds <= seconds_left:
             return scored.planned
     return None
+
+
+def _stacks_first(situation: Situation, forecaster: Forecaster) -> tuple[list[Planned], list[Planned]]:
+    """The recommended stacks that run first, and those that wait in the ranking: a stack expected to lose on the
+    study's first objective (4-bit weights, where speed comes first) waits with what else loses on it."""
+    stacks = situation.stacks()
+    baseline = forecaster.forecast(situation.baseline).figures  # type: ignore[union-attr] - never None
+    lead = situation.objectives[0]
+    losing = [s for s in stacks if _loses(lead, forecaster.forecast(s.config).figures, baseline)]  # type: ignore[union-attr]
+    return [s for s in stacks if s not in losing], losing
 
 
 def _unique(candidates: Iterable[tuple[Planned, bool]]) -> list[tuple[Planned, bool]]:
