@@ -18,6 +18,7 @@ from autotune.units import format_bytes, format_duration
 
 if TYPE_CHECKING:
     from autotune.analysis.compare import Comparison, Level, Tolerances
+    from autotune.analysis.found import BestFound
     from autotune.analysis.pick import Pick
     from autotune.report.data import ParetoCard
     from autotune.search import SearchSummary
@@ -91,6 +92,18 @@ def print_search_summary(summary: SearchSummary) -> None:
         f"{name} {format_duration(seconds)}" for name, seconds in summary.spent_s.items() if seconds >= 0.05
     )
     out.print(f"time spent: {spent}")
+    for found in summary.best:
+        out.print(f"best {found.metric.label}: {_figure(found.metric, found.value)}, {_found_when(found)}")
+    if summary.passed_over:
+        listed = "; ".join(summary.passed_over)
+        out.print(f"not started, the budget left could not finish them: {listed}")
+
+
+def _found_when(found: BestFound) -> str:
+    if found.minutes is None:
+        return f"trial #{found.number}"
+    run = f" (search run {found.run})" if found.run and found.run > 1 else ""
+    return f"found by trial #{found.number}, {found.minutes:.1f} min into the search{run}"
 
 
 def print_dry_run(run: DryRun, as_json: bool) -> None:

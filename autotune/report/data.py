@@ -22,6 +22,7 @@ from optuna.trial import FrozenTrial
 
 from autotune import study as studies
 from autotune.analysis.constraints import Constraint, parse_constraints
+from autotune.analysis.found import BestFound, best_found
 from autotune.analysis.metrics import KL_DIVERGENCE, OBJECTIVES, PEAK_MEMORY, THROUGHPUT, Metric
 from autotune.analysis.pareto import hypervolume, scaled_losses, study_front
 from autotune.report.snippets import json_snippet, python_snippet, serve_command
@@ -125,6 +126,7 @@ class ReportData:
     progress: Progress | None = None
     failures: list[FailureGroup] = field(default_factory=list)
     environment: dict[str, str] = field(default_factory=dict)
+    best: list[BestFound] = field(default_factory=list)  # when each objective's best figure was found
     generated_at: str = field(default_factory=lambda: datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
 
     @property
@@ -169,6 +171,7 @@ def collect(study: optuna.Study, storage_url: str) -> ReportData:
         progress=progress(launched, objectives),
         failures=failure_groups(launched),
         environment=environment(settings, studies.search_runs(study), launched),
+        best=best_found(launched, objectives, studies.search_runs(study)),
     )
 
 

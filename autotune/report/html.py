@@ -450,7 +450,24 @@ def _progress_figure(data: ReportData) -> str:
         height=420,
         legend={"orientation": "h", "y": -0.3},
     )
-    return _figure_html(figure, "fig-progress") + f"<p class='verdict'>{escape(progress.verdict)}</p>"
+    verdict = f"<p class='verdict'>{escape(progress.verdict)}</p>"
+    return _figure_html(figure, "fig-progress") + verdict + _best_found(data)
+
+
+def _best_found(data: ReportData) -> str:
+    """When each objective's best figure was found: trial and minutes into its search run."""
+    if not data.best:
+        return ""
+    rows = []
+    for found in data.best:
+        when = f"{found.minutes:.1f} min into search run {found.run}" if found.minutes is not None else "-"
+        rows.append(
+            f"<tr><td>{escape(found.metric.label)}</td><td>{found.value:.4g} {escape(found.metric.unit)}</td>"
+            f"<td>#{found.number}</td><td>{when}</td></tr>"
+        )
+    head = "<tr><th>objective</th><th>best</th><th>found by trial</th><th>when</th></tr>"
+    caption = "<caption>When the best of each objective was found</caption>"
+    return f"<table id='best-found'>{caption}{head}{''.join(rows)}</table>"
 
 
 # -------------------------------------------------------------------------------------- failures

@@ -22,7 +22,7 @@ from autotune.search.interrupts import Interrupted, deferred
 from autotune.search.options import SearchEvents
 from autotune.search.prepare import Prepared, plan_target, trial_spec
 from autotune.search.session import Session, recover
-from autotune.search.strategy import Situation, next_queued, ruled_out, warm_up_set
+from autotune.search.strategy import Planned, Situation, next_queued, ruled_out, warm_up_set
 from autotune.space import Config, SearchSpace, build_plan, config_key
 from autotune.study import TrialRecord, artifacts
 from autotune.study.optuna_internals import trial_id
@@ -72,6 +72,9 @@ class TrialLoop:
         self.launched = 0
         self.warm_up = warm_up_set(self.space, prepared.baseline_config)
         self.situation = self._situation()
+        self.passed_over: dict[
+            str, str
+        ] = {}  # why -> what the summary says of a trial the budget left could not finish
         self.current: optuna.Trial | None = None  # asked and not finished yet: a signal must not leave it RUNNING
         self.started: float | None = None  # when the current trial's worker was launched
         self.token = random.SystemRandom().randrange(1, 2**31)  # this loop, in the trials it takes
@@ -163,9 +166,14 @@ class TrialLoop:
         complete = {config_key(r.config): (r.config, r.metrics) for r in records if r.outcome == Outcome.OK}
         skip = lambda c: self._never_run(c, history)  # noqa: E731
         left = self.deadline - time.monotonic() if self.deadline is not None else None
-        planned = next_queued(self.situation, self.warm_up, complete, taken, skip, _durations(records), left)
+        durations = _durations(records)
+        planned = next_queued(self.situation, self.warm_up, complete, taken, skip, durations, left, self._pass_over)
         if planned is not None:
             self.study.enqueue_trial(planned.config, user_attrs={"roles": [planned.why]})
+
+    def _pass_over(self, planned: Planned, seconds: float) -> None:
+        """A planned trial the budget left cannot finish is not started; the summary says which."""
+        self.passed_over.setdefault(planned.why, f"{planned.why} (about {seconds:.0f}s)")
 
     def _situation(self) -> Situation:
         return Situation(

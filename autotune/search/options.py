@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from autotune.analysis.found import BestFound
 from autotune.errors import SearchError as SearchError  # re-exported; lives there so the CLI catches it cheaply
 from autotune.space import Config
 from autotune.study import TrialRecord
@@ -26,3 +27,5 @@ class SearchSummary:
     elapsed_s: float
     spent_s: dict[str, float]
     failed_workers: tuple[str, ...] = ()  # `search --devices`: each worker that ended with an error, and how
+    best: tuple[BestFound, ...] = ()  # when each objective's best figure was found
+    passed_over: tuple[str, ...] = ()  # planned trials not started: the budget left could not finish them

@@ -18,10 +18,14 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
+import optuna
+
 from autotune import study as studies
+from autotune.analysis.found import best_found
 from autotune.errors import UserError
 from autotune.process import phases
 from autotune.process.runner import PARENT_PID_VARIABLE
@@ -47,7 +51,14 @@ def run_search(request: SearchRequest, events: SearchEvents) -> SearchSummary:
         loop = TrialLoop(session, session.attach(prepared, events), prepared, deadline, events)
         summary = _run_loop(loop, started)
     studies.record_search_run(loop.study, _run_record(request, summary))
-    return summary
+    return _with_best(summary, loop.study)
+
+
+def _with_best(summary: SearchSummary, study: optuna.Study) -> SearchSummary:
+    """The summary, with when each objective's best figure was found."""
+    objectives = studies.stored_settings(study).objective_metrics
+    found = best_found(studies.records(study), objectives, studies.search_runs(study))
+    return replace(summary, best=tuple(found))
 
 
 def join_study(worker: WorkerRequest, events: SearchEvents) -> SearchSummary:
@@ -94,7 +105,11 @@ def _run_loop(loop: TrialLoop, started: float) -> SearchSummary:
     elapsed = time.monotonic() - started
     loop.spending.add("overhead", elapsed - sum(loop.spending.seconds.values()))
     session = loop.session
-    return SearchSummary(session.name, session.storage_url, loop.launched, stop_reason, elapsed, loop.spending.seconds)
+    passed_over = tuple(loop.passed_over)
+    summary = SearchSummary(
+        session.name, session.storage_url, loop.launched, stop_reason, elapsed, loop.spending.seconds
+    )
+    return replace(summary, passed_over=passed_over)
 
 
 def _run_record(request: SearchRequest, summary: SearchSummary) -> dict[str, Any]:
@@ -147,7 +162,7 @@ def _run_on_devices(request: SearchRequest, events: SearchEvents) -> SearchSumma
     spent = {"preparing and workers": elapsed}
     summary = SearchSummary(session.name, session.storage_url, launched, reason, elapsed, spent, failed)
     studies.record_search_run(study, _run_record(request, summary))
-    return summary
+    return _with_best(summary, study)
 
 
 def _ended(exit_code: int) -> str:

@@ -367,11 +367,12 @@ def next_queued(
     skip: Callable[[Config], object],
     durations: Sequence[tuple[Config, float]] = (),
     seconds_left: float | None = None,
+    passed_over: Callable[[Planned, float], None] = lambda planned, seconds: None,
 ) -> Planned | None:
     """What the strategy queues next: the recommended stacks, then warm-up changes, compositions and predicted
     changes ranked (see `rank`), then nothing (the sampler takes over). `measured` maps keys of complete trials to
     (config, figures); `durations` holds (config, seconds) of finished trials. A trial not expected to finish in
-    `seconds_left` is passed over."""
+    `seconds_left` is passed over: `passed_over` hears of it, with its expected seconds."""
     space, baseline, objectives = situation.space, situation.baseline, situation.objectives
     forecaster = Forecaster(space, baseline, situation.device, measured, durations, objectives, situation.changes)
     first, waiting = _stacks_first(situation, forecaster)
@@ -390,6 +391,7 @@ def next_queued(
     for scored in rank(forecaster, fresh):
         if seconds_left is None or scored.forecast.seconds <= seconds_left:
             return scored.planned
+        passed_over(scored.planned, scored.forecast.seconds)
     return None
 
 
