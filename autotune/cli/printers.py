@@ -93,10 +93,16 @@ def print_search_summary(summary: SearchSummary) -> None:
     )
     out.print(f"time spent: {spent}")
     for found in summary.best:
-        out.print(f"best {found.metric.label}: {_figure(found.metric, found.value)}, {_found_when(found)}")
+        out.print(f"best {found.metric.label}: {_best_figure(found)}, {_found_when(found)}")
     if summary.passed_over:
         listed = "; ".join(summary.passed_over)
         out.print(f"not started, the budget left could not finish them: {listed}")
+
+
+def _best_figure(found: BestFound) -> str:
+    if found.metric.name == PEAK_MEMORY.name:
+        return format_bytes(found.value * 1e9)
+    return _figure(found.metric, found.value)
 
 
 def _found_when(found: BestFound) -> str:
