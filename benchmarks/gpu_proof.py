@@ -8,10 +8,10 @@ in OUT/commands.log (the commands, exit statuses and durations) and OUT/<step>.l
 
 1. `--model llama-1b` builds a 1.1B Llama offline (benchmarks/llama_1b.py, in a subprocess) and uses
    its folder; `demo` is autotune's built-in model; anything else is passed to autotune as is.
-2. `autotune search` twice on one study (OUT/study.db, report OUT/report.html): first with exactly
-   the number of trials the reference, the baseline and the strategy's warm-up set take (the
-   baseline with one knob changed, for every value the profile can run), then again with the
-   budget left, which resumes the study. The budget counts from the start of the first search.
+2. `autotune search --dry-run --json` (OUT/plan.json: the trials the search plans first, in order, with
+   why), then `autotune search` with the budget on one study (OUT/study.db, report OUT/report.html):
+   the reference, the baseline, the stacks the guides recommend, then the strategy's ranked order.
+   Its summary (OUT/search.log) says when the best of each objective was found.
 3. `autotune best --format json` (OUT/best.json), then `autotune measure --workload latency --json`
    of that configuration and of the baseline (OUT/measure-best.json, OUT/measure-baseline.json):
    batch-1 figures.
@@ -40,13 +40,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # autotune and ben
 
 from autotune import study as studies
 from autotune.analysis.metrics import KL_DIVERGENCE, PEAK_MEMORY, THROUGHPUT
-from autotune.paths import PACKAGED_SPACE, default_cache_dir, demo_model_path
-from autotune.profiles import GpuProfile, resolve_hardware
-from autotune.search import baseline_config
-from autotune.search.prepare import runnable_space
+from autotune.paths import PACKAGED_SPACE, default_cache_dir
 from autotune.search.strategy import ruled_out, warm_up_set
 from autotune.space import Config, SearchSpace, config_key, load_space
-from autotune.space.knobs import DtypeKnob, Target
 from autotune.study import StudySettings, TrialRecord
 from autotune.units import format_bytes, format_duration, parse_duration
 from benchmarks.llama_1b import DEFAULT_TRAIN_STEPS, model_folder
@@ -54,10 +50,10 @@ from benchmarks.llama_1b import DEFAULT_TRAIN_STEPS, model_folder
 REPO = Path(__file__).resolve().parents[1]
 STUDY = "proof"
 DEFAULT_SPACE = REPO / "search_spaces" / "default.yaml"
-MIN_RESUME_S = 20.0  # a resumed search with less budget than this could not prepare and run a trial
-DEMO_BUILD = (
-    "from autotune.paths import default_cache_dir; from autotune.worker.demo_model import ensure_demo_model; "
-    "print(ensure_demo_model(default_cache_dir()))"
+DEMO_BUILD = (  # the demo model and its speculative-decoding draft, which the search's prepare step would build
+    "from autotune.paths import default_cache_dir; from autotune.worker.demo_model import ensure_demo_draft; "
+    "from autotune.paths import demo_model_path; ensure_demo_draft(default_cache_dir()); "
+    "print(demo_model_path(default_cache_dir()))"
 )
 # The outcome column's first word, for every trial state (tests read it).
 OUTCOME_WORDS = ("works", "unsupported", "oom", "error", "timeout", "broken", "crashed", "budget", "skipped", "not run")
@@ -134,64 +130,21 @@ def autotune(*args: str) -> list[str]:
 # ------------------------------------------------------------------------------------------- model
 
 
-def resolve_model(args: argparse.Namespace, runner: Runner) -> tuple[str, Path | None] | None:
-    """The --model to give autotune and the model's local folder (None when unknown); None if a build failed."""
+def resolve_model(args: argparse.Namespace, runner: Runner) -> str | None:
+    """The --model to give autotune; None if building it failed."""
     cache = default_cache_dir()
     if args.model == "llama-1b":
         folder = model_folder(cache, args.train_steps)
         builder = [sys.executable, str(REPO / "benchmarks" / "llama_1b.py"), "--device", args.device]
         step = runner.run("build", [*builder, "--train-steps", str(args.train_steps), "--out", str(folder)])
-        return (str(folder), folder) if step.code == 0 else None
+        return str(folder) if step.code == 0 else None
     if args.model == "demo":
         step = runner.run("build", [sys.executable, "-c", DEMO_BUILD])
-        return ("demo", demo_model_path(cache)) if step.code == 0 else None
-    path = Path(args.model).expanduser()
-    return args.model, path if path.is_dir() else _hub_folder(args.model)
-
-
-def _hub_folder(model_id: str) -> Path | None:
-    """The folder of a hub model's cached config.json, without touching the network; None when not cached."""
-    try:
-        from huggingface_hub import try_to_load_from_cache
-
-        found = try_to_load_from_cache(model_id, "config.json")
-    except Exception:  # no huggingface_hub, or not a hub id (a missing folder, say): autotune will say what is wrong
-        return None
-    return Path(found).parent if isinstance(found, str) else None
-
-
-def checkpoint_dtype(folder: Path | None) -> str | None:
-    """The dtype a checkpoint's config.json declares (transformers loads float32 when none), or None."""
-    if folder is None or not (folder / "config.json").is_file():
-        return None
-    config = json.loads((folder / "config.json").read_text())
-    return config.get("dtype") or config.get("torch_dtype") or "float32"
+        return "demo" if step.code == 0 else None
+    return args.model
 
 
 # ---------------------------------------------------------------------------------------- planning
-
-
-def planned_trials(space_path: Path, profile: GpuProfile, dtype: str | None, storage: str, batch_size: int = 8) -> int:
-    """Trials the first search needs for the reference, the baseline and the warm-up set, as the search
-    loop queues them, less those the study already has. With the checkpoint dtype unknown, the most
-    that any dtype the profile runs would need."""
-    space = runnable_space(load_space(space_path), profile, Target(profile.device_type, requests=batch_size))
-    dtypes = [dtype] if dtype else [d for d in DtypeKnob.by_precision if profile.why_not_value("dtype", d) is None]
-    measured = set(_existing_keys(storage))
-    return max(len(_anchor_and_warm_up_keys(space, profile, d) - measured) for d in dtypes)
-
-
-def _anchor_and_warm_up_keys(space: SearchSpace, profile: GpuProfile, checkpoint: str) -> set[str]:
-    precise = next(d for d in DtypeKnob.by_precision if profile.why_not_value("dtype", d) is None)
-    reference = baseline_config(space, precise, profile, "throughput")  # the defaults at the most precise dtype
-    baseline = baseline_config(space, checkpoint, profile, "throughput")
-    warm_up = warm_up_set(space.including(reference).including(baseline), baseline)
-    return {config_key(config) for config in (reference, baseline, *(p.config for p in warm_up))}
-
-
-def _existing_keys(storage: str) -> dict[str, int]:
-    study = _existing_study(storage)
-    return studies.measured_keys(study) if study is not None else {}
 
 
 def _existing_study(storage: str) -> optuna.Study | None:
@@ -226,26 +179,11 @@ def _shape(args: argparse.Namespace, *extra: str) -> list[str]:
     return [item for flag in (*extra, "--input-len", "--output-len") for item in (flag, str(flags[flag]))]
 
 
-def run_searches(args: argparse.Namespace, runner: Runner, model: str, folder: Path | None) -> list[Step]:
-    """The warm-up search (anchors and warm-up set), then the same search resumed with the budget left."""
+def run_searches(args: argparse.Namespace, runner: Runner, model: str) -> list[Step]:
+    """The plan the search makes before it runs (a dry run), then the search with the budget."""
     storage = storage_url(args.out)
-    profile = resolve_hardware(args.gpu, args.device).profile
-    trials = planned_trials(args.space, profile, checkpoint_dtype(folder), storage, args.batch_size)
-    budget_s = parse_duration(args.budget)
-    started = time.monotonic()
-    steps = []
-    if trials:
-        steps.append(runner.run("search-1", [*search_command(args, model, storage), *_limits(budget_s, trials)]))
-    else:
-        runner.note("the study already has the reference, the baseline and the warm-up set: first search not run")
-    left = budget_s - (time.monotonic() - started)
-    if steps and steps[0].code != 0 and _existing_keys(storage) == {}:
-        runner.note("the first search stored no trial: the search is not resumed")
-    elif left < MIN_RESUME_S:
-        runner.note(f"{left:.0f}s of the {args.budget} budget left after the warm-up: the search is not resumed")
-    else:
-        steps.append(runner.run("search-2", [*search_command(args, model, storage), *_limits(left)]))
-    return steps
+    runner.run("plan", [*search_command(args, model, storage), "--dry-run", "--json"], args.out / "plan.json")
+    return [runner.run("search", [*search_command(args, model, storage), *_limits(parse_duration(args.budget))])]
 
 
 def _limits(budget_s: float, trials: int | None = None) -> list[str]:
@@ -699,9 +637,9 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     runner = Runner(args.out)
     resolved = resolve_model(args, runner)
-    searches = run_searches(args, runner, *resolved) if resolved else []
+    searches = run_searches(args, runner, resolved) if resolved else []
     if resolved and _existing_study(storage_url(args.out)) is not None:
-        pick_and_measure(args, runner, resolved[0])
+        pick_and_measure(args, runner, resolved)
     path, found = write_summary(args, runner, time.monotonic() - started)
     print(f"\nsummary: {path}", *found, sep="\n")
     failed = resolved is None or any(step.code != 0 for step in searches)
