@@ -127,3 +127,13 @@ def test_compare_as_markdown_for_a_ci_job_summary(series, tmp_path, cli_env):
                    tmp_path, cli_env, timeout=120)  # fmt: skip
     assert fine.returncode == 0
     assert fine.stdout.startswith("### autotune compare: demo-2026-11-01 → demo-2026-11-02: no regression")
+
+
+def test_the_chart_page_escapes_what_a_study_holds(tmp_path: Path):
+    from autotune.report.history import render_history
+
+    name = f"odd-2026-11-01{fakes.SCRIPT}"
+    study, url = fakes.new_study(tmp_path / "odd.db", name=name)
+    fakes.add_complete(study, fakes.BASELINE, fakes.metrics(100, 1.0, 0.0, 1.0, 10.0))
+    page = render_history(history(nights_of(url, [name])), fakes.SCRIPT)
+    assert fakes.SCRIPT not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
