@@ -80,9 +80,11 @@ class NightSummary:
             return "first night"
         if not self.regressed:
             return "ok"
-        worst = self.worst_loss
-        loss = f" (throughput {-worst:.1%} at worst)" if "throughput" in self.regressed and worst is not None else ""
-        return f"REGRESSED {', '.join(self.regressed)}{loss}"
+        worst, figures = self.worst_loss, self.regressed
+        loss = ""
+        if "throughput" in figures and worst is not None:
+            loss = f" ({'' if figures == ['throughput'] else 'throughput '}{-worst:.1%} at worst)"
+        return f"REGRESSED {', '.join(figures)}{loss}"
 
     def best_change(self, before: NightSummary | None) -> float | None:
         """(best - best before) / best before, of the front's best throughput."""

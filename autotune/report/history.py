@@ -58,7 +58,7 @@ def render_history(history: History, title: str) -> str:
     chart = figure.to_html(full_html=False, include_plotlyjs=False, div_id="history", config={"displaylogo": False})
     return _PAGE.format(
         title=escape(f"autotune history: {title}"),
-        heading=escape(title),
+        heading=escape(f"autotune history: {title}"),
         summary=escape(_summary(history)),
         plotly=get_plotlyjs(),
         chart=chart,

@@ -47,7 +47,7 @@ def test_each_night_is_compared_with_the_one_before_as_compare_does(series):
     assert [night.label for night in found.nights] == sorted(NIGHTS)
     assert [night.regressed for night in found.nights] == [[], [], [], ["throughput"], ["memory"]]
     assert found.nights[0].verdict() == "first night"
-    assert found.nights[3].verdict() == "REGRESSED throughput (throughput -28.6% at worst)"  # 0.70 / 0.98
+    assert found.nights[3].verdict() == "REGRESSED throughput (-28.6% at worst)"  # 0.70 / 0.98
     assert found.nights[4].verdict() == "REGRESSED memory"
     for before, night in itertools.pairwise(nights):  # the same verdict as compare's
         expected = compare(before.records, before.front, night.records, night.front, DEFAULT_TOLERANCES["cuda"])
