@@ -128,7 +128,7 @@ def check_nothing_lost(study: optuna.Study, doomed: int, victim: int) -> None:
         retry = trial.system_attrs.get("failed_trial")
         print(f"  #{trial.number} {trial.state.name:8} {record.outcome or '-':12} owner pid {_owner(trial)}"
               + (f", retry of #{retry}" if retry is not None else "")
-              + (f", interrupted: {record.message[:70]}" if record.interrupted else ""))  # fmt: skip
+              + (f", {record.message[:80]}" if record.interrupted else ""))  # fmt: skip
     states = {trial.state.name for trial in trials}
     assert not states & {"RUNNING", "WAITING"}, "a trial was left unaccounted for"
     assert by_number[doomed].interrupted and by_number[doomed].state == "FAIL"
