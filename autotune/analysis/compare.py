@@ -12,27 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from autotune.analysis.metrics import KL_DIVERGENCE, KL_FLOOR, PEAK_MEMORY, THROUGHPUT  # KL below its floor: equal
+from autotune.analysis.tolerances import DEFAULT_TOLERANCES, GivenTolerances, Tolerances
 from autotune.study import TrialRecord
 
+__all__ = ["DEFAULT_TOLERANCES", "Comparison", "GivenTolerances", "Level", "Miss", "Movement", "Tolerances", "compare"]
+
 MOVED = (THROUGHPUT.name, "ttft_s", "tpot_s", PEAK_MEMORY.name, KL_DIVERGENCE.name)
-
-
-@dataclass(frozen=True)
-class Tolerances:
-    """How far a figure may move before it counts, as a share of the earlier value."""
-
-    throughput: float
-    memory: float
-    kl: float
-
-
-# Run-to-run noise measured on this project's machines (README, "Comparing studies"): CPU throughput
-# swings about ±20% between runs on a shared VM and CPU peak memory (process RSS) about 10%; on a GPU,
-# throughput within a few percent and allocator peaks are nearly exact. KL is deterministic per stack.
-DEFAULT_TOLERANCES = {
-    "cuda": Tolerances(throughput=0.05, memory=0.05, kl=0.10),
-    "cpu": Tolerances(throughput=0.25, memory=0.15, kl=0.10),
-}
 
 
 @dataclass(frozen=True)
@@ -101,6 +86,11 @@ class Comparison:
     @property
     def regressed(self) -> list[Level]:
         return [level for level in self.levels if level.regressed_figure(self.tolerances)]
+
+    def regressed_figures(self) -> list[str]:
+        """What regressed at some level of the earlier front: "throughput", "memory", "KL", in that order."""
+        named = " and ".join(level.regressed_figure(self.tolerances) or "" for level in self.regressed)
+        return [figure for figure in ("throughput", "memory", "KL") if figure in named]
 
 
 def compare(before: list[TrialRecord], front_before: set[int], after: list[TrialRecord], front_after: set[int],

@@ -27,6 +27,7 @@ from autotune.cli.flags import (
     SpacePath,
     Storage,
     Study,
+    ToleranceFlags,
     TrialTimeoutS,
     TrustRemoteCode,
     Workload,
@@ -41,6 +42,7 @@ from autotune.cli.printers import (
     print_dry_run,
     print_front,
     print_gpus,
+    print_history,
     print_measurement,
     print_search_summary,
     print_worker_summary,
@@ -209,71 +211,102 @@ def worker(
     print_worker_summary(summary)
 
 
+class CompareFormat(str, Enum):
+    table = "table"
+    json = "json"
+    markdown = "markdown"
+
+
 @app.command()
+@with_groups
 def compare(
+    *,
     study_a: Annotated[str, typer.Argument(metavar="STUDY_A", help="The earlier study (e.g. last night's).")],
     study_b: Annotated[str, typer.Argument(metavar="STUDY_B", help="The later study.")],
     storage: Storage = None,
     storage_b: Annotated[
         str | None, typer.Option("--storage-b", help="Storage of STUDY_B.", show_default="--storage")
     ] = None,
-    threshold: Annotated[
-        str | None,
-        typer.Option(
-            "--threshold", help="Throughput loss that is a regression: 5%, 0.05.", show_default="GPU 5%, CPU 25%"
-        ),
-    ] = None,
-    memory_tolerance: Annotated[
-        str | None,
-        typer.Option(
-            "--memory-tolerance", help="Extra peak memory that still meets a level.", show_default="GPU 5%, CPU 15%"
-        ),
-    ] = None,
-    kl_tolerance: Annotated[
-        str | None, typer.Option("--kl-tolerance", help="Extra KL that still meets a level.", show_default="10%")
-    ] = None,
-    as_json: AsJson = False,
+    tolerances: ToleranceFlags,
+    output: Annotated[
+        CompareFormat, typer.Option("--format", help="table, json, or markdown (a CI job summary).")
+    ] = CompareFormat.table,
+    as_json: Annotated[bool, typer.Option("--json", help="The same as --format json.")] = False,
 ) -> None:
     """Compare two studies: how each front configuration's figures moved; exit 3 on a regression.
 
     A regression: at a point of STUDY_A's front, STUDY_B's best throughput at that memory and KL is lower.
 
     Each figure has its own tolerance, by the device of STUDY_A, above that figure's run-to-run noise there.
+
+    Example: autotune compare night-1 night-2 --format markdown >> "$GITHUB_STEP_SUMMARY"
     """
     from autotune import study as studies
-    from autotune.analysis.compare import DEFAULT_TOLERANCES, Tolerances
     from autotune.analysis.compare import compare as compare_studies
     from autotune.analysis.pareto import front_numbers
 
     url_a = storage or studies.default_storage(study_a)
     url_b = storage_b or storage or studies.default_storage(study_b)
     a, b = studies.load_stored_study(url_a, study_a), studies.load_stored_study(url_b, study_b)
-    defaults = DEFAULT_TOLERANCES[studies.stored_settings(a).profile.get("kind", "cuda")]
-    tolerances = Tolerances(
-        throughput=_fraction(threshold, "--threshold") if threshold else defaults.throughput,
-        memory=_fraction(memory_tolerance, "--memory-tolerance") if memory_tolerance else defaults.memory,
-        kl=_fraction(kl_tolerance, "--kl-tolerance") if kl_tolerance else defaults.kl,
+    device = studies.stored_settings(a).profile.get("kind", "cuda")
+    comparison = compare_studies(
+        studies.records(a), front_numbers(a), studies.records(b), front_numbers(b), tolerances.on(device)
     )
-    comparison = compare_studies(studies.records(a), front_numbers(a), studies.records(b), front_numbers(b), tolerances)
-    print_comparison(study_a, study_b, comparison, as_json)
+    print_comparison(study_a, study_b, comparison, "json" if as_json else output.value)
     if comparison.regressed:
         raise typer.Exit(3)
+
+
+class HistoryFormat(str, Enum):
+    table = "table"
+    markdown = "markdown"
+    json = "json"
+
+
+@app.command()
+@with_groups
+def history(
+    *,
+    studies_named: Annotated[
+        str, typer.Option("--studies", help="Comma-separated study names or glob patterns: 'demo-cpu-2026-11-*'.")
+    ],
+    storage: Annotated[
+        str | None,
+        typer.Option(
+            "--storage", help="Storage of every study.", show_default="each study's sqlite:///studies/<study>.db"
+        ),
+    ] = None,
+    out_path: Annotated[Path, typer.Option("--out", help="The chart (HTML).")] = Path("reports/history.html"),
+    tolerances: ToleranceFlags,
+    output: Annotated[
+        HistoryFormat, typer.Option("--format", help="What to print: table, markdown (a CI job summary) or json.")
+    ] = HistoryFormat.table,
+    artifacts: Annotated[
+        str | None,
+        typer.Option("--artifacts", help="Also store the chart with the last night's study: a folder, s3://, gs://."),
+    ] = None,
+) -> None:
+    """Nights side by side: each study's front (best throughput, memory, KL), regressions marked, as a chart.
+
+    The studies are ordered by the date in their names (YYYY-MM-DD).
+
+    Each night is compared with the one before as `autotune compare` does, with the same tolerances.
+
+    Example: autotune history --studies 'demo-cpu-2026-11-*' --out reports/nights.html
+    """
+    from autotune.report import build_history
+
+    names = [name.strip() for name in studies_named.split(",") if name.strip()]
+    if not names:
+        raise UserError("--studies: name at least one study or pattern, e.g. 'demo-cpu-2026-11-*'")
+    nights, path = build_history(names, storage, out_path, tolerances, artifacts)
+    print_history(nights, path, output.value)
 
 
 def _given(context: typer.Context, parameter: str) -> bool:
     """Whether the user wrote the flag (not its default, not an environment variable)."""
     source = context.get_parameter_source(parameter)
     return source is not None and source.name == "COMMANDLINE"
-
-
-def _fraction(text: str, flag: str) -> float:
-    try:
-        value = float(text.rstrip("%")) / (100 if text.endswith("%") else 1)
-    except ValueError:
-        raise UserError(f"{flag} {text!r} is not a share: write it like 5% or 0.05") from None
-    if not 0 <= value < 1:
-        raise UserError(f"{flag} {text!r} must be between 0% and 100%")
-    return value
 
 
 @app.command()

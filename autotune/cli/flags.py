@@ -16,6 +16,7 @@ from typing import Annotated, Any, TypeVar, get_args, get_origin
 
 import typer
 
+from autotune.analysis.tolerances import GivenTolerances
 from autotune.data import load_prompts
 from autotune.errors import UserError
 from autotune.process.results import ModelSpec, WorkloadSpec
@@ -146,6 +147,19 @@ _Load = Annotated[
     ),
 ]
 _Slo = Annotated[str | None, typer.Option("--slo", help='serve: latency objectives, "ttft_p95<=300ms,itl_p95<=50ms".')]
+_Threshold = Annotated[
+    str | None,
+    typer.Option("--threshold", help="Throughput loss that is a regression: 5%, 0.05.", show_default="GPU 5%, CPU 25%"),
+]
+_MemoryTolerance = Annotated[
+    str | None,
+    typer.Option(
+        "--memory-tolerance", help="Extra peak memory that still meets a level.", show_default="GPU 5%, CPU 15%"
+    ),
+]
+_KlTolerance = Annotated[
+    str | None, typer.Option("--kl-tolerance", help="Extra KL that still meets a level.", show_default="10%")
+]
 _ServePort = Annotated[
     int | None,
     typer.Option("--serve-port", min=1, max=65535, help="serve: port of the server; a free one if not given."),
@@ -201,7 +215,30 @@ def workload_spec(
     return WorkloadSpec(kind, batch_size, input_len, output_len, prompts_path=path, serve=serve)  # type: ignore[arg-type]
 
 
+def given_tolerances(
+    threshold: _Threshold = None, memory_tolerance: _MemoryTolerance = None, kl_tolerance: _KlTolerance = None
+) -> GivenTolerances:
+    return GivenTolerances(
+        throughput=_fraction(threshold, "--threshold"),
+        memory=_fraction(memory_tolerance, "--memory-tolerance"),
+        kl=_fraction(kl_tolerance, "--kl-tolerance"),
+    )
+
+
+def _fraction(text: str | None, flag: str) -> float | None:
+    if text is None:
+        return None
+    try:
+        value = float(text.rstrip("%")) / (100 if text.endswith("%") else 1)
+    except ValueError:
+        raise UserError(f"{flag} {text!r} is not a share: write it like 5% or 0.05") from None
+    if not 0 <= value < 1:
+        raise UserError(f"{flag} {text!r} must be between 0% and 100%")
+    return value
+
+
 Model = Annotated[ModelSpec, Group(model_spec)]
 Hardware = Annotated[HardwareSpec, Group(hardware_spec)]
 Budget = Annotated[BudgetSpec, Group(budget_spec)]
 Workload = Annotated[WorkloadSpec, Group(workload_spec)]
+ToleranceFlags = Annotated[GivenTolerances, Group(given_tolerances)]

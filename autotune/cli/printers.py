@@ -17,8 +17,11 @@ from autotune.space.knobs import short_name
 from autotune.units import format_bytes, format_duration
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from autotune.analysis.compare import Comparison, Level, Tolerances
     from autotune.analysis.found import BestFound
+    from autotune.analysis.history import History
     from autotune.analysis.pick import Pick
     from autotune.report.data import ParetoCard
     from autotune.search import SearchSummary
@@ -205,16 +208,23 @@ def print_measurement(document: dict[str, Any], as_json: bool) -> None:
 # ------------------------------------------------------------------------------------ compare
 
 
-def print_comparison(study_a: str, study_b: str, comparison: Comparison, as_json: bool) -> None:
-    if as_json:
+MOVED_FIGURES = ("throughput_tok_s", "ttft_s", "peak_memory_gb", "kl_divergence")
+
+
+def print_comparison(study_a: str, study_b: str, comparison: Comparison, output: str = "table") -> None:
+    """As a table (default), one JSON document, or Markdown (a CI job's summary page)."""
+    if output == "json":
         print(json.dumps(_comparison_document(study_a, study_b, comparison)))
+        return
+    if output == "markdown":
+        print(comparison_markdown(study_a, study_b, comparison))
         return
     table = Table(title=f"{study_a} -> {study_b}: figures of the configurations on either front")
     for column in ("configuration", "front", "tok/s", "ttft", "memory", "KL"):
         table.add_column(column)
     for movement in comparison.movements:
         changes = movement.change
-        cells = [_change(changes, name) for name in ("throughput_tok_s", "ttft_s", "peak_memory_gb", "kl_divergence")]
+        cells = [_change(changes, name) for name in MOVED_FIGURES]
         table.add_row(knobs_line(movement.config), "+".join(movement.on_front), *cells)
     out.print(table)
     t = comparison.tolerances
@@ -224,6 +234,30 @@ def print_comparison(study_a: str, study_b: str, comparison: Comparison, as_json
     )
     for level in comparison.levels:
         out.print(_level_line(study_b, level, t))
+
+
+def comparison_markdown(study_a: str, study_b: str, comparison: Comparison) -> str:
+    t = comparison.tolerances
+    verdict = "**REGRESSED**: " + ", ".join(comparison.regressed_figures()) if comparison.regressed else "no regression"
+    lines = [
+        f"### autotune compare: {_md(study_a)} → {_md(study_b)}: {verdict}",
+        "",
+        f"Tolerances: throughput -{t.throughput:.0%}, memory +{t.memory:.0%}, KL +{t.kl:.0%}.",
+        "",
+        "| configuration | front | tok/s | ttft | memory | KL |",
+        "|---|---|---|---|---|---|",
+    ]
+    for movement in comparison.movements:
+        cells = [_change(movement.change, name) for name in MOVED_FIGURES]
+        lines.append(f"| `{_md(knobs_line(movement.config))}` | {'+'.join(movement.on_front)} | {' | '.join(cells)} |")
+    lines += ["", "Each level of the earlier front:", ""]
+    lines += [f"- {_md(_level_line(study_b, level, t))}" for level in comparison.levels]
+    return "\n".join(lines)
+
+
+def _md(text: str) -> str:
+    """Text inside a Markdown table or list: pipes escaped, no line breaks."""
+    return text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;").replace("\n", " ")
 
 
 def _comparison_document(study_a: str, study_b: str, comparison: Comparison) -> dict[str, Any]:
@@ -280,6 +314,69 @@ def _shown(name: str, value: float) -> str:
 
 def _change(changes: dict[str, float], name: str) -> str:
     return f"{changes[name]:+.1%}" if name in changes else "-"
+
+
+# ------------------------------------------------------------------------------------ history
+
+
+def print_history(history: History, chart: Path, output: str = "table") -> None:
+    """The nights as a table (default), Markdown (a CI job's summary page) or one JSON document."""
+    rows = [_night_cells(history, night) for night in history.nights]
+    headings = ("night", "study", "trials", "front", "best tok/s", "lowest memory", "lowest KL", "vs the night before")
+    if output == "json":
+        print(json.dumps(_history_document(history, str(chart))))
+    elif output == "markdown":
+        regressed = ", ".join(night.label for night in history.regressed) or "none"
+        count = len(history.nights)
+        print(f"### autotune history: {count} night{'s' if count != 1 else ''}, regressed: {_md(regressed)}\n")
+        print("| " + " | ".join(headings) + " |")
+        print("|" + "---|" * len(headings))
+        for cells in rows:
+            print("| " + " | ".join(_md(cell) for cell in cells) + " |")
+    else:
+        table = Table(title="Nights side by side (each compared with the night before, as autotune compare does)")
+        for column in headings:
+            table.add_column(column)
+        for cells in rows:
+            table.add_row(*cells)
+        out.print(table)
+        out.print(f"chart: {chart}")
+
+
+def _night_cells(history: History, night: Any) -> list[str]:
+    change = night.best_change(history.before(night))
+    best = f"{night.best_throughput:.1f}" if night.best_throughput is not None else "-"
+    return [
+        night.label,
+        night.study,
+        str(night.launched),
+        str(len(night.points)),
+        best + (f" ({change:+.1%})" if change is not None else ""),
+        format_bytes(night.lowest_memory_gb * 1e9) if night.lowest_memory_gb is not None else "-",
+        f"{night.lowest_kl:.2e}" if night.lowest_kl is not None else "-",
+        night.verdict(),
+    ]
+
+
+def _history_document(history: History, chart: str) -> dict[str, Any]:
+    return {
+        "chart": chart,
+        "nights": [
+            {
+                "study": night.study,
+                "date": night.date,
+                "launched": night.launched,
+                "front": [asdict(point) for point in night.points],
+                "best_throughput_tok_s": night.best_throughput,
+                "lowest_peak_memory_gb": night.lowest_memory_gb,
+                "lowest_kl": night.lowest_kl,
+                "previous": night.previous,
+                "regressed": night.regressed,
+                "verdict": night.verdict(),
+            }
+            for night in history.nights
+        ],
+    }
 
 
 # ------------------------------------------------------------------------------------ best

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from autotune import study as studies
+
+if TYPE_CHECKING:
+    from autotune.analysis.history import History
+    from autotune.analysis.tolerances import GivenTolerances
 
 
 def build_report(study_name: str, storage_url: str, out: Path) -> Path:
@@ -18,3 +23,26 @@ def build_report(study_name: str, storage_url: str, out: Path) -> Path:
 
 def default_report_path(study_name: str, reports_dir: Path = Path("reports")) -> Path:
     return reports_dir / f"{study_name}.html"
+
+
+def build_history(
+    names: list[str], storage_url: str | None, out: Path, given: GivenTolerances, artifacts: str | None = None
+) -> tuple[History, Path]:
+    """The nights of the studies named (names or glob patterns), and their chart written to `out`; with
+    `artifacts`, the chart is also stored with the last night's study."""
+    from autotune.analysis.history import Night, history, in_night_order
+    from autotune.analysis.pareto import front_numbers
+    from autotune.report.history import write_history
+    from autotune.study.artifacts import attach_report
+
+    urls = dict(studies.studies_named(names, storage_url))
+    nights = []
+    for name in in_night_order(list(urls)):
+        study = studies.load_stored_study(urls[name], name)
+        device = studies.stored_settings(study).profile.get("kind", "cuda")
+        nights.append(Night(name, studies.records(study), front_numbers(study), device))
+    found = history(nights, given)
+    path = write_history(found, ", ".join(names), out)
+    if artifacts:
+        attach_report(nights[-1].study, urls[nights[-1].study], artifacts, path)
+    return found, path

@@ -54,6 +54,7 @@ from autotune.study.storage import (
     open_storage,
     redact,
     sqlite_file_missing,
+    studies_named,
     trial_folder,
 )
 
@@ -102,6 +103,7 @@ __all__ = [
     "space_with_exclusions",
     "sqlite_file_missing",
     "stored_settings",
+    "studies_named",
     "trial_folder",
     "update_settings",
     "wait_for_settings",

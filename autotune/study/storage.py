@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import fnmatch
 import logging
 import re
 import time
@@ -112,6 +113,32 @@ def load_stored_study(url: str, name: str) -> optuna.Study:
     if study is None:
         raise UserError(f"no study named {name!r} in {redact(url)}; check --study and --storage")
     return study
+
+
+def studies_named(names: list[str], url: str | None, studies_dir: Path = Path("studies")) -> list[tuple[str, str]]:
+    """(study, storage URL) for each name or glob pattern ("demo-cpu-2026-11-*"): matched among the studies
+    of `url`, or, without one, among the SQLite files of `studies_dir` (each study's default storage)."""
+    found: dict[str, str] = {}
+    for name in names:
+        if not any(char in name for char in "*?["):
+            found.setdefault(name, url or default_storage(name, studies_dir))
+            continue
+        matches = _matching(name, url, studies_dir)
+        if not matches:
+            where = redact(url) if url else f"{studies_dir}/*.db"
+            raise UserError(f"no study matches {name!r} in {where}; check --studies and --storage")
+        for match in matches:
+            found.setdefault(match, url or default_storage(match, studies_dir))
+    return list(found.items())
+
+
+def _matching(pattern: str, url: str | None, studies_dir: Path) -> list[str]:
+    if url is None:
+        return sorted(path.stem for path in studies_dir.glob(f"{pattern}.db"))
+    if sqlite_file_missing(url):
+        return []
+    names = [summary.study_name for summary in open_storage(url).get_all_studies()]
+    return sorted(name for name in names if fnmatch.fnmatchcase(name, pattern))
 
 
 def find_study(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study | None:

@@ -1,0 +1,157 @@
+"""Nights side by side: the front of each study of a series (one study per night), and what regressed.
+
+Each night is summed up by its front: every point's throughput, peak memory and KL, and the best of each
+(the highest throughput, the lowest memory, the lowest KL on the front). A night regressed when
+`autotune compare` with the night before says so, with the same tolerances (autotune.analysis.compare).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from autotune.analysis.compare import Comparison, GivenTolerances, compare
+from autotune.analysis.metrics import KL_DIVERGENCE, PEAK_MEMORY, THROUGHPUT
+from autotune.space import Config
+from autotune.study import TrialRecord
+
+DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+@dataclass(frozen=True)
+class Night:
+    """One study of the series, as read from storage."""
+
+    study: str
+    records: list[TrialRecord]
+    front: set[int]  # its trials on the front (Optuna's best_trials)
+    device: str  # the kind of its profile (cuda, cpu): the default tolerances of a comparison from it
+
+
+@dataclass(frozen=True)
+class FrontPoint:
+    number: int
+    config: Config
+    throughput: float
+    memory_gb: float
+    kl: float
+
+
+@dataclass(frozen=True)
+class NightSummary:
+    study: str
+    date: str | None  # the YYYY-MM-DD in its name
+    launched: int  # trials launched
+    points: list[FrontPoint]  # its front, fastest first
+    previous: str | None  # the night before, if any
+    comparison: Comparison | None  # the night before -> this one
+
+    @property
+    def label(self) -> str:
+        return self.date or self.study
+
+    @property
+    def best_throughput(self) -> float | None:
+        return max((p.throughput for p in self.points), default=None)
+
+    @property
+    def lowest_memory_gb(self) -> float | None:
+        return min((p.memory_gb for p in self.points), default=None)
+
+    @property
+    def lowest_kl(self) -> float | None:
+        return min((p.kl for p in self.points), default=None)
+
+    @property
+    def regressed(self) -> list[str]:
+        """What regressed since the night before ("throughput", "memory", "KL"); empty when nothing did."""
+        return self.comparison.regressed_figures() if self.comparison else []
+
+    @property
+    def worst_loss(self) -> float | None:
+        """The largest share of throughput lost at a level of the night before's front that this night meets."""
+        levels = self.comparison.levels if self.comparison else []
+        return max((level.regression() for level in levels if level.best_after is not None), default=None)
+
+    def verdict(self) -> str:
+        """Against the night before: "first night", "ok", or "REGRESSED <figures>" with the worst throughput loss."""
+        if self.comparison is None:
+            return "first night"
+        if not self.regressed:
+            return "ok"
+        worst, figures = self.worst_loss, self.regressed
+        loss = ""
+        if "throughput" in figures and worst is not None:
+            loss = f" ({'' if figures == ['throughput'] else 'throughput '}{-worst:.1%} at worst)"
+        return f"REGRESSED {', '.join(figures)}{loss}"
+
+    def best_change(self, before: NightSummary | None) -> float | None:
+        """(best - best before) / best before, of the front's best throughput."""
+        now, then = self.best_throughput, before.best_throughput if before else None
+        return None if now is None or not then else (now - then) / then
+
+
+@dataclass(frozen=True)
+class History:
+    nights: list[NightSummary]
+
+    def before(self, night: NightSummary) -> NightSummary | None:
+        index = self.nights.index(night)
+        return self.nights[index - 1] if index else None
+
+    @property
+    def regressed(self) -> list[NightSummary]:
+        return [night for night in self.nights if night.regressed]
+
+
+def in_night_order(names: Sequence[str]) -> list[str]:
+    """By the date in each name when every name has one (then by name), else as given."""
+    if all(DATE.search(name) for name in names):
+        return sorted(names, key=lambda name: (_date(name), name))
+    return list(names)
+
+
+def history(nights: Sequence[Night], given: GivenTolerances | None = None) -> History:
+    """Each night's front, and its comparison with the night before (tolerances: `given`, else the
+    defaults for the earlier night's device, as `autotune compare` takes them)."""
+    given = given or GivenTolerances()
+    summaries = []
+    for index, night in enumerate(nights):
+        before = nights[index - 1] if index else None
+        comparison = None
+        if before is not None:
+            comparison = compare(before.records, before.front, night.records, night.front, given.on(before.device))
+        summaries.append(
+            NightSummary(
+                study=night.study,
+                date=_date(night.study),
+                launched=sum(1 for record in night.records if record.launched),
+                points=_front_points(night),
+                previous=before.study if before else None,
+                comparison=comparison,
+            )
+        )
+    return History(summaries)
+
+
+def _date(name: str) -> str | None:
+    found = DATE.search(name)
+    return found.group(0) if found else None
+
+
+def _front_points(night: Night) -> list[FrontPoint]:
+    points = [
+        FrontPoint(
+            record.number,
+            record.config,
+            record.metrics[THROUGHPUT.name],
+            record.metrics[PEAK_MEMORY.name],
+            record.metrics[KL_DIVERGENCE.name],
+        )
+        for record in night.records
+        if record.number in night.front
+        and record.complete
+        and all(m.name in record.metrics for m in (THROUGHPUT, PEAK_MEMORY, KL_DIVERGENCE))
+    ]
+    return sorted(points, key=lambda point: -point.throughput)

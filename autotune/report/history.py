@@ -1,0 +1,183 @@
+"""The nights of a series side by side, as one self-contained HTML page: a chart and a table.
+
+The chart has a row per figure (throughput, peak memory, KL) and a column per night: every front point
+as a small grey dot, the front's best as a line, and a red cross where a night regressed on that figure.
+Every text from a study (names, configurations) is escaped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from html import escape
+from pathlib import Path
+
+import plotly.graph_objects as go
+from plotly.offline import get_plotlyjs
+from plotly.subplots import make_subplots
+
+from autotune.analysis.history import FrontPoint, History, NightSummary
+from autotune.analysis.metrics import KL_FLOOR
+from autotune.space.knobs import short_name
+from autotune.units import format_bytes
+
+
+@dataclass(frozen=True)
+class Row:
+    """One figure of the chart: how to read it from a front point, its best, and its axis."""
+
+    figure: str  # as regressions name it: throughput, memory, KL
+    title: str
+    value: Callable[[FrontPoint], float | None]
+    best: Callable[[NightSummary], float | None]
+    log: bool = False
+
+
+def _kl_shown(kl: float | None) -> float | None:
+    """KL on a log axis: the reference's 0 (and noise below the floor) drawn at the floor."""
+    return None if kl is None else max(kl, KL_FLOOR)
+
+
+ROWS = (
+    Row("throughput", "best throughput (tok/s)", lambda p: p.throughput, lambda n: n.best_throughput),
+    Row("memory", "lowest peak memory (GB)", lambda p: p.memory_gb, lambda n: n.lowest_memory_gb),
+    Row("KL", "lowest KL vs reference (nats/token)", lambda p: _kl_shown(p.kl), lambda n: _kl_shown(n.lowest_kl), True),
+)
+
+
+def write_history(history: History, title: str, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_name(f".{path.name}.tmp")
+    staging.write_text(render_history(history, title), encoding="utf-8")
+    staging.replace(path)
+    return path
+
+
+def render_history(history: History, title: str) -> str:
+    figure = history_figure(history)
+    chart = figure.to_html(full_html=False, include_plotlyjs=False, div_id="history", config={"displaylogo": False})
+    return _PAGE.format(
+        title=escape(f"autotune history: {title}"),
+        heading=escape(f"autotune history: {title}"),
+        summary=escape(_summary(history)),
+        plotly=get_plotlyjs(),
+        chart=chart,
+        table=_table(history),
+    )
+
+
+def history_figure(history: History) -> go.Figure:
+    labels = [night.label for night in history.nights]
+    figure = make_subplots(rows=len(ROWS), cols=1, shared_xaxes=True, subplot_titles=[row.title for row in ROWS])
+    for index, row in enumerate(ROWS, start=1):
+        first = index == 1
+        points = [(night, point) for night in history.nights for point in night.points]
+        figure.add_trace(
+            go.Scatter(
+                x=[night.label for night, _ in points],
+                y=[row.value(point) for _, point in points],
+                mode="markers",
+                marker={"color": "#999", "size": 6},
+                name="front points",
+                legendgroup="points",
+                showlegend=first,
+                hovertext=[_point_text(night, point) for night, point in points],
+                hoverinfo="text+y",
+            ),
+            row=index,
+            col=1,
+        )
+        figure.add_trace(
+            go.Scatter(
+                x=labels,
+                y=[row.best(night) for night in history.nights],
+                mode="lines+markers",
+                line={"color": "#1f5fa8"},
+                name="best of the front",
+                legendgroup="best",
+                showlegend=first,
+                hovertext=[escape(night.study) for night in history.nights],
+            ),
+            row=index,
+            col=1,
+        )
+        regressed = [night for night in history.nights if row.figure in night.regressed]
+        figure.add_trace(
+            go.Scatter(
+                x=[night.label for night in regressed],
+                y=[row.best(night) for night in regressed],
+                mode="markers",
+                marker={"color": "#c0392b", "symbol": "x", "size": 14},
+                name="regressed since the night before",
+                legendgroup="regressed",
+                showlegend=first,
+                hovertext=[escape(f"{night.study}: {night.verdict()}") for night in regressed],
+                hoverinfo="text",
+            ),
+            row=index,
+            col=1,
+        )
+        if row.log:
+            figure.update_yaxes(type="log", row=index, col=1)
+    figure.update_xaxes(type="category", categoryorder="array", categoryarray=labels)
+    figure.update_layout(height=760, margin={"t": 60}, legend={"orientation": "h", "y": 1.08})
+    return figure
+
+
+def _point_text(night: NightSummary, point: FrontPoint) -> str:
+    knobs = " ".join(f"{short_name(name)}={value}" for name, value in point.config.items())
+    return escape(f"{night.study} #{point.number}: {knobs}")
+
+
+def _summary(history: History) -> str:
+    regressed = history.regressed
+    marked = ", ".join(night.label for night in regressed) if regressed else "none"
+    return (
+        f"{len(history.nights)} nights, {history.nights[0].label} to {history.nights[-1].label}; "
+        f"regressed since the night before: {marked} (tolerances of autotune compare)"
+    )
+
+
+def _table(history: History) -> str:
+    rows = []
+    for night in history.nights:
+        change = night.best_change(history.before(night))
+        cells = [
+            night.label,
+            night.study,
+            str(night.launched),
+            str(len(night.points)),
+            _number(night.best_throughput, "{:.1f}") + (f" ({change:+.1%})" if change is not None else ""),
+            format_bytes(night.lowest_memory_gb * 1e9) if night.lowest_memory_gb is not None else "-",
+            _number(night.lowest_kl, "{:.2e}"),
+            night.verdict(),
+        ]
+        css = "regressed" if night.regressed else "ok"
+        rows.append(f"<tr class='{css}'>" + "".join(f"<td>{escape(cell)}</td>" for cell in cells) + "</tr>")
+    head = "".join(f"<th>{escape(name)}</th>" for name in HEADINGS)
+    return f"<table id='nights'><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+HEADINGS = ("night", "study", "trials", "front", "best tok/s", "lowest memory", "lowest KL", "vs the night before")
+
+
+def _number(value: float | None, template: str) -> str:
+    return "-" if value is None else template.format(value)
+
+
+_PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }}
+table {{ border-collapse: collapse; width: 100%; font-size: 0.85em; margin-top: 1em; }}
+th, td {{ border-bottom: 1px solid #ddd; padding: 4px 6px; text-align: left; }}
+tr.regressed td:last-child {{ color: #b02a2a; font-weight: bold; }}
+</style>
+<script type="text/javascript">{plotly}</script>
+</head><body>
+<h1>{heading}</h1>
+<p>{summary}</p>
+{chart}
+{table}
+</body></html>
+"""
