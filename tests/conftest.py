@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -17,6 +22,7 @@ import optuna
 import pytest
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.process import phases
 from autotune.study import TrialRecord, open_storage, records
 
 REPO = Path(__file__).resolve().parents[1]
@@ -59,12 +65,76 @@ def run_cli(args: list[str], cwd: Path, env: dict[str, str], timeout: float = 90
     )
 
 
+def run_main(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """`autotune ARGS` through the CLI's own entry point (autotune.cli.main) in this process, in `cwd` with `env`:
+    its real exit status, stdout and stderr, without the second or two a process of its own takes to start.
+
+    For bad input, refused before any work: what a process of its own would add is its start-up. The process's
+    environment, folder, arguments, signal handlers and logging are restored afterwards.
+    """
+    from autotune.cli import main
+
+    stdout, stderr = io.StringIO(), io.StringIO()
+    saved_env, saved_cwd, saved_argv = dict(os.environ), Path.cwd(), sys.argv
+    saved_signals = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    root = logging.getLogger()
+    saved_logging = (list(root.handlers), root.level)
+    code: int | str | None = 0
+    try:
+        os.environ.clear()
+        os.environ.update(env)
+        os.chdir(cwd)
+        sys.argv = ["autotune", *args]
+        with (
+            contextlib.redirect_stdout(stdout),
+            contextlib.redirect_stderr(stderr),
+            _log_handlers_to(stderr),
+            warnings.catch_warnings(),
+        ):
+            warnings.showwarning = _warning_to_stderr  # on stderr, as a process of its own shows them
+            try:
+                main()
+            except SystemExit as stop:
+                code = stop.code
+    finally:
+        os.environ.clear()
+        os.environ.update(saved_env)
+        os.chdir(saved_cwd)
+        sys.argv = saved_argv
+        for signum, handler in saved_signals.items():
+            signal.signal(signum, handler)
+        root.handlers[:], root.level = saved_logging
+    returncode = code if isinstance(code, int) else (0 if code is None else 1)
+    return subprocess.CompletedProcess(["autotune", *args], returncode, stdout.getvalue(), stderr.getvalue())
+
+
 @pytest.fixture(scope="session")
 def chromium() -> str:
     path = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
     if path is None:
         pytest.skip("no Chromium installed (Debian package chromium; .ci/run installs it)")
     return path
+
+
+@contextlib.contextmanager
+def _log_handlers_to(stream: io.StringIO) -> Iterator[None]:
+    """Plain stream handlers that libraries bound to the stderr of their import (optuna's, for one) write to
+    `stream` meanwhile (pytest's own handlers are subclasses, left alone)."""
+    loggers = [
+        logging.getLogger(),
+        *(v for v in logging.Logger.manager.loggerDict.values() if isinstance(v, logging.Logger)),
+    ]
+    handlers = [handler for logger in loggers for handler in logger.handlers if type(handler) is logging.StreamHandler]
+    saved = [handler.setStream(stream) for handler in handlers]
+    try:
+        yield
+    finally:
+        for handler, original in zip(handlers, saved, strict=True):
+            handler.setStream(original)
+
+
+def _warning_to_stderr(message, category, filename, lineno, file=None, line=None) -> None:
+    sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
 
 
 # ------------------------------------------------------------------ the one real search of the suite
@@ -172,6 +242,17 @@ def running_trial(workdir: Path, study_name: str = DEMO_STUDY) -> FrozenTrial | 
         return None
     running = [t for t in trials if t.state == TrialState.RUNNING and "worker_pid" in t.user_attrs]
     return running[0] if running else None
+
+
+def announced(workdir: Path, number: int, phase: str, study_name: str = DEMO_STUDY) -> bool:
+    """Whether trial `number` of a search in `workdir` announced `phase` in its worker log: the worker is in that
+    phase now or past it (an injected fault of that phase is reached the moment it is announced)."""
+    log = workdir / "studies" / study_name / f"trial-{number:04d}" / "worker.log"
+    try:
+        text = log.read_text(errors="replace")
+    except FileNotFoundError:
+        return False
+    return any(phases.parse(line) == phase for line in text.splitlines())
 
 
 def wait_for(
