@@ -141,6 +141,8 @@ def _warning_to_stderr(message, category, filename, lineno, file=None, line=None
 
 DEMO_STUDY = "demo-cpu"
 DEMO_CONSTRAINT = "memory<=40MB"  # steady on CPU: the flex-attention 4-bit trial (about 50 MB) breaks it
+DEMO_FAILING_TRIAL = 7  # the last of the first run's 8 trials fails while loading
+DEMO_FAULT = {"phase": "load", "kind": "raise"}
 DEMO_SEARCH = [
     "search",
     "--model",
@@ -201,12 +203,14 @@ class DemoSearch:
 def demo_search(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> DemoSearch:
     """One real search on the demo model (8 trials under one constraint), shared by the slow tests.
 
-    Tests that add trials (the resume test) run after the ones that read the first run's report.
+    Its last trial fails for real while loading (an injected exception), so that the study, its report and the
+    tests that read them always hold a failure. Tests that add trials work on a copy of its folder.
     """
     env = dict(os.environ)
     env["AUTOTUNE_CACHE_DIR"] = str(cache_dir)
     workdir = tmp_path_factory.mktemp("search")
-    completed = run_demo_search(workdir, env, "--trials", "8", "--constraint", DEMO_CONSTRAINT)
+    faulty = {**env, "AUTOTUNE_INJECT_FAULTS": json.dumps({str(DEMO_FAILING_TRIAL): DEMO_FAULT})}
+    completed = run_demo_search(workdir, faulty, "--trials", "8", "--constraint", DEMO_CONSTRAINT)
     assert completed.returncode == 0, completed.stdout + completed.stderr
     search = DemoSearch(workdir, completed, [], env)
     return DemoSearch(workdir, completed, records(search.study()), env)
@@ -244,12 +248,12 @@ def running_trial(workdir: Path, study_name: str = DEMO_STUDY) -> FrozenTrial | 
     return running[0] if running else None
 
 
-def announced(workdir: Path, number: int, phase: str, study_name: str = DEMO_STUDY) -> bool:
-    """Whether trial `number` of a search in `workdir` announced `phase` in its worker log: the worker is in that
-    phase now or past it (an injected fault of that phase is reached the moment it is announced)."""
-    log = workdir / "studies" / study_name / f"trial-{number:04d}" / "worker.log"
+def announced(trials: Path, number: int, phase: str) -> bool:
+    """Whether trial `number` announced `phase` in its worker log, in `trials` (a study's folder of trial files,
+    beside its SQLite file): the worker is in that phase or past it (an injected fault of that phase is reached
+    the moment it is announced)."""
     try:
-        text = log.read_text(errors="replace")
+        text = (trials / f"trial-{number:04d}" / "worker.log").read_text(errors="replace")
     except FileNotFoundError:
         return False
     return any(phases.parse(line) == phase for line in text.splitlines())
