@@ -275,8 +275,10 @@ def main() -> int:
     path = expected_path(transformers)
     expected = {} if args.write_expected or not path.exists() else load_expected(path)
     where = "not checked (writing them)" if args.write_expected else str(path.relative_to(REPO))
+    which = ", ".join(filter(None, ["named by --case" if args.case else "", args.cases if args.cases != "all" else ""]))
+    which = which or "all"
     print(f"conformance: transformers {transformers}, torch {version('torch')}, cpu profile, "
-          f"{len(selected)} of {len(planned)} cases ({args.cases}); expected outcomes: {where}")  # fmt: skip
+          f"{len(selected)} of {len(planned)} cases ({which}); expected outcomes: {where}")  # fmt: skip
     started = time.monotonic()
     print(f"demo model and draft ready ({build_demo_models():.0f} s)", flush=True)
     results, failures = [], []
