@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 
 SMALL = ["--model", "demo", "--gpu", "cpu", "--batch-size", "2", "--input-len", "32", "--output-len", "16"]
 # What the hanging trial waits for. A normal trial of SMALL takes about 5 s with the fork server on an idle 2-core
-# machine, yet a trial of a larger workload was seen past 25 s with four runnable processes per core.
+# machine, yet a trial of a larger workload (4 x 64 -> 32) was seen past 25 s at a load average of 5 here.
 TRIAL_TIMEOUT = "25s"
 
 
