@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -17,6 +22,7 @@ import optuna
 import pytest
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.process import phases
 from autotune.study import TrialRecord, open_storage, records
 
 REPO = Path(__file__).resolve().parents[1]
@@ -59,6 +65,49 @@ def run_cli(args: list[str], cwd: Path, env: dict[str, str], timeout: float = 90
     )
 
 
+def run_main(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """`autotune ARGS` through the CLI's own entry point (autotune.cli.main) in this process, in `cwd` with `env`:
+    its real exit status, stdout and stderr, without the second or two a process of its own takes to start.
+
+    For bad input, refused before any work: what a process of its own would add is its start-up. The process's
+    environment, folder, arguments, signal handlers and logging are restored afterwards.
+    """
+    from autotune.cli import main
+
+    stdout, stderr = io.StringIO(), io.StringIO()
+    saved_env, saved_cwd, saved_argv = dict(os.environ), Path.cwd(), sys.argv
+    saved_signals = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    root = logging.getLogger()
+    saved_logging = (list(root.handlers), root.level)
+    code: int | str | None = 0
+    try:
+        os.environ.clear()
+        os.environ.update(env)
+        os.chdir(cwd)
+        sys.argv = ["autotune", *args]
+        with (
+            contextlib.redirect_stdout(stdout),
+            contextlib.redirect_stderr(stderr),
+            _log_handlers_to(stderr),
+            warnings.catch_warnings(),
+        ):
+            warnings.showwarning = _warning_to_stderr  # on stderr, as a process of its own shows them
+            try:
+                main()
+            except SystemExit as stop:
+                code = stop.code
+    finally:
+        os.environ.clear()
+        os.environ.update(saved_env)
+        os.chdir(saved_cwd)
+        sys.argv = saved_argv
+        for signum, handler in saved_signals.items():
+            signal.signal(signum, handler)
+        root.handlers[:], root.level = saved_logging
+    returncode = code if isinstance(code, int) else (0 if code is None else 1)
+    return subprocess.CompletedProcess(["autotune", *args], returncode, stdout.getvalue(), stderr.getvalue())
+
+
 @pytest.fixture(scope="session")
 def chromium() -> str:
     path = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
@@ -67,10 +116,33 @@ def chromium() -> str:
     return path
 
 
+@contextlib.contextmanager
+def _log_handlers_to(stream: io.StringIO) -> Iterator[None]:
+    """Plain stream handlers that libraries bound to the stderr of their import (optuna's, for one) write to
+    `stream` meanwhile (pytest's own handlers are subclasses, left alone)."""
+    loggers = [
+        logging.getLogger(),
+        *(v for v in logging.Logger.manager.loggerDict.values() if isinstance(v, logging.Logger)),
+    ]
+    handlers = [handler for logger in loggers for handler in logger.handlers if type(handler) is logging.StreamHandler]
+    saved = [handler.setStream(stream) for handler in handlers]
+    try:
+        yield
+    finally:
+        for handler, original in zip(handlers, saved, strict=True):
+            handler.setStream(original)
+
+
+def _warning_to_stderr(message, category, filename, lineno, file=None, line=None) -> None:
+    sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+
 # ------------------------------------------------------------------ the one real search of the suite
 
 DEMO_STUDY = "demo-cpu"
 DEMO_CONSTRAINT = "memory<=40MB"  # steady on CPU: the flex-attention 4-bit trial (about 50 MB) breaks it
+DEMO_FAILING_TRIAL = 7  # the last of the first run's 8 trials fails while loading
+DEMO_FAULT = {"phase": "load", "kind": "raise"}
 DEMO_SEARCH = [
     "search",
     "--model",
@@ -131,12 +203,14 @@ class DemoSearch:
 def demo_search(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> DemoSearch:
     """One real search on the demo model (8 trials under one constraint), shared by the slow tests.
 
-    Tests that add trials (the resume test) run after the ones that read the first run's report.
+    Its last trial fails for real while loading (an injected exception), so that the study, its report and the
+    tests that read them always hold a failure. Tests that add trials work on a copy of its folder.
     """
     env = dict(os.environ)
     env["AUTOTUNE_CACHE_DIR"] = str(cache_dir)
     workdir = tmp_path_factory.mktemp("search")
-    completed = run_demo_search(workdir, env, "--trials", "8", "--constraint", DEMO_CONSTRAINT)
+    faulty = {**env, "AUTOTUNE_INJECT_FAULTS": json.dumps({str(DEMO_FAILING_TRIAL): DEMO_FAULT})}
+    completed = run_demo_search(workdir, faulty, "--trials", "8", "--constraint", DEMO_CONSTRAINT)
     assert completed.returncode == 0, completed.stdout + completed.stderr
     search = DemoSearch(workdir, completed, [], env)
     return DemoSearch(workdir, completed, records(search.study()), env)
@@ -172,6 +246,17 @@ def running_trial(workdir: Path, study_name: str = DEMO_STUDY) -> FrozenTrial | 
         return None
     running = [t for t in trials if t.state == TrialState.RUNNING and "worker_pid" in t.user_attrs]
     return running[0] if running else None
+
+
+def announced(trials: Path, number: int, phase: str) -> bool:
+    """Whether trial `number` announced `phase` in its worker log, in `trials` (a study's folder of trial files,
+    beside its SQLite file): the worker is in that phase or past it (an injected fault of that phase is reached
+    the moment it is announced)."""
+    try:
+        text = (trials / f"trial-{number:04d}" / "worker.log").read_text(errors="replace")
+    except FileNotFoundError:
+        return False
+    return any(phases.parse(line) == phase for line in text.splitlines())
 
 
 def wait_for(

@@ -60,6 +60,23 @@ def quantization_library(plan: Plan) -> str | None:
     return library[0] if library else None
 
 
+def depends_on_version(plan: Plan) -> bool:
+    """Whether running this plan goes through a path that differs by transformers version or by the packages
+    beside it: what this module adapts or refuses, and the hub kernels' version pin (hub_kernels.py).
+
+    Version conformance runs these cases on the lowest supported transformers on every CI run.
+    """
+    attention = plan.load.get("attn_implementation")
+    return bool(
+        plan.batching == "continuous"  # continuous_batching_config, pin_attention, check_attention_kept
+        or plan.quantized_kv_cache  # kv_cache_backends
+        or quantization_library(plan)  # _require_quantization_library
+        or plan.load.get("use_kernels")  # require_kernels_package: each transformers pins its kernels
+        or (isinstance(attention, str) and "/" in attention)  # a hub kernel attention, the same pin
+        or (attention == "flex_attention" and plan.generate.get("cache_implementation") in STATIC_CACHES)
+    )
+
+
 def adapt_plan(plan: Plan) -> Plan:
     """The plan this installation runs, or UnsupportedError saying what to install or change."""
     _refuse_known_broken_combinations(plan)

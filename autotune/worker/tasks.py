@@ -83,7 +83,7 @@ class Phases:
         self.current = name
         self.announce(name)
         if self.fault and self.fault.get("phase") == name:
-            inject_fault(self.fault["kind"])
+            inject_fault(self.fault["kind"], self.fault.get("until"))
         start = time.perf_counter()
         yield
         self.timings[name] = time.perf_counter() - start
@@ -336,11 +336,13 @@ def _roofline_and_cost(spec: TaskSpec, model: Any, plan: Plan, workload: Workloa
 STALL_S = 30.0
 
 
-def inject_fault(kind: str) -> None:
+def inject_fault(kind: str, until: str | None = None) -> None:
     """Fail for real, as tests ask: hang, stall (then go on), raise, exit without a result, die by a signal,
-    run out of memory."""
+    run out of memory. A stall ends after STALL_S, or as soon as the file `until` exists (the test is done)."""
     if kind == "stall":  # a trial slow enough for a test to act while it runs
-        time.sleep(STALL_S)
+        deadline = time.monotonic() + STALL_S
+        while time.monotonic() < deadline and not (until and Path(until).exists()):
+            time.sleep(0.1)
     elif kind == "hang":
         time.sleep(10**6)
     elif kind == "hang_with_child":

@@ -1,4 +1,5 @@
-"""benchmarks/conformance.py covers every knob value the cpu profile runs; measure on a custom space."""
+"""benchmarks/conformance.py: the cases it runs, the outcomes written down for each transformers version CI runs, and
+how a run that differs from them reads; measure on a custom space."""
 
 from __future__ import annotations
 
@@ -8,22 +9,106 @@ from pathlib import Path
 import pytest
 
 from autotune.profiles import PROFILES
-from autotune.space import load_space
-from benchmarks.conformance import cases
+from autotune.space import Target, build_plan, load_space
+from autotune.worker.compat import depends_on_version
+from benchmarks.conformance import Expected, Result, cases, expected_path, figure_problems, load_expected, mismatch
 from tests.conftest import REPO, run_cli
 
 DEFAULT_SPACE = REPO / "search_spaces" / "default.yaml"
+PLANNED = cases(DEFAULT_SPACE)
+BY_LABEL = {case.label: case for case in PLANNED}
+
+
+def _pinned(constraints: str) -> str:
+    lines = (REPO / constraints).read_text().splitlines()
+    return next(line.split("==")[1] for line in lines if line.startswith("transformers=="))
 
 
 def test_conformance_measures_every_value_the_cpu_profile_runs_once() -> None:
-    planned = cases(DEFAULT_SPACE)
     runnable = load_space(DEFAULT_SPACE).prune(PROFILES["cpu"].why_not_value)
     for spec in runnable.knobs:
         for value in spec.values:
-            assert any(case.config.get(spec.name) == value for case in planned), f"{spec.name}={value}"
-    keys = [json.dumps(case.config, sort_keys=True) for case in planned]
+            assert any(case.config.get(spec.name) == value for case in PLANNED), f"{spec.name}={value}"
+    keys = [json.dumps([case.config, case.workload.kind], sort_keys=True) for case in PLANNED]
     assert len(keys) == len(set(keys))
-    assert planned[0].label.startswith("baseline")
+    assert len({case.label for case in PLANNED}) == len(PLANNED)
+    assert PLANNED[0].label.startswith("baseline")
+
+
+@pytest.mark.parametrize("constraints", ["constraints.txt", "constraints-floor.txt"])
+def test_every_case_has_its_expected_outcome_written_down_for_each_version_ci_runs(constraints: str) -> None:
+    path = expected_path(_pinned(constraints))
+    expected = load_expected(path)
+    assert sorted(expected) == sorted(BY_LABEL), f"{path.name} must name exactly the cases of conformance.py"
+
+
+def test_values_no_batch_can_run_are_measured_one_prompt_at_a_time_and_their_refusal_on_a_batch() -> None:
+    """Speculative decoding is refused on batches: conformance runs it on one prompt, so it really runs, in float32,
+    so that its greedy tokens are the reference's; and once on a batch, to hold transformers' refusal."""
+    speculative = [case for case in PLANNED if case.config.get("speculative", "none") != "none"]
+    one_at_a_time = [case for case in speculative if not case.on_a_batch]
+    assert one_at_a_time and all(case.one_prompt_at_a_time for case in one_at_a_time)
+    assert all(case.workload.kind == "latency" and case.workload.batch_size == 1 for case in one_at_a_time)
+    assert all(case.config["dtype"] == "float32" and case.label.endswith("(float32)") for case in one_at_a_time)
+    (on_a_batch,) = [case for case in speculative if case.on_a_batch]
+    assert on_a_batch.workload.kind == "throughput" and on_a_batch.workload.batch_size == 2
+    batched = [case for case in PLANNED if case not in speculative]
+    assert all(case.workload.kind == "throughput" and case.workload.batch_size == 2 for case in batched)
+    assert BY_LABEL["tp_size=2 (float32)"].config["dtype"] == "float32"
+
+
+def test_the_floor_runs_the_cases_whose_path_depends_on_the_version_on_every_run() -> None:
+    dependent = {case.label for case in PLANNED if case.depends_on_version}
+    assert {"batching=continuous", "page_size=64", "kv_cache_backend=hqq", "quantization=torchao-int8",
+            "quantization=bnb-4bit", "use_kernels=on"} <= dependent  # fmt: skip
+    assert not dependent & {"dtype=float16", "attn_implementation=eager", "compile=default", "sdpa_backend=math"}
+    flex_static = {"dtype": "float32", "attn_implementation": "flex_attention", "cache_implementation": "static"}
+    assert depends_on_version(build_plan(flex_static, Target("cpu")))  # refused after 5.17 (compat.py)
+    hub_attention = {"dtype": "bfloat16", "attn_implementation": "kernels-community/flash-attn2"}
+    assert depends_on_version(build_plan(hub_attention, Target("cuda")))
+
+
+def test_an_outcome_other_than_the_one_written_down_is_one_line_naming_the_case_and_version() -> None:
+    case = BY_LABEL["quantization=quanto-int8"]
+    failed = Result(case, "error", "RuntimeError: boom")
+    assert mismatch(failed, Expected("ok"), "5.17.0") == (
+        "quantization=quanto-int8 on transformers 5.17.0: expected ok, got error: RuntimeError: boom"
+    )
+    ran = Result(case, "ok", "", {"throughput_tok_s": 10.0})
+    assert mismatch(ran, Expected("unsupported", "not installed"), "5.17.0") == (
+        "quantization=quanto-int8 on transformers 5.17.0: expected unsupported ('not installed'), got ok"
+    )
+    other = Result(case, "unsupported", "QuantoConfig needs optimum-quanto")
+    assert "expected unsupported with 'not installed'" in mismatch(other, Expected("unsupported", "not installed"), "x")
+    assert mismatch(Result(case, "unsupported", "optimum-quanto is not installed"),
+                    Expected("unsupported", "not installed"), "x") is None  # fmt: skip
+    assert "no expected outcome written down" in mismatch(ran, None, "5.22.2")
+
+
+def test_an_ok_run_must_show_what_its_knob_promises() -> None:
+    speculative = BY_LABEL["speculative=assistant (float32)"]
+    exact = {"throughput_tok_s": 5.0, "greedy_agreement": 1.0, "kl_divergence": 0.0, "top1_agreement": 1.0}
+    assert figure_problems(speculative, exact) == []
+    assert figure_problems(speculative, {**exact, "greedy_agreement": 0.9}) == [
+        "greedy_agreement is 0.9, wanted 1.0 (the reference's greedy tokens)"
+    ]
+    tp = BY_LABEL["tp_size=2 (float32)"]
+    assert figure_problems(tp, {"throughput_tok_s": 5.0, "greedy_agreement": 1.0, "tp_ranks": 2.0}) == []
+    assert figure_problems(tp, {"throughput_tok_s": 5.0, "greedy_agreement": 1.0}) == [
+        "tp_ranks is None, wanted 2 ranks"
+    ]
+    quantized = BY_LABEL["kv_cache_backend=hqq"]
+    assert "perplexity is nan, wanted a finite perplexity" in figure_problems(
+        quantized, {"throughput_tok_s": 5.0, "kl_divergence": 0.1, "top1_agreement": 0.9, "perplexity": float("nan")}
+    )
+
+
+def test_an_expected_outcome_is_ok_or_unsupported_with_words() -> None:
+    assert Expected.from_yaml("ok") == Expected("ok")
+    assert Expected.from_yaml({"unsupported": "needs a CUDA GPU"}) == Expected("unsupported", "needs a CUDA GPU")
+    for wrong in ("error", {"unsupported": 3}, {"ok": "x"}):
+        with pytest.raises(ValueError, match="write ok, or"):
+            Expected.from_yaml(wrong)
 
 
 @pytest.mark.slow
@@ -39,14 +124,3 @@ def test_measure_on_a_space_without_the_checkpoint_dtype_measures_the_defaults(
     assert completed.returncode == 0, completed.stderr[-2000:]
     document = json.loads(completed.stdout.strip().splitlines()[-1])
     assert document["config"]["dtype"] == "bfloat16" and document["outcome"] == "ok"
-
-
-def test_values_no_batch_can_run_are_measured_one_prompt_at_a_time() -> None:
-    """Speculative decoding is refused on batches: conformance runs it on one prompt, so it really runs."""
-    planned = cases(DEFAULT_SPACE)
-    speculative = [case for case in planned if case.config.get("speculative", "none") != "none"]
-    assert speculative and all(case.one_prompt_at_a_time for case in speculative)
-    for case in speculative:
-        assert case.workload[:4] == ["--workload", "latency", "--batch-size", "1"]
-    batched = [case for case in planned if case not in speculative]
-    assert all(case.workload[:4] == ["--workload", "throughput", "--batch-size", "2"] for case in batched)

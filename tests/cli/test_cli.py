@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import run_cli, run_main
 
 
 def assert_one_line_error(completed, contains: str) -> None:
@@ -21,35 +21,48 @@ def assert_one_line_error(completed, contains: str) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["search", "--model", "demo"], "give a budget"),
+        (["search", "--model", "demo"], "give a budget"),  # autotune's own refusal
+        (["search", "--model", "demo", "--trials", "1", "--bogus"], "No such option: --bogus"),  # click's
+    ],
+)
+def test_bad_input_in_a_process_of_its_own(tmp_path: Path, cli_env, args, message):
+    """The exit-2 path itself, as a shell sees it: start-up and import noise would show on stderr here."""
+    completed = run_cli(args, tmp_path, cli_env, timeout=120)
+    assert_one_line_error(completed, message)
+    assert not (tmp_path / "studies").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
         (["search", "--model", "demo", "--trials", "1", "--gpu", "v100"], "unknown --gpu 'v100'"),
         (["search", "--model", "demo", "--budget", "5 parsecs"], "--budget '5 parsecs' is not a duration"),
         (["search", "--model", "demo", "--trials", "1", "--device", "tpu"], "--device 'tpu'"),
         (["search", "--model", "./no/such/model", "--trials", "1", "--gpu", "cpu"], "does not exist"),
         (["search", "--model", "demo", "--trials", "1", "--gpu", "cpu", "--space", "nope.yaml"], "cannot read"),
         (["search", "--model", "demo", "--trials", "0"], "--trials"),
-        (["search", "--model", "demo", "--trials", "1", "--bogus"], "No such option: --bogus"),
+        (["search", "--model", "demo", "--trials", "1", "--gpu", "cpu", "--bogus"], "No such option: --bogus"),
         (["report", "--study", "nothing-here"], "no study named 'nothing-here'"),
         (["search", "--model", "demo", "--trials", "1", "--constraint", "kl=0.01"], "cannot read constraint 'kl=0.01'"),
         (["search", "--model", "demo", "--trials", "1", "--constraint", "speed>=5"], "unknown metric 'speed'"),
     ],
 )
 def test_bad_input(tmp_path: Path, cli_env, args, message):
-    completed = run_cli(args, tmp_path, cli_env, timeout=120)
+    completed = run_main(args, tmp_path, cli_env)
     assert_one_line_error(completed, message)
     assert not (tmp_path / "studies").exists() or not any((tmp_path / "studies").glob("*.db"))
 
 
 def test_bad_space_value_names_the_knob(tmp_path: Path, cli_env):
     (tmp_path / "space.yaml").write_text("knobs:\n  dtype: [float32, int3]\n")
-    completed = run_cli(
+    completed = run_main(
         ["search", "--model", "demo", "--trials", "1", "--gpu", "cpu", "--space", "space.yaml"], tmp_path, cli_env
     )
     assert_one_line_error(completed, "knob 'dtype' does not take 'int3'")
 
 
 def test_gpus_lists_the_profiles(tmp_path: Path, cli_env):
-    completed = run_cli(["gpus"], tmp_path, cli_env, timeout=120)
+    completed = run_main(["gpus"], tmp_path, cli_env)
     assert completed.returncode == 0
     for name in ("t4", "a10g", "l4", "a100-40gb", "a100-80gb", "h100", "h200", "cpu"):
         assert f" {name} " in completed.stdout
@@ -64,7 +77,7 @@ def test_gpus_lists_the_profiles(tmp_path: Path, cli_env):
 )
 def test_bad_space_files(tmp_path: Path, cli_env, space, message):
     (tmp_path / "space.yaml").write_text(space)
-    completed = run_cli(
+    completed = run_main(
         ["search", "--model", "demo", "--trials", "1", "--gpu", "cpu", "--space", "space.yaml"], tmp_path, cli_env
     )
     assert_one_line_error(completed, message)
@@ -84,7 +97,7 @@ def test_a_hub_id_that_cannot_be_reached_offline(tmp_path: Path, cli_env):
     ["postgresql+psycopg://autotune:s3cret-pw@127.0.0.1:1/studies", "nosuchdb://autotune:s3cret-pw@host/x"],
 )
 def test_a_storage_that_cannot_be_opened_never_shows_its_password(tmp_path: Path, cli_env, storage):
-    completed = run_cli(
+    completed = run_main(
         ["search", "--model", "demo", "--trials", "1", "--gpu", "cpu", "--storage", storage], tmp_path, cli_env
     )
     assert_one_line_error(completed, "cannot open storage")
@@ -122,7 +135,7 @@ def test_an_existing_study_with_other_settings_is_refused(tmp_path: Path, cli_en
     _plant_study(tmp_path, **changes)
     database = tmp_path / "studies" / "demo-cpu.db"
     before = database.read_bytes()
-    completed = run_cli(["search", "--model", "demo", "--trials", "1", "--gpu", "cpu"], tmp_path, cli_env)
+    completed = run_main(["search", "--model", "demo", "--trials", "1", "--gpu", "cpu"], tmp_path, cli_env)
     assert_one_line_error(completed, message)
     assert "--study NEW_NAME" in completed.stderr
     assert database.read_bytes() == before

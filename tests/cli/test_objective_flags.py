@@ -1,4 +1,4 @@
-"""`search --objective/--objectives` bad input, through the real CLI: one line, exit status 2, nothing written."""
+"""`search --objective/--objectives` bad input, through the CLI's entry point: one line, exit 2, nothing written."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.test_cli import assert_one_line_error
-from tests.conftest import run_cli
+from tests.conftest import run_main
 
 DEMO = ["search", "--model", "demo", "--gpu", "cpu", "--trials", "1"]
 
@@ -22,6 +22,6 @@ CASES = [
 
 @pytest.mark.parametrize(("args", "message"), CASES, ids=[" ".join(args) for args, _ in CASES])
 def test_an_objective_that_cannot_be_used_is_refused_before_anything_is_written(tmp_path: Path, cli_env, args, message):
-    completed = run_cli([*DEMO, *args], tmp_path, cli_env, timeout=120)
+    completed = run_main([*DEMO, *args], tmp_path, cli_env)
     assert_one_line_error(completed, message)
     assert list(tmp_path.iterdir()) == [], "bad input wrote into the working folder"

@@ -1,7 +1,7 @@
 """Everything checkable is checked before work starts: one line, exit status 2, nothing written anywhere.
 
-Each case runs the real CLI in an empty folder; afterwards that folder is still empty and the place the
-bad flag pointed at is untouched.
+Each case runs the CLI's own entry point in this process (tests/conftest.py: run_main), in an empty folder;
+afterwards that folder is still empty and the place the bad flag pointed at is untouched.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.test_cli import assert_one_line_error
-from tests.conftest import run_cli
+from tests.conftest import run_main
 
 DEMO = ["--model", "demo", "--gpu", "cpu", "--trials", "1"]
 NO_GPU = "cuda:63"  # no machine here has 64 GPUs
@@ -64,7 +64,7 @@ CASES = [
 def test_bad_input_is_refused_before_anything_is_written(tmp_path: Path, cli_env, args, message):
     cwd, things = _folders(tmp_path)
     before = {path: path.read_bytes() for path in things.iterdir()}
-    completed = run_cli([arg.format(things=things) for arg in args], cwd, cli_env, timeout=120)
+    completed = run_main([arg.format(things=things) for arg in args], cwd, cli_env)
     assert_one_line_error(completed, message)
     assert list(cwd.iterdir()) == [], "bad input wrote into the working folder"
     assert {path: path.read_bytes() for path in things.iterdir()} == before
@@ -74,7 +74,7 @@ def test_bad_input_is_refused_before_anything_is_written(tmp_path: Path, cli_env
 def test_an_unwritable_cache_folder_is_refused(tmp_path: Path, cli_env):
     cwd, _ = _folders(tmp_path)
     env = {**cli_env, "AUTOTUNE_CACHE_DIR": "/proc/autotune-cache"}
-    completed = run_cli(["search", *DEMO], cwd, env, timeout=120)
+    completed = run_main(["search", *DEMO], cwd, env)
     assert_one_line_error(completed, "the cache folder (AUTOTUNE_CACHE_DIR) /proc/autotune-cache cannot be written")
     assert list(cwd.iterdir()) == []
 
@@ -93,7 +93,7 @@ def test_a_workload_longer_than_a_local_models_context_is_refused(tmp_path: Path
     model.mkdir()
     (model / "config.json").write_text(json.dumps(config))
     args = ["search", "--model", str(model), "--gpu", "cpu", "--trials", "1", "--input-len", "90", "--output-len", "8"]
-    completed = run_cli(args, cwd, cli_env, timeout=120)
+    completed = run_main(args, cwd, cli_env)
     assert_one_line_error(completed, limit)
     assert "--input-len 90 + --output-len 8 = 98 tokens" in completed.stderr
     assert list(cwd.iterdir()) == []

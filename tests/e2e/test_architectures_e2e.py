@@ -1,8 +1,9 @@
-"""Models nobody here wrote: a short real search on a tiny model of each decoder-only family.
+"""Models nobody here wrote: a tiny model of each decoder-only family loads and generates through the worker's own
+code, and a short real search runs on two of them.
 
-Some families refuse an attention backend when loaded (gemma2, gptj and bloom refuse sdpa; gpt2, falcon,
-gptj and bloom refuse flex_attention). The reference and the baseline load without attn_implementation,
-so transformers picks what the model supports, and a refused value is `unsupported` once, then excluded.
+Some families refuse an attention backend when loaded (gemma2, gptj and bloom refuse sdpa; gpt2, falcon, gptj and
+bloom refuse flex_attention). The reference and the baseline load without attn_implementation, so transformers picks
+what the model supports, and a refused value is `unsupported` once, then excluded.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import optuna
 import pytest
 
 from autotune.paths import demo_model_path
+from autotune.process.results import ModelSpec, Outcome, WorkloadSpec
+from autotune.space import Target, build_plan
 from autotune.study import exclusions, open_storage, records
 from autotune.worker.demo_model import ensure_demo_model
 from tests.tiny_models import ARCHITECTURES, build_tiny_model
@@ -22,52 +25,91 @@ from tests.tiny_models import ARCHITECTURES, build_tiny_model
 pytestmark = pytest.mark.slow
 
 SPACE = "knobs:\n  dtype: [float32]\n  attn_implementation: [sdpa, eager, flex_attention]\n"
-WORKLOAD = ["--batch-size", "2", "--input-len", "16", "--output-len", "8"]
+ATTENTIONS = ("sdpa", "eager", "flex_attention")
+WORKLOAD = WorkloadSpec(batch_size=2, input_len=16, output_len=8)
 REFUSAL = "does not support an attention implementation"
+# A full search on two families: one that refuses sdpa (the baseline's usual attention), one that refuses flex.
+SEARCHED = ("gemma2", "gpt2")
 
 
-@pytest.mark.parametrize("model_type", ARCHITECTURES)
-def test_a_short_search_runs_on_every_architecture(tmp_path: Path, cache_dir: Path, cli_env, model_type: str):
-    ensure_demo_model(cache_dir)
-    model = build_tiny_model(model_type, tmp_path / model_type, demo_model_path(cache_dir))
-    (tmp_path / "space.yaml").write_text(SPACE)
-    command = [sys.executable, "-m", "autotune", "search", "--model", str(model), "--gpu", "cpu",
-               "--space", "space.yaml", "--trials", "3", "--study", model_type, *WORKLOAD]  # fmt: skip
-    completed = subprocess.run(command, cwd=tmp_path, env=cli_env, capture_output=True, text=True, timeout=900)
+@pytest.fixture
+def tiny_model(request: pytest.FixtureRequest, tmp_path: Path, cache_dir: Path) -> Path:
+    model_type = request.param
+    return build_tiny_model(model_type, tmp_path / model_type, ensure_demo_model(cache_dir))
+
+
+@pytest.mark.parametrize("tiny_model", ARCHITECTURES, indirect=True)
+def test_every_architecture_loads_with_each_attention_it_takes_and_generates(tiny_model: Path):
+    """What a trial does to the model, in this process: load with each attention (a refusal is `unsupported`
+    with transformers' reason), then one generate with the attention transformers picks."""
+    from autotune.worker.failures import classify
+    from autotune.worker.loading import load_model, load_tokenizer
+    from autotune.worker.workload import GenerateWorkload, build_inputs
+
+    spec = ModelSpec(tiny_model.name, path=str(tiny_model))
+    target = Target("cpu", requests=WORKLOAD.requests)
+    refused = set()
+    for attention in ATTENTIONS:
+        config = {"dtype": "float32", "attn_implementation": attention}
+        try:
+            load_model(spec, build_plan(config, target), "cpu")
+        except Exception as error:  # what a trial would classify
+            classified = classify(error, config)
+            assert classified.outcome == Outcome.UNSUPPORTED and REFUSAL in classified.message, classified
+            assert classified.knob == "attn_implementation"
+            refused.add(attention)
+    assert refused < set(ATTENTIONS), "the family takes none of the attentions"
+
+    default = build_plan({"dtype": "float32"}, target)
+    assert "attn_implementation" not in default.load  # transformers picks, as for the reference and the baseline
+    model = load_model(spec, default, "cpu")
+    assert model.config._attn_implementation == _default_attention(tiny_model)
+    tokenizer = load_tokenizer(spec)
+    workload = GenerateWorkload(model, default, build_inputs(tokenizer, WORKLOAD), WORKLOAD, tokenizer.pad_token_id)
+    generated = workload.run().generated
+    assert [len(tokens) for tokens in generated] == [WORKLOAD.output_len] * WORKLOAD.batch_size
+
+
+@pytest.mark.parametrize("tiny_model", SEARCHED, indirect=True)
+def test_a_short_search_runs_and_excludes_a_refused_attention(tiny_model: Path, cli_env):
+    model_type = tiny_model.name
+    workdir = tiny_model.parent
+    (workdir / "space.yaml").write_text(SPACE)
+    shape = ["--batch-size", "2", "--input-len", "16", "--output-len", "8"]
+    command = [sys.executable, "-m", "autotune", "search", "--model", str(tiny_model), "--gpu", "cpu",
+               "--space", "space.yaml", "--trials", "3", "--study", model_type, *shape]  # fmt: skip
+    completed = subprocess.run(command, cwd=workdir, env=cli_env, capture_output=True, text=True, timeout=900)
     assert completed.returncode == 0, completed.stdout + completed.stderr
 
     study = optuna.load_study(
-        study_name=model_type, storage=open_storage(f"sqlite:///{tmp_path}/studies/{model_type}.db")
+        study_name=model_type, storage=open_storage(f"sqlite:///{workdir}/studies/{model_type}.db")
     )
     runs = [record for record in records(study) if record.launched]
     assert len(runs) == 3
     anchor = runs[0]
     assert anchor.complete and {"reference", "baseline"} <= set(anchor.roles), anchor.message
-    default = _default_attention(model)
-    assert anchor.config["attn_implementation"] == default
+    assert anchor.config["attn_implementation"] == _default_attention(tiny_model)
     refused = {}
     for record in runs[1:]:
-        value = record.config["attn_implementation"]
         if record.complete:
             continue
+        value = record.config["attn_implementation"]
         assert record.outcome == "unsupported" and REFUSAL in record.message, (record.outcome, record.message)
         assert value not in refused, f"{value} was tried twice"
         refused[value] = record.number
+    assert refused, f"{model_type} refuses an attention, yet no trial was refused"
     assert set(refused) == set(exclusions(study).get("attn_implementation", {}))
-    tried = {record.config["attn_implementation"] for record in runs}
-    assert tried == {"sdpa", "eager", "flex_attention"}
+    assert {record.config["attn_implementation"] for record in runs} == set(ATTENTIONS)
 
 
 def _default_attention(model: Path) -> str:
     """What transformers picks for this architecture when loading it without attn_implementation."""
-    probe = (
-        "import sys, torch\nfrom transformers import AutoConfig, AutoModelForCausalLM\n"
-        "with torch.device('meta'):\n"
-        "    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(sys.argv[1]))\n"
-        "print(model.config._attn_implementation)"
-    )
-    completed = subprocess.run([sys.executable, "-c", probe, str(model)], capture_output=True, text=True, check=True)
-    return completed.stdout.strip().splitlines()[-1]
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        skeleton = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model))
+    return skeleton.config._attn_implementation
 
 
 def test_a_workload_longer_than_the_context_is_refused_by_the_prepare_worker_too(tmp_path: Path, cache_dir: Path):
@@ -77,7 +119,6 @@ def test_a_workload_longer_than_the_context_is_refused_by_the_prepare_worker_too
     """
     from autotune.errors import UserError
     from autotune.paths import PACKAGED_SPACE
-    from autotune.process.results import ModelSpec, WorkloadSpec
     from autotune.profiles import resolve_hardware
     from autotune.search import SearchRequest, StorageSpec, prepare
     from autotune.space import load_space

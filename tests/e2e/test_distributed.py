@@ -26,10 +26,6 @@ pytestmark = pytest.mark.slow
 SMALL = ["--batch-size", "4", "--input-len", "64", "--output-len", "32"]
 
 
-# Each process's first trial stalls while loading, so a test's kill surely lands while a trial runs.
-FIRST_TRIAL_STALLS = json.dumps({"0": {"phase": "load", "kind": "stall"}})
-
-
 @pytest.fixture
 def env(cache_dir: Path) -> dict[str, str]:
     ensure_demo_model(cache_dir)
@@ -37,8 +33,17 @@ def env(cache_dir: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-def stalling_env(env: dict[str, str]) -> dict[str, str]:
-    return {**env, "AUTOTUNE_INJECT_FAULTS": FIRST_TRIAL_STALLS}
+def release(tmp_path: Path) -> Path:
+    """The file whose creation ends the stalls below: the test creates it once its kill has landed."""
+    return tmp_path / "release-the-stalls"
+
+
+@pytest.fixture
+def stalling_env(env: dict[str, str], release: Path) -> dict[str, str]:
+    """Each process's first trial stalls while loading, until `release` exists: a test's kill surely lands while a
+    trial runs, and the others go on as soon as it has."""
+    stall = {"phase": "load", "kind": "stall", "until": str(release)}
+    return {**env, "AUTOTUNE_INJECT_FAULTS": json.dumps({"0": stall})}
 
 
 def cli(args: list[str], workdir: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
@@ -55,7 +60,13 @@ def measured_keys(study: optuna.Study) -> list[str]:
     ]
 
 
-def test_three_workers_share_a_postgresql_study_and_survive_one_killed(tmp_path, env, stalling_env, postgres_url):  # noqa: F811
+def test_three_workers_share_a_postgresql_study_and_survive_one_killed(
+    tmp_path,
+    env,
+    stalling_env,
+    release,
+    postgres_url,  # noqa: F811
+):
     created = cli(["search", "--model", "demo", "--gpu", "cpu", "--study", "shared", "--storage", postgres_url,
                    "--trials", "1", *SMALL], tmp_path, env)  # fmt: skip
     assert created.returncode == 0, created.stdout + created.stderr
@@ -76,6 +87,7 @@ def test_three_workers_share_a_postgresql_study_and_survive_one_killed(tmp_path,
     assert doomed is not None, "the first worker never started a trial"
     victim.send_signal(signal.SIGKILL)  # mid-trial
     victim.wait()
+    release.touch()
     for worker in workers[1:]:
         output, _ = worker.communicate(timeout=1200)
         assert worker.returncode == 0, output  # the others went on
@@ -130,12 +142,13 @@ def test_warm_start_measures_the_previous_front_first(tmp_path, env):
     assert front <= set(first_ones), "a configuration of last night's front was not measured first"
 
 
-def test_a_worker_killed_mid_trial_fails_the_search_and_leaves_no_trial_running(tmp_path, stalling_env):
+def test_a_worker_killed_mid_trial_fails_the_search_and_leaves_no_trial_running(tmp_path, stalling_env, release):
     search = subprocess.Popen([sys.executable, "-m", "autotune", "search", "--model", "demo", "--gpu", "cpu",
                                "--study", "dies", "--devices", "cpu,cpu", "--trials", "4", *SMALL], cwd=tmp_path,
                               env=stalling_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     victim = _owner_of_a_measured_trial(tmp_path / "studies" / "dies.db", "dies", deadline_s=600)
     os.kill(victim, signal.SIGKILL)
+    release.touch()
     output, errors = search.communicate(timeout=1200)
     assert search.returncode == 1, output + errors
     assert "cpu was killed by SIGKILL (its lines above say why)" in errors

@@ -19,11 +19,14 @@ import pytest
 
 from autotune.study import open_storage, records
 from autotune.worker.demo_model import ensure_demo_model
-from tests.conftest import running_trial, start_search, wait_for
+from tests.conftest import announced, running_trial, start_search, wait_for
 
 pytestmark = pytest.mark.slow
 
-SMALL = ["--model", "demo", "--gpu", "cpu", "--batch-size", "4", "--input-len", "64", "--output-len", "32"]
+SMALL = ["--model", "demo", "--gpu", "cpu", "--batch-size", "2", "--input-len", "32", "--output-len", "16"]
+# What the hanging trial waits for. A normal trial of SMALL takes about 5 s with the fork server on an idle 2-core
+# machine, yet a trial of a larger workload (4 x 64 -> 32) was seen past 25 s at a load average of 5 here.
+TRIAL_TIMEOUT = "25s"
 
 
 @pytest.fixture
@@ -67,7 +70,7 @@ def test_every_fault_inside_a_trial_is_recorded_and_the_study_goes_on(tmp_path, 
     }
     env = {**env, "AUTOTUNE_INJECT_FAULTS": json.dumps(faults)}
     process = subprocess.Popen(
-        [sys.executable, "-m", "autotune", "search", *SMALL, "--trials", "8", "--trial-timeout", "25s"],
+        [sys.executable, "-m", "autotune", "search", *SMALL, "--trials", "8", "--trial-timeout", TRIAL_TIMEOUT],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     killed: list[int] = []
@@ -75,9 +78,9 @@ def test_every_fault_inside_a_trial_is_recorded_and_the_study_goes_on(tmp_path, 
     def kill_the_seventh_trials_worker() -> None:
         while process.poll() is None and not killed:
             trial = running_trial(tmp_path)
-            if trial is not None and len(launched(load(tmp_path))) == 7:
-                time.sleep(1.0)  # let it reach its hang
-                os.kill(trial.user_attrs["worker_pid"], signal.SIGKILL)
+            trials = tmp_path / "studies" / "demo-cpu"
+            if trial is not None and len(launched(load(tmp_path))) == 7 and announced(trials, trial.number, "warmup"):
+                os.kill(trial.user_attrs["worker_pid"], signal.SIGKILL)  # in its hang: warm-up was announced
                 killed.append(trial.user_attrs["worker_pid"])
             time.sleep(0.3)
 
@@ -169,7 +172,7 @@ def test_the_budget_is_a_promise(tmp_path, env):
 def test_two_searches_on_one_sqlite_study_cooperate(tmp_path, env):
     command = [sys.executable, "-m", "autotune", "search", *SMALL, "--trials", "3", "--study", "shared"]
     first = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(1.0)
+    wait_for(lambda: running_trial(tmp_path, "shared"), first, "the first search never started a trial")
     second = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for process in (first, second):
         stdout, stderr = process.communicate(timeout=900)
@@ -188,16 +191,25 @@ def test_processes_that_open_a_new_database_at_the_same_moment_all_get_it(tmp_pa
     # Each process creates the schema of a database that does not exist yet; all but one find that
     # another got there first, and must go on rather than fail.
     url = f"sqlite:///{tmp_path}/studies/new.db"
-    start_at = time.time() + 3.0
-    opener = (
+    go = tmp_path / "go"
+    opener = (  # imports first, says it is ready, then waits for the others: all open at the same moment
         "import sys, time\n"
+        "from pathlib import Path\n"
         "from autotune.study import open_storage\n"
-        f"time.sleep(max(0.0, {start_at} - time.time()))\n"
+        "Path(sys.argv[1]).touch()\n"
+        f"while not Path({str(go)!r}).exists(): time.sleep(0.01)\n"
         f"open_storage({url!r})\n"
     )
+    ready = [tmp_path / f"ready-{index}" for index in range(6)]
     processes = [
-        subprocess.Popen([sys.executable, "-c", opener], env=env, stderr=subprocess.PIPE, text=True) for _ in range(6)
+        subprocess.Popen([sys.executable, "-c", opener, str(path)], env=env, stderr=subprocess.PIPE, text=True)
+        for path in ready
     ]
+    deadline = time.monotonic() + 120
+    while not all(path.exists() for path in ready):
+        assert time.monotonic() < deadline and all(p.poll() is None for p in processes), "an opener never got ready"
+        time.sleep(0.05)
+    go.touch()
     errors = [process.communicate(timeout=120)[1] for process in processes]
     assert [process.returncode for process in processes] == [0] * 6, "\n".join(errors)
     assert optuna.get_all_study_names(open_storage(url)) == []

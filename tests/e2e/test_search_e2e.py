@@ -8,17 +8,20 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
+from dataclasses import dataclass
 from html.parser import HTMLParser
+from pathlib import Path
 
 import optuna
 import pytest
 
 from autotune.analysis.constraints import parse_constraint
-from autotune.study import records, search_runs, stored_settings
-from tests.conftest import DEMO_CONSTRAINT, DEMO_STUDY, DemoSearch, run_demo_search
+from autotune.study import TrialRecord, records, search_runs, stored_settings
+from tests.conftest import DEMO_CONSTRAINT, DEMO_FAILING_TRIAL, DEMO_FAULT, DEMO_STUDY, DemoSearch, run_demo_search
 
 pytestmark = pytest.mark.slow
 
@@ -28,6 +31,29 @@ STUDY = DEMO_STUDY
 @pytest.fixture(scope="module")
 def first_run(demo_search: DemoSearch):
     return demo_search.workdir, demo_search.completed, demo_search.records
+
+
+@dataclass(frozen=True)
+class Resumed:
+    workdir: Path
+    completed: subprocess.CompletedProcess
+    before: list[TrialRecord]
+    after: list[TrialRecord]
+    study: optuna.Study
+
+
+@pytest.fixture(scope="module")
+def resumed(demo_search: DemoSearch, tmp_path_factory: pytest.TempPathFactory) -> Resumed:
+    """The same command run again, with no --constraint, on a copy of the first run's folder (study, trial files):
+    the shared first run stays as it was, whatever order the tests run in."""
+    workdir = tmp_path_factory.mktemp("resumed") / "search"
+    shutil.copytree(demo_search.workdir, workdir)
+    storage = f"sqlite:///{workdir}/studies/{STUDY}.db"
+    before = records(optuna.load_study(study_name=STUDY, storage=storage))
+    completed = run_demo_search(workdir, demo_search.env, "--trials", "2")
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    study = optuna.load_study(study_name=STUDY, storage=storage)
+    return Resumed(workdir, completed, before, records(study), study)
 
 
 def launched(trial_records):
@@ -76,17 +102,24 @@ def test_reference_and_baseline_come_first_and_the_reference_matches_itself(firs
 
 
 def test_failed_trials_carry_a_reason_and_no_objective_values(first_run):
-    workdir, _, _ = first_run
+    workdir, _, trial_records = first_run
     database = sqlite3.connect(workdir / "studies" / f"{STUDY}.db")
     rows = database.execute(
         "SELECT t.number, COUNT(v.value) FROM trials t LEFT JOIN trial_values v ON v.trial_id = t.trial_id "
         "WHERE t.state = 'FAIL' GROUP BY t.number"
     ).fetchall()
+    failed = [record for record in launched(trial_records) if record.state == "FAIL"]
+    assert failed, "no trial failed, so nothing here would be checked"  # the fixture makes the last one fail
+    assert sorted(number for number, _ in rows) == [record.number for record in failed]
     assert all(count == 0 for _, count in rows)
-    for record in records(optuna.load_study(study_name=STUDY, storage=f"sqlite:///{workdir}/studies/{STUDY}.db")):
-        if record.state == "FAIL":
-            assert record.outcome in {"oom", "timeout", "unsupported", "crashed", "error", "broken"}
-            assert record.message
+    for record in failed:
+        assert record.outcome in {"oom", "timeout", "unsupported", "crashed", "error", "broken"}
+        assert record.message and record.metrics == {}
+    injected = launched(trial_records)[DEMO_FAILING_TRIAL]
+    assert (injected.outcome, injected.phase) == (
+        "error",
+        DEMO_FAULT["phase"],
+    ) and "injected failure" in injected.message
 
 
 class _ExternalResources(HTMLParser):
@@ -128,39 +161,36 @@ def test_complete_trials_carry_the_constraint_and_the_front_keeps_to_it(first_ru
     assert runs[0]["launched"] == 8 and runs[0]["max_trials"] == 8 and runs[0]["stop_reason"].startswith("8 trials")
 
 
-def test_resuming_with_another_constraint_is_refused_and_writes_nothing(first_run, demo_search: DemoSearch):
-    workdir, _, before = first_run
-    completed = run_demo_search(workdir, demo_search.env, "--trials", "1", "--constraint", "kl<=0.5")
+def test_resuming_with_another_constraint_is_refused_and_writes_nothing(demo_search: DemoSearch):
+    before = records(demo_search.study())
+    completed = run_demo_search(demo_search.workdir, demo_search.env, "--trials", "1", "--constraint", "kl<=0.5")
     assert completed.returncode == 2, completed.stdout + completed.stderr
     assert f"was searched with {parse_constraint(DEMO_CONSTRAINT)}, not kl_divergence<=0.5" in completed.stderr
-    assert len(records(demo_search.study())) == len(before)
+    assert records(demo_search.study()) == before
 
 
-def test_the_same_command_resumes_the_study_and_keeps_its_constraint(first_run, demo_search: DemoSearch):
-    workdir, _, before = first_run
+def test_the_same_command_resumes_the_study_and_keeps_its_constraint(resumed: Resumed):
     # No --constraint: the study's own is kept (repeating it is the same; another is refused, above).
-    completed = run_demo_search(workdir, demo_search.env, "--trials", "2")
-    assert completed.returncode == 0, completed.stdout + completed.stderr
-    assert f"note: constraints: {parse_constraint(DEMO_CONSTRAINT)}" in completed.stdout
-    after = records(demo_search.study())
-    assert len(launched(after)) == 10
+    assert f"note: constraints: {parse_constraint(DEMO_CONSTRAINT)}" in resumed.completed.stdout
+    before, after = launched(resumed.before), launched(resumed.after)
+    assert len(after) == len(before) + 2
     by_number = {record.number: record for record in after}
-    for record in launched(before):
+    for record in before:
         assert by_number[record.number].metrics == record.metrics
         assert by_number[record.number].config == record.config
-    keys = [json.dumps(record.config, sort_keys=True) for record in launched(after)]
+    keys = [json.dumps(record.config, sort_keys=True) for record in after]
     assert len(set(keys)) == len(keys)
-    assert not any("reference" in record.roles for record in launched(after)[8:]), "the reference was measured again"
-    assert all(record.constraints for record in launched(after)[8:] if record.complete)
-    assert len(search_runs(demo_search.study())) == 2
+    new = after[len(before) :]
+    assert not any("reference" in record.roles for record in new), "the reference was measured again"
+    assert all(record.constraints for record in new if record.complete)
+    assert len(search_runs(resumed.study)) == 2
 
 
-def test_report_command_renders_from_storage(first_run, demo_search: DemoSearch, tmp_path):
-    workdir, _, _ = first_run
+def test_report_command_renders_from_storage(resumed: Resumed, demo_search: DemoSearch, tmp_path):
     out = tmp_path / "again.html"
     completed = subprocess.run(
         [sys.executable, "-m", "autotune", "report", "--study", STUDY, "--out", str(out)],
-        cwd=workdir,
+        cwd=resumed.workdir,
         env=demo_search.env,
         capture_output=True,
         text=True,

@@ -1,5 +1,5 @@
 """Weight quantization beyond bitsandbytes (torchao, optimum-quanto) and the quantized KV cache's backends:
-their plans, the rules between them and compile / inference_mode / dtype, missing packages, and real CPU runs."""
+their plans, the rules between them and compile / inference_mode / dtype, missing packages, and what measure refuses."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from autotune.report.snippets import python_snippet, serve_command
 from autotune.space import KNOBS, Call, Plan, Target, build_plan, load_space
 from autotune.worker import compat
 from autotune.worker.failures import UnsupportedError, classify
-from tests.conftest import run_cli
+from tests.conftest import run_cli, run_main
 
 BASELINE = {"dtype": "float32", "attn_implementation": "sdpa", "quantization": "none", "batching": "generate"}
 SPACE = load_space(PACKAGED_SPACE)
@@ -168,8 +168,8 @@ def test_torchao_int4_s_cpu_failure_blames_the_quantization_value():
 
 
 def test_measure_refuses_torchao_int4_on_cpu_and_quanto_int4_under_inference_mode(tmp_path: Path, cli_env):
-    int4 = run_cli(["measure", "--model", "demo", "--device", "cpu", "--set", "dtype=bfloat16",
-                    "--set", "quantization=torchao-int4"], tmp_path, cli_env)  # fmt: skip
+    int4 = run_main(["measure", "--model", "demo", "--device", "cpu", "--set", "dtype=bfloat16",
+                     "--set", "quantization=torchao-int4"], tmp_path, cli_env)  # fmt: skip
     assert int4.returncode == 2 and "Traceback" not in int4.stderr
     assert int4.stderr == (
         "autotune: error: quantization=torchao-int4 cannot run on profile cpu: needs a CUDA GPU (torchao int4 runs "
@@ -182,29 +182,5 @@ def test_measure_refuses_torchao_int4_on_cpu_and_quanto_int4_under_inference_mod
     assert len(quanto.stderr.splitlines()) == 1
 
 
-SHAPE = ["--batch-size", "2", "--input-len", "32", "--output-len", "16"]
-
-
-def _measure(settings: list[str], tmp_path: Path, cli_env: dict[str, str]) -> dict:
-    args = ["measure", "--model", "demo", "--device", "cpu", *settings, *SHAPE, "--json"]
-    completed = run_cli(args, tmp_path, cli_env)
-    assert completed.returncode == 0, completed.stderr[-2000:]
-    return json.loads(completed.stdout.strip().splitlines()[-1])
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("value", ["torchao-int8", "torchao-fp8", "quanto-int8", "quanto-float8"])
-def test_measure_quantized_weights_on_cpu(tmp_path: Path, cli_env: dict[str, str], value: str) -> None:
-    document = _measure(["--set", f"quantization={value}"], tmp_path, cli_env)
-    assert document["outcome"] == "ok" and document["config"]["quantization"] == value
-    metrics = document["metrics"]
-    assert metrics["throughput_tok_s"] > 0 and metrics["kl_divergence"] >= 0
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("backend", ["fp8", "quanto", "hqq"])
-def test_measure_each_kv_cache_backend_on_cpu(tmp_path: Path, cli_env: dict[str, str], backend: str) -> None:
-    settings = ["--set", "cache_implementation=quantized", "--set", f"kv_cache_backend={backend}"]
-    document = _measure(settings, tmp_path, cli_env)
-    assert document["outcome"] == "ok" and document["config"]["kv_cache_backend"] == backend
-    assert document["metrics"]["throughput_tok_s"] > 0
+# Every value's real run on CPU, with its quality figures (KL, top-1 agreement, perplexity), and each KV-cache
+# backend's, are conformance cases (benchmarks/conformance.py), measured once per CI run per transformers version.

@@ -51,18 +51,18 @@ def test_rules_forbid_combinations(config, reason):
     assert reason in DEFAULT.violation(DEFAULT.normalize(full))
 
 
-def test_no_valid_configuration_breaks_a_rule_and_none_repeats():
-    configs = list(DEFAULT.configurations())
-    assert configs, "the default space allows nothing"
-    assert all(DEFAULT.violation(config) is None for config in configs)
-    assert len({config_key(config) for config in configs}) == len(configs)
-
-
-def test_compile_applies_only_with_a_static_cache_and_max_batch_tokens_only_under_continuous():
+def test_no_valid_configuration_breaks_a_rule_or_repeats_and_each_has_only_the_knobs_that_apply():
+    """One pass over the default space's configurations (tens of seconds here): every property of each."""
+    keys, count = set(), 0
     for config in DEFAULT.configurations():
+        assert DEFAULT.violation(config) is None
         assert ("compile" in config) == (config.get("cache_implementation") in ("static", "offloaded_static"))
         assert ("max_batch_tokens" in config) == (config["batching"] == "continuous")
         assert ("cache_implementation" in config) == (config["batching"] == "generate")
+        keys.add(config_key(config))
+        count += 1
+    assert count, "the default space allows nothing"
+    assert len(keys) == count, "a configuration repeats"
 
 
 def test_suggest_samples_only_knobs_that_apply():
