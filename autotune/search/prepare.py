@@ -14,7 +14,7 @@ from autotune.process.runner import Limits, run_task
 from autotune.profiles import GpuProfile, Hardware
 from autotune.search.options import SearchError
 from autotune.space import Config, SearchSpace, Target, build_plan
-from autotune.space.knobs import KNOBS, AttentionKnob, DtypeKnob, WorkloadKnob, knob_defaults
+from autotune.space.knobs import KNOBS, AttentionKnob, DtypeKnob, WorkloadKnob, knob_defaults, why_not_installed
 from autotune.specs import SearchRequest
 from autotune.study import PreparedFacts
 
@@ -151,8 +151,9 @@ def plan_target(profile: GpuProfile, request: SearchRequest) -> Target:
 
 
 def runnable_space(declared: SearchSpace, profile: GpuProfile, target: Target) -> SearchSpace:
-    """What a search samples: the values the profile can run that the workload would not only see refused."""
-    hardware = declared.prune(profile.why_not_value)
+    """What a search samples: the values the profile can run, whose packages are installed here, that the
+    workload would not only see refused."""
+    hardware = declared.prune(profile.why_not_value).prune(why_not_installed)
     return hardware.prune(lambda knob, value: KNOBS[knob].why_not_for(value, target))
 
 
