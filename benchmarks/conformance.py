@@ -1,6 +1,6 @@
 """Version conformance: every knob value the cpu profile can run, measured once through the real worker.
 
-    python benchmarks/conformance.py [--space search_spaces/default.yaml] [--timeout 5m]
+    python benchmarks/conformance.py [--space autotune/spaces/default.yaml] [--timeout 5m]
 
 For the installed transformers, runs `autotune measure --model demo --device cpu --json` on the
 transformers defaults (the baseline) and on the baseline with one knob changed, for every value of
@@ -27,6 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # autotune, run as a script
 
+from autotune.paths import PACKAGED_SPACE
 from autotune.profiles import PROFILES
 from autotune.search import baseline_config
 from autotune.search.strategy import warm_up_set
@@ -113,7 +114,7 @@ def build_demo_models() -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--space", type=Path, default=REPO / "search_spaces" / "default.yaml")
+    parser.add_argument("--space", type=Path, default=PACKAGED_SPACE)
     parser.add_argument("--timeout", default="5m", help="per configuration (default 5m)")
     args = parser.parse_args()
     timeout_s = parse_duration(args.timeout, "--timeout")

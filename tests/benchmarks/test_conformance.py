@@ -7,17 +7,16 @@ from pathlib import Path
 
 import pytest
 
+from autotune.paths import PACKAGED_SPACE
 from autotune.profiles import PROFILES
 from autotune.space import load_space
 from benchmarks.conformance import cases
-from tests.conftest import REPO, run_cli
-
-DEFAULT_SPACE = REPO / "search_spaces" / "default.yaml"
+from tests.conftest import run_cli
 
 
 def test_conformance_measures_every_value_the_cpu_profile_runs_once() -> None:
-    planned = cases(DEFAULT_SPACE)
-    runnable = load_space(DEFAULT_SPACE).prune(PROFILES["cpu"].why_not_value)
+    planned = cases(PACKAGED_SPACE)
+    runnable = load_space(PACKAGED_SPACE).prune(PROFILES["cpu"].why_not_value)
     for spec in runnable.knobs:
         for value in spec.values:
             assert any(case.config.get(spec.name) == value for case in planned), f"{spec.name}={value}"
@@ -43,7 +42,7 @@ def test_measure_on_a_space_without_the_checkpoint_dtype_measures_the_defaults(
 
 def test_values_no_batch_can_run_are_measured_one_prompt_at_a_time() -> None:
     """Speculative decoding is refused on batches: conformance runs it on one prompt, so it really runs."""
-    planned = cases(DEFAULT_SPACE)
+    planned = cases(PACKAGED_SPACE)
     speculative = [case for case in planned if case.config.get("speculative", "none") != "none"]
     assert speculative and all(case.one_prompt_at_a_time for case in speculative)
     for case in speculative:
