@@ -195,6 +195,6 @@ def trial_spec(request: SearchRequest, prepared: Prepared, config: Config, plan:
         reference_path=prepared.reference_path,
         greedy_reference_path=prepared.greedy_reference_path,
         memory_cap_bytes=profile.memory_bytes,
-        bandwidth_gb_s=profile.bandwidth_gb_s,
+        bandwidth_gb_s=prepared.hardware.bandwidth_gb_s,
         price_per_hour=price if price is not None else profile.price_per_hour,
     )

@@ -195,7 +195,7 @@ def join_session(worker: WorkerRequest, events: SearchEvents) -> tuple[Session, 
     assert name is not None and url is not None
     study = studies.load_stored_study(url, name)
     stored = studies.stored_settings(study)
-    hardware = hardware_for(GpuProfile(**stored.profile), worker.device)
+    hardware = hardware_for(GpuProfile.from_json(stored.profile), worker.device)
     if hardware.note:
         events.note(hardware.note)
     _check_objectives(stored, hardware)
