@@ -5,8 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-PACKAGED_SPACE = Path(__file__).parent / "spaces" / "default.yaml"
-DEFAULT_SPACE = Path("search_spaces/default.yaml")
+PACKAGED_SPACE = Path(__file__).parent / "spaces" / "default.yaml"  # the default space: one file, in the package
 DEMO_VERSION = "demo-v1"
 DRAFT_VERSION = "demo-draft-v1"  # the demo's speculative-decoding draft: same tokenizer, far smaller
 DEMO_MAX_POSITIONS = 512  # the demo model's context (max_position_embeddings)
@@ -17,7 +16,7 @@ def default_cache_dir() -> Path:
 
 
 def default_space_path() -> Path:
-    return DEFAULT_SPACE if DEFAULT_SPACE.exists() else PACKAGED_SPACE
+    return PACKAGED_SPACE
 
 
 def demo_model_path(cache_dir: Path) -> Path:

@@ -1,6 +1,7 @@
 """Hardware profiles: what a GPU can run, how much memory and bandwidth it has, what an hour costs.
 
-Detection reads NVML (nvidia-ml-py), never torch, so the study process stays light.
+Detection reads NVML (nvidia-ml-py), never torch, so the study process stays light. A card found here
+is described by NVML's own answers; a named profile adds its display name and price.
 Prices are indicative on-demand cloud prices per GPU-hour (late 2025); override them with --price.
 """
 
@@ -9,7 +10,9 @@ from __future__ import annotations
 import functools
 import logging
 import os
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 from autotune.errors import UserError
 from autotune.space.knobs import KNOBS, Needs, Value
@@ -55,54 +58,139 @@ class GpuProfile:
     def to_json(self) -> dict:
         return asdict(self)
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> GpuProfile:
+        """A profile stored with a study (fields of later versions ignored)."""
+        return cls(**{name: data[name] for name in cls.__dataclass_fields__ if name in data})
+
 
 CPU_RANKS_AT_MOST = 2  # tensor-parallel ranks on the cpu profile: enough to prove the path, not a deployment
 
+# The named profiles. A card found here takes its memory, compute capability and bandwidth from NVML
+# (profile_for); its named profile adds what NVML cannot say, a display name and a price. The figures
+# below are used when --gpu names a card this machine does not have. Memory, peak bandwidth and compute
+# capability are NVIDIA's datasheet figures (the source of each is beside it; compute capability:
+# developer.nvidia.com/cuda-gpus). Prices: indicative on-demand cloud prices per GPU-hour, late 2025.
 PROFILES: dict[str, GpuProfile] = {
     profile.name: profile
     for profile in (
+        # T4 datasheet: 16 GB GDDR6, 320 GB/s; Turing, 7.5
         GpuProfile("t4", "NVIDIA T4 16 GB (Turing)", "cuda", 16 * GIB, 7.5, 320, 0.53),
+        # AWS EC2 G5 (A10G): 24 GB GDDR6, 600 GB/s; Ampere GA102, 8.6
         GpuProfile("a10g", "NVIDIA A10G 24 GB (Ampere)", "cuda", 24 * GIB, 8.6, 600, 1.01),
+        # A10 datasheet: 24 GB GDDR6, 600 GB/s; Ampere GA102, 8.6
+        GpuProfile("a10", "NVIDIA A10 24 GB (Ampere)", "cuda", 24 * GIB, 8.6, 600, 0.75),
+        # L4 datasheet: 24 GB GDDR6, 300 GB/s; Ada, 8.9
         GpuProfile("l4", "NVIDIA L4 24 GB (Ada)", "cuda", 24 * GIB, 8.9, 300, 0.80),
+        # L40 datasheet: 48 GB GDDR6 with ECC, 864 GB/s; Ada, 8.9
+        GpuProfile("l40", "NVIDIA L40 48 GB (Ada)", "cuda", 48 * GIB, 8.9, 864, 0.99),
+        # L40S datasheet: 48 GB GDDR6 with ECC, 864 GB/s; Ada, 8.9
+        GpuProfile("l40s", "NVIDIA L40S 48 GB (Ada)", "cuda", 48 * GIB, 8.9, 864, 0.86),
+        # RTX A6000 datasheet: 48 GB GDDR6, 768 GB/s; Ampere GA102, 8.6
+        GpuProfile("a6000", "NVIDIA RTX A6000 48 GB (Ampere)", "cuda", 48 * GIB, 8.6, 768, 0.80),
+        # RTX 6000 Ada Generation datasheet: 48 GB GDDR6, 960 GB/s; Ada, 8.9
+        GpuProfile("rtx6000-ada", "NVIDIA RTX 6000 Ada 48 GB (Ada)", "cuda", 48 * GIB, 8.9, 960, 0.77),
+        # GeForce RTX 4090 specifications: 24 GB GDDR6X, 384-bit at 21 Gbps = 1008 GB/s; Ada, 8.9
+        GpuProfile("rtx4090", "NVIDIA GeForce RTX 4090 24 GB (Ada)", "cuda", 24 * GIB, 8.9, 1008, 0.69),
+        # A100 datasheet: 40 GB HBM2, 1555 GB/s (SXM and PCIe); 80 GB HBM2e, 2039 GB/s SXM, 1935 GB/s PCIe; 8.0
         GpuProfile("a100-40gb", "NVIDIA A100 40 GB SXM (Ampere)", "cuda", 40 * GIB, 8.0, 1555, 1.29),
+        GpuProfile("a100-40gb-pcie", "NVIDIA A100 40 GB PCIe (Ampere)", "cuda", 40 * GIB, 8.0, 1555, 1.29),
         GpuProfile("a100-80gb", "NVIDIA A100 80 GB SXM (Ampere)", "cuda", 80 * GIB, 8.0, 2039, 1.79),
+        GpuProfile("a100-80gb-pcie", "NVIDIA A100 80 GB PCIe (Ampere)", "cuda", 80 * GIB, 8.0, 1935, 1.64),
+        # H100 datasheet: SXM 80 GB HBM3, 3.35 TB/s; PCIe 80 GB HBM2e, 2 TB/s; NVL 94 GB HBM3, 3.9 TB/s; 9.0
         GpuProfile("h100", "NVIDIA H100 80 GB SXM (Hopper)", "cuda", 80 * GIB, 9.0, 3350, 2.99),
+        GpuProfile("h100-pcie", "NVIDIA H100 80 GB PCIe (Hopper)", "cuda", 80 * GIB, 9.0, 2000, 2.49),
+        GpuProfile("h100-nvl", "NVIDIA H100 NVL 94 GB (Hopper)", "cuda", 94 * 10**9, 9.0, 3900, 2.79),
+        # H200 datasheet: SXM and NVL 141 GB HBM3e, 4.8 TB/s; 9.0
         GpuProfile("h200", "NVIDIA H200 141 GB SXM (Hopper)", "cuda", 141 * 10**9, 9.0, 4800, 3.79),
+        GpuProfile("h200-nvl", "NVIDIA H200 NVL 141 GB (Hopper)", "cuda", 141 * 10**9, 9.0, 4800, 3.59),
+        # GH200 Grace Hopper datasheet: 96 GB HBM3, 4 TB/s, or 144 GB HBM3e, 4.9 TB/s (GPU memory); 9.0
+        GpuProfile("gh200", "NVIDIA GH200 96 GB HBM3 (Grace Hopper)", "cuda", 96 * 10**9, 9.0, 4000, 1.49),
+        GpuProfile("gh200-144gb", "NVIDIA GH200 144 GB HBM3e (Grace Hopper)", "cuda", 144 * 10**9, 9.0, 4900, 1.99),
+        # HGX B200 datasheet: 180 GB HBM3e, 8 TB/s per GPU; Blackwell, 10.0
+        GpuProfile("b200", "NVIDIA B200 180 GB (Blackwell)", "cuda", 180 * 10**9, 10.0, 8000, 4.99),
         GpuProfile("cpu", "CPU only (nominal DDR bandwidth)", "cpu", None, None, 40, 0.10),
     )
 }
 
-# NVML device-name fragments, most specific first.
-_NAME_HINTS = (
-    ("H200", "h200"),
-    ("H100", "h100"),
-    ("A100-SXM4-80GB", "a100-80gb"),
-    ("A100 80GB", "a100-80gb"),
-    ("A100-PCIE-80GB", "a100-80gb"),
-    ("A100", "a100-40gb"),
-    ("A10G", "a10g"),
-    ("L4", "l4"),
-    ("T4", "t4"),
-)
+# The profile of each card, by the name NVML gives it, matched exactly: an "NVIDIA L40S" is not an L4,
+# an "NVIDIA H100 PCIe" is not the SXM card. A name not here gets NVML's own figures and no price.
+NVML_NAMES: dict[str, str] = {
+    "Tesla T4": "t4",
+    "NVIDIA A10G": "a10g",
+    "NVIDIA A10": "a10",
+    "NVIDIA L4": "l4",
+    "NVIDIA L40": "l40",
+    "NVIDIA L40S": "l40s",
+    "NVIDIA RTX A6000": "a6000",
+    "NVIDIA RTX 6000 Ada Generation": "rtx6000-ada",
+    "NVIDIA GeForce RTX 4090": "rtx4090",
+    "NVIDIA A100-SXM4-40GB": "a100-40gb",
+    "NVIDIA A100-PCIE-40GB": "a100-40gb-pcie",
+    "NVIDIA A100-SXM4-80GB": "a100-80gb",
+    "NVIDIA A100 80GB PCIe": "a100-80gb-pcie",
+    "NVIDIA H100 80GB HBM3": "h100",
+    "NVIDIA H100 PCIe": "h100-pcie",
+    "NVIDIA H100 NVL": "h100-nvl",
+    "NVIDIA H200": "h200",
+    "NVIDIA H200 NVL": "h200-nvl",
+    "NVIDIA GH200 480GB": "gh200",
+    "NVIDIA GH200 144G HBM3e": "gh200-144gb",
+    "NVIDIA B200": "b200",
+}
+DETECTED = "detected"  # the profile name of a card with no named profile
+NO_PROFILE = "no profile for this card: using NVML's own figures"
 
 
 @dataclass(frozen=True)
 class DetectedDevice:
-    name: str
-    memory_bytes: int
-    compute_capability: float
-    bandwidth_gb_s: float | None
-    driver: str
+    """A GPU as NVML answers for it: every fact detection reads from the driver (read_nvml asks for them)."""
 
-    def matching_profile(self) -> str | None:
-        for hint, profile in _NAME_HINTS:
-            if hint in self.name:
-                return profile
-        return None
+    name: str  # nvmlDeviceGetName
+    memory_bytes: int  # nvmlDeviceGetMemoryInfo().total
+    compute_capability: float  # nvmlDeviceGetCudaComputeCapability, major.minor
+    bus_width_bits: int | None  # nvmlDeviceGetMemoryBusWidth; None where NVML has no answer
+    max_memory_clock_mhz: int | None  # nvmlDeviceGetMaxClockInfo(NVML_CLOCK_MEM)
+    driver: str = ""  # nvmlSystemGetDriverVersion
+
+    @property
+    def bandwidth_gb_s(self) -> float | None:
+        """Peak memory bandwidth: bytes per transfer across the bus, two transfers per memory clock."""
+        if not self.bus_width_bits or not self.max_memory_clock_mhz:
+            return None
+        return self.bus_width_bits / 8 * self.max_memory_clock_mhz * 2 / 1000
+
+    def profile_name(self) -> str | None:
+        """The named profile of this card (its NVML name, exactly), or None."""
+        return NVML_NAMES.get(self.name.strip())
 
 
-def detect_gpu(index: int = 0) -> DetectedDevice | None:
-    """The GPU at this index as NVML sees it, or None when there is no usable NVIDIA GPU."""
+def profile_for(detected: DetectedDevice) -> tuple[GpuProfile, str]:
+    """The profile of a detected card and why it was chosen: NVML's memory, compute capability and bandwidth,
+    with the display name and price of the named profile whose NVML name is exactly the card's."""
+    name = detected.profile_name()
+    if name is None:
+        bandwidth = detected.bandwidth_gb_s or 0.0  # 0: no roofline
+        memory, capability = detected.memory_bytes, detected.compute_capability
+        return GpuProfile(DETECTED, detected.name, "cuda", memory, capability, bandwidth, None), NO_PROFILE
+    named = PROFILES[name]
+    why = f"exact name match: NVML's {detected.name!r} is profile {name}"
+    if detected.bandwidth_gb_s is None:
+        why += f" (NVML gave no bus width or memory clock: the bandwidth is the datasheet's {named.bandwidth_gb_s:g})"
+    profile = replace(
+        named,
+        memory_bytes=detected.memory_bytes,
+        compute_capability=detected.compute_capability,
+        bandwidth_gb_s=detected.bandwidth_gb_s or named.bandwidth_gb_s,
+    )
+    return profile, why
+
+
+def read_nvml(index: int) -> DetectedDevice | None:
+    """NVML's answers for the GPU at this index, or None when there is no usable NVIDIA GPU there.
+
+    The only place that asks NVML about a card; tests replace it with answers recorded from real cards.
+    """
     try:
         import pynvml
     except ImportError:
@@ -115,19 +203,39 @@ def detect_gpu(index: int = 0) -> DetectedDevice | None:
         if index >= pynvml.nvmlDeviceGetCount():
             return None
         handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-        name = pynvml.nvmlDeviceGetName(handle)
-        name = name.decode() if isinstance(name, bytes) else name
         major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
-        memory = pynvml.nvmlDeviceGetMemoryInfo(handle).total
-        driver = pynvml.nvmlSystemGetDriverVersion()
-        driver = driver.decode() if isinstance(driver, bytes) else driver
-        bandwidth = _nvml_bandwidth(pynvml, handle)
-        return DetectedDevice(name, int(memory), float(f"{major}.{minor}"), bandwidth, driver)
+        return DetectedDevice(
+            name=_text(pynvml.nvmlDeviceGetName(handle)),
+            memory_bytes=int(pynvml.nvmlDeviceGetMemoryInfo(handle).total),
+            compute_capability=float(f"{major}.{minor}"),
+            bus_width_bits=_answer(pynvml, lambda: pynvml.nvmlDeviceGetMemoryBusWidth(handle)),
+            max_memory_clock_mhz=_answer(
+                pynvml, lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM)
+            ),
+            driver=_text(pynvml.nvmlSystemGetDriverVersion()),
+        )
     except pynvml.NVMLError as error:
         log.debug("NVML query failed: %s", error)
         return None
     finally:
         pynvml.nvmlShutdown()
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _answer(pynvml: Any, ask: Callable[[], int]) -> int | None:
+    """NVML's answer, or None where this card or driver has none (some report no bus width)."""
+    try:
+        return int(ask()) or None
+    except pynvml.NVMLError:
+        return None
+
+
+def detect_gpu(index: int = 0) -> DetectedDevice | None:
+    """The GPU at this index as NVML sees it, or None when there is no usable NVIDIA GPU."""
+    return read_nvml(index)
 
 
 @functools.cache
@@ -152,15 +260,6 @@ def visible_gpu_count() -> int:
     return min(count, len([item for item in visible.split(",") if item.strip()]))
 
 
-def _nvml_bandwidth(pynvml, handle) -> float | None:
-    try:
-        bus_bits = pynvml.nvmlDeviceGetMemoryBusWidth(handle)
-        clock_mhz = pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM)
-    except pynvml.NVMLError:
-        return None
-    return bus_bits / 8 * clock_mhz * 1e6 * 2 / 1e9  # double data rate
-
-
 def device_index(device: str) -> int:
     return int(device.split(":", 1)[1]) if ":" in device else 0
 
@@ -174,15 +273,23 @@ class Hardware:
     detected: DetectedDevice | None
     note: str | None
 
+    @property
+    def bandwidth_gb_s(self) -> float:
+        """The peak bandwidth the roofline divides by: the card trials run on (NVML's), else the profile's."""
+        measured_on = self.detected.bandwidth_gb_s if self.detected and self.device.startswith("cuda") else None
+        return measured_on or self.profile.bandwidth_gb_s
+
 
 def resolve_hardware(gpu: str, device: str | None) -> Hardware:
     """Pick the profile (`--gpu`, or detect with 'auto') and check it against `--device`."""
     detected = _detect(device)
     if gpu == "auto":
-        return hardware_for(_auto_profile(detected), device, detected)
-    if gpu in PROFILES:
-        return hardware_for(PROFILES[gpu], device, detected)
-    raise UserError(f"unknown --gpu {gpu!r}; choose one of: auto, {', '.join(PROFILES)} (see `autotune gpus`)")
+        return hardware_for(profile_for(detected)[0] if detected else PROFILES["cpu"], device, detected)
+    if gpu not in PROFILES:
+        raise UserError(f"unknown --gpu {gpu!r}; choose one of: auto, {', '.join(PROFILES)} (see `autotune gpus`)")
+    if detected is not None and detected.profile_name() == gpu:
+        return hardware_for(profile_for(detected)[0], device, detected)  # this very card: NVML's figures
+    return hardware_for(PROFILES[gpu], device, detected)
 
 
 def hardware_for(profile: GpuProfile, device: str | None, detected: DetectedDevice | None = None) -> Hardware:
@@ -206,30 +313,21 @@ def _detect(device: str | None) -> DetectedDevice | None:
     return detect_gpu(device_index(device or "cuda"))
 
 
-def _auto_profile(detected: DetectedDevice | None) -> GpuProfile:
-    if detected is None:
-        return PROFILES["cpu"]
-    name = detected.matching_profile()
-    if name:
-        return PROFILES[name]
-    return GpuProfile(
-        name="detected",
-        description=detected.name,
-        kind="cuda",
-        memory_bytes=detected.memory_bytes,
-        compute_capability=detected.compute_capability,
-        bandwidth_gb_s=detected.bandwidth_gb_s or 0.0,
-        price_per_hour=None,
-    )
-
-
 def _mismatch_note(profile: GpuProfile, detected: DetectedDevice | None) -> str | None:
+    """What a profile other than this card's means for the trials, said once; None when it is this card's."""
     if profile.kind != "cuda" or detected is None:
         return None
-    if detected.matching_profile() == profile.name or profile.name == "detected":
+    own = profile_for(detected)[0]
+    if own.name == profile.name and (profile.name != DETECTED or profile.description == detected.name):
         return None
+    capped = (
+        f", GPU memory is capped at its {profile.memory_bytes / GIB:.0f} GiB"
+        if profile.memory_bytes is not None and profile.memory_bytes < detected.memory_bytes
+        else ""
+    )
+    bandwidth = detected.bandwidth_gb_s
+    roofline = f", and the roofline uses this GPU's {bandwidth:.0f} GB/s" if bandwidth else ""
     return (
         f"--gpu {profile.name} ({profile.description}) differs from this machine's {detected.name}: "
-        f"knobs are pruned for {profile.name} and GPU memory is capped at its size, "
-        "but speed is measured on this GPU"
+        f"knobs are pruned for {profile.name}{capped}; speed is measured on this GPU{roofline}"
     )

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune.errors import UserError
+from autotune.extras import why_storage_missing
 from autotune.paths import DEMO_MAX_POSITIONS, demo_model_path
 from autotune.process.results import WorkloadSpec
 
@@ -77,7 +78,11 @@ def check_device(device: str | None) -> None:
 
 
 def check_storage(url: str) -> None:
-    """An SQLite storage must be a file this process can create or write; other URLs are opened later."""
+    """An SQLite storage must be a file this process can create or write; a PostgreSQL one needs its driver
+    here; other URLs are opened later."""
+    missing = why_storage_missing(url)
+    if missing:
+        raise UserError(missing)
     if not url.startswith("sqlite:///"):
         return
     path = Path(url.removeprefix("sqlite:///"))

@@ -1,7 +1,7 @@
 """Version conformance: every knob value the cpu profile can run, measured once through the real worker and held to
 the outcome written down for the installed transformers.
 
-    python benchmarks/conformance.py [--cases all|version-dependent] [--case LABEL ...] [--write-expected]
+    python benchmarks/conformance.py [--space SPACE] [--cases all|version-dependent] [--case LABEL ...] [--write-expected]
 
 For the installed transformers, measures the demo model on the transformers defaults (the baseline) and on the
 baseline with one knob changed, for every value of the space that the cpu profile does not prune (the strategy's
@@ -40,6 +40,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # autotune, run as a script
 
 from autotune.errors import UserError
+from autotune.paths import PACKAGED_SPACE
 from autotune.process import runner
 from autotune.process.results import ModelSpec, WorkloadSpec
 from autotune.profiles import PROFILES
@@ -257,7 +258,7 @@ def write_expected(results: list[Result], transformers: str) -> Path:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--space", type=Path, default=REPO / "search_spaces" / "default.yaml")
+    parser.add_argument("--space", type=Path, default=PACKAGED_SPACE)
     parser.add_argument("--timeout", default="5m", help="per configuration (default 5m)")
     parser.add_argument("--cases", choices=("all", "version-dependent"), default="all")
     parser.add_argument("--case", action="append", default=[], help="run this case only (repeatable)")

@@ -49,7 +49,7 @@ from benchmarks.llama_1b import DEFAULT_TRAIN_STEPS, model_folder
 
 REPO = Path(__file__).resolve().parents[1]
 STUDY = "proof"
-DEFAULT_SPACE = REPO / "search_spaces" / "default.yaml"
+DEFAULT_SPACE = PACKAGED_SPACE
 DEMO_BUILD = (  # the demo model and its speculative-decoding draft, which the search's prepare step would build
     "from autotune.paths import default_cache_dir; from autotune.worker.demo_model import ensure_demo_draft; "
     "from autotune.paths import demo_model_path; ensure_demo_draft(default_cache_dir()); "
@@ -619,13 +619,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--gpu", help="hardware profile [cpu on --device cpu, else auto]")
     parser.add_argument("--train-steps", type=int, default=DEFAULT_TRAIN_STEPS, help="llama-1b training steps [60]")
     parser.add_argument("--trial-timeout", default="10m", help="a trial running longer is killed [10m]")
-    parser.add_argument("--space", type=Path, help="search-space YAML [search_spaces/default.yaml]")
+    parser.add_argument("--space", type=Path, help="search-space YAML [autotune/spaces/default.yaml]")
     parser.add_argument("--batch-size", type=int, default=8, help="prompts per generation in the search [8]")
     parser.add_argument("--input-len", type=int, default=128, help="tokens per prompt [128]")
     parser.add_argument("--output-len", type=int, default=64, help="tokens generated per prompt [64]")
     args = parser.parse_args(argv)
     args.gpu = args.gpu or ("cpu" if args.device == "cpu" else "auto")
-    args.space = (args.space or (DEFAULT_SPACE if DEFAULT_SPACE.exists() else PACKAGED_SPACE)).absolute()
+    args.space = (args.space or DEFAULT_SPACE).absolute()
     args.out = args.out.absolute()
     parse_duration(args.budget)  # a malformed budget fails here, before anything runs
     return args

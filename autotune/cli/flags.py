@@ -99,7 +99,8 @@ Objectives = Annotated[
 AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 Device = Annotated[str | None, typer.Option("--device", help="cuda, cuda:N or cpu.", show_default="from --gpu")]
 SpacePath = Annotated[
-    Path | None, typer.Option("--space", help="Search-space YAML.", show_default="search_spaces/default.yaml")
+    Path | None,
+    typer.Option("--space", help="Search-space YAML.", show_default="the packaged autotune/spaces/default.yaml"),
 ]
 TrustRemoteCode = Annotated[bool, typer.Option("--trust-remote-code", help="Allow the model's own code to run.")]
 Artifacts = Annotated[

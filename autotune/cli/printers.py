@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import asdict
+from itertools import count, takewhile
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from autotune.analysis.found import BestFound
     from autotune.analysis.history import History
     from autotune.analysis.pick import Pick
+    from autotune.profiles import DetectedDevice
     from autotune.report.data import ParetoCard
     from autotune.search import SearchSummary
     from autotune.search.dry_run import DryRun
@@ -443,9 +445,30 @@ def print_gpus() -> None:
             f"${profile.price_per_hour:.2f}" if profile.price_per_hour is not None else "-",
         )
     out.print(table)
-    detected = detect_gpu()
-    if detected is None:
-        out.print("detected here: no CUDA GPU (auto picks cpu)")
-    else:
-        match = detected.matching_profile() or "none (auto builds one from the device)"
-        out.print(f"detected here: {detected.name}, {detected.memory_bytes / GIB:.0f} GiB; profile {match}")
+    found = list(takewhile(lambda item: item[1] is not None, ((i, detect_gpu(i)) for i in count())))
+    if not found:
+        out.print("detected here: no NVIDIA GPU through NVML (auto picks cpu)")
+    for index, detected in found:
+        for line in detection_lines(index, detected):
+            out.print(line)
+
+
+def detection_lines(index: int, detected: DetectedDevice) -> list[str]:
+    """What NVML said about a card, the bandwidth computed from it, and the profile auto picks, with why."""
+    from autotune.profiles import DETECTED, GIB, profile_for
+
+    bus, clock, bandwidth = detected.bus_width_bits, detected.max_memory_clock_mhz, detected.bandwidth_gb_s
+    bus_text = f"{bus}-bit memory bus" if bus else "no memory bus width from NVML"
+    clock_text = f"{clock} MHz max memory clock" if clock else "no max memory clock from NVML"
+    computed = (
+        f"{bandwidth:.0f} GB/s peak bandwidth ({bus} bits / 8 x {clock} MHz x 2 transfers per clock)"
+        if bandwidth
+        else "no bandwidth computed"
+    )
+    profile, why = profile_for(detected)
+    source = "its own figures, no price" if profile.name == DETECTED else "NVML's figures, the profile's name and price"
+    return [
+        f"detected here, GPU {index} (NVML): {detected.name}, {detected.memory_bytes / GIB:.1f} GiB, "
+        f"compute capability {detected.compute_capability}, {bus_text}, {clock_text} -> {computed}",
+        f"  profile {profile.name} ({why}): {source}",
+    ]

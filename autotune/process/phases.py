@@ -14,6 +14,7 @@ LABELS = {
     "resolve": "finding the model and reading its config",
     "demo-model": "building the demo model (first run only)",
     "tokenizer": "loading the tokenizer",
+    "context": "checking the workload fits the model's context",
     "reference": "computing the reference outputs (cached after the first run)",
     "load": "loading the model",
     "setup": "setting up the workload",

@@ -125,7 +125,7 @@ class TaskSpec:
     reference_path: str | None = None  # trial: the reference log-probabilities to compare with
     greedy_reference_path: str | None = None  # trial: the reference's greedy continuations of the inputs
     memory_cap_bytes: int | None = None  # cap GPU memory to the profile's size
-    bandwidth_gb_s: float | None = None  # the profile's peak memory bandwidth, for the roofline
+    bandwidth_gb_s: float | None = None  # peak memory bandwidth of the card trials run on, for the roofline
     price_per_hour: float | None = None  # for the cost per million tokens
     fault: dict[str, str] | None = None  # tests: {"phase": ..., "kind": ...} makes the worker fail for real
 

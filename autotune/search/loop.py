@@ -36,22 +36,42 @@ RANDOM_PICK = "random pick (the sampler kept proposing measured configurations)"
 
 @dataclass
 class Spending:
-    """Where the wall-clock time of a search went."""
+    """Where the wall-clock time of a search went, each share under the name of what it was."""
 
     seconds: dict[str, float] = field(default_factory=dict)
 
     def add(self, category: str, duration: float) -> None:
         self.seconds[category] = self.seconds.get(category, 0.0) + duration
 
-    def add_trial(self, result: TaskResult, duration: float) -> None:
-        if result.ok:
-            compiling = min(duration, result.metrics.get("compile_s", 0.0))
-            self.add("compiling", compiling)
-            self.add("measuring", duration - compiling)
-        elif result.outcome == Outcome.BUDGET:
+    def add_trial(self, result: TaskResult, duration: float, compiles: bool) -> None:
+        """A trial's time by the phases its worker timed; `compiles`: its plan compiles (a compile knob)."""
+        if result.outcome == Outcome.BUDGET:
             self.add("stopped at the deadline", duration)
-        else:
+            return
+        if not result.ok:
             self.add("failed trials", duration)
+            return
+        timed = trial_phases(result, compiles)
+        for category, seconds in timed.items():
+            self.add(category, seconds)
+        self.add(TRIAL_PROCESSES, max(0.0, duration - sum(timed.values())))
+
+
+TRIAL_PROCESSES = "starting and ending trial processes"  # a trial's time outside the phases its worker timed
+
+
+def trial_phases(result: TaskResult, compiles: bool) -> dict[str, float]:
+    """The phases of a finished trial, named as what they were: the first call of the workload compiles only
+    where the plan asks generate() to compile; the other warm-up calls are warming up."""
+    timings = result.timings
+    first_call = result.metrics.get("first_call_s", 0.0)
+    return {
+        "loading models": timings.get("load", 0.0) + timings.get("setup", 0.0),
+        "compiling (first calls)" if compiles else "first calls": first_call,
+        "warming up": max(0.0, timings.get("warmup", 0.0) - first_call),
+        "measuring": timings.get("measure", 0.0),
+        "checking quality": timings.get("quality", 0.0),
+    }
 
 
 class TrialLoop:
@@ -262,7 +282,7 @@ class TrialLoop:
         if result.excludes:
             self.space = _exclude(self.study, self.session.space, result)
             self.situation = self._situation()
-        self.spending.add_trial(result, duration)
+        self.spending.add_trial(result, duration, compiles)
         self.launched += 1
         self.events.trial_finished(TrialRecord.from_frozen(self.study.get_trials(deepcopy=False)[trial.number]))
         return result

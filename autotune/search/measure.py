@@ -13,7 +13,7 @@ from autotune.process.runner import Limits, run_task
 from autotune.profiles import resolve_hardware
 from autotune.search import SearchRequest, baseline_config, plan_target, prepare, trial_spec
 from autotune.space import KNOBS, Config, SearchSpace, build_plan, load_space
-from autotune.space.knobs import Value
+from autotune.space.knobs import Value, why_not_installed
 
 
 def parse_settings(pairs: list[str]) -> dict[str, Value]:
@@ -39,6 +39,9 @@ def measure(request: SearchRequest, settings: dict[str, Value]) -> tuple[Config,
         reason = hardware.profile.why_not_value(name, value)
         if reason:
             raise UserError(f"{name}={value} cannot run on profile {hardware.profile.name}: {reason}")
+        missing = why_not_installed(name, value)
+        if missing:
+            raise UserError(missing)
     space = load_space(request.space_path or default_space_path()).including(settings)
     prompts_path = request.workload.prompts_path
     if prompts_path and not Path(prompts_path).is_file():

@@ -14,7 +14,7 @@ from autotune.process.runner import Limits, run_task
 from autotune.profiles import GpuProfile, Hardware
 from autotune.search.options import SearchError
 from autotune.space import Config, SearchSpace, Target, build_plan
-from autotune.space.knobs import KNOBS, AttentionKnob, DtypeKnob, WorkloadKnob, knob_defaults
+from autotune.space.knobs import KNOBS, AttentionKnob, DtypeKnob, WorkloadKnob, knob_defaults, why_not_installed
 from autotune.specs import SearchRequest
 from autotune.study import PreparedFacts
 
@@ -156,8 +156,9 @@ def plan_target(profile: GpuProfile, request: SearchRequest) -> Target:
 
 
 def runnable_space(declared: SearchSpace, profile: GpuProfile, target: Target) -> SearchSpace:
-    """What a search samples: the values the profile can run that the workload would not only see refused."""
-    hardware = declared.prune(profile.why_not_value)
+    """What a search samples: the values the profile can run, whose packages are installed here, that the
+    workload would not only see refused."""
+    hardware = declared.prune(profile.why_not_value).prune(why_not_installed)
     return hardware.prune(lambda knob, value: KNOBS[knob].why_not_for(value, target))
 
 
@@ -199,6 +200,6 @@ def trial_spec(request: SearchRequest, prepared: Prepared, config: Config, plan:
         reference_path=prepared.reference_path,
         greedy_reference_path=prepared.greedy_reference_path,
         memory_cap_bytes=profile.memory_bytes,
-        bandwidth_gb_s=profile.bandwidth_gb_s,
+        bandwidth_gb_s=prepared.hardware.bandwidth_gb_s,
         price_per_hour=price if price is not None else profile.price_per_hour,
     )

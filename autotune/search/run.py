@@ -103,7 +103,7 @@ def _run_loop(loop: TrialLoop, started: float) -> SearchSummary:
     loop.spending.add("preparing", time.monotonic() - started)
     stop_reason = loop.run()
     elapsed = time.monotonic() - started
-    loop.spending.add("overhead", elapsed - sum(loop.spending.seconds.values()))
+    loop.spending.add("between trials (sampling, storing)", elapsed - sum(loop.spending.seconds.values()))
     session = loop.session
     passed_over = tuple(loop.passed_over)
     summary = SearchSummary(

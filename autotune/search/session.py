@@ -10,6 +10,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from autotune import extras
 from autotune import study as studies
 from autotune.analysis.constraints import Constraint, parse_constraints
 from autotune.analysis.objectives import ENERGY, check_available
@@ -20,7 +21,8 @@ from autotune.process.results import ModelSpec, QualitySpec, WorkloadSpec
 from autotune.profiles import GpuProfile, Hardware, hardware_for, resolve_hardware
 from autotune.search.options import SearchEvents
 from autotune.search.prepare import Prepared, plan_target, runnable_space
-from autotune.space import Config, SearchSpace, config_key, load_space
+from autotune.space import KNOBS, Config, SearchSpace, config_key, load_space
+from autotune.space.knobs import why_not_installed
 from autotune.specs import HardwareSpec, SearchRequest, WorkerRequest
 from autotune.study import StudySettings, artifacts
 from autotune.study.claims import Claims
@@ -119,6 +121,8 @@ def open_session(request: SearchRequest, events: SearchEvents) -> Session:
         events.note(hardware.note)
     declared = load_space(request.space_path or default_space_path())
     space = runnable_space(declared, hardware.profile, plan_target(hardware.profile, request))
+    for line in uninstalled_notes(space):
+        events.note(line)
     _check_model_argument(request.model.id)
     name = request.storage.study_name or studies.default_study_name(request.model.id, hardware.profile.name)
     url = request.storage.url or studies.default_storage(name, request.storage.studies_dir)
@@ -150,6 +154,23 @@ def open_session(request: SearchRequest, events: SearchEvents) -> Session:
     return Session(request, hardware, space, name, url, storage, existing, settings)
 
 
+def uninstalled_notes(space: SearchSpace) -> list[str]:
+    """One line per extra to install: the knob values left out of the space because their packages are missing."""
+    left_out: dict[str, dict[str, list[str]]] = {}  # install line -> knob -> values
+    for knob, values in space.removed.items():
+        for value, reason in values.items():
+            if reason != why_not_installed(knob, value):
+                continue  # removed for another reason (the hardware), before its packages were looked at
+            for package in extras.missing(KNOBS[knob].packages(value)):
+                left_out.setdefault(package.install, {}).setdefault(knob, []).append(value)
+    return [
+        "not searched, their packages are not installed here: "
+        + "; ".join(f"{knob}={', '.join(values)}" for knob, values in knobs.items())
+        + f" ({install})"
+        for install, knobs in left_out.items()
+    ]
+
+
 def _check_objectives(settings: StudySettings, hardware: Hardware) -> None:
     """An objective this device or workload cannot measure is bad input, not a study of failed trials."""
     counter = ENERGY in settings.objectives and has_energy_counter(hardware.device)
@@ -174,7 +195,7 @@ def join_session(worker: WorkerRequest, events: SearchEvents) -> tuple[Session, 
     assert name is not None and url is not None
     study = studies.load_stored_study(url, name)
     stored = studies.stored_settings(study)
-    hardware = hardware_for(GpuProfile(**stored.profile), worker.device)
+    hardware = hardware_for(GpuProfile.from_json(stored.profile), worker.device)
     if hardware.note:
         events.note(hardware.note)
     _check_objectives(stored, hardware)

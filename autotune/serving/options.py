@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from autotune.errors import UserError
+from autotune.extras import SERVE, why_missing
 from autotune.process.results import ServeSpec
 
 LOAD_FORM = "rate=2,4,8 (Poisson arrivals, requests/s) or concurrency=1,8,32 (clients)"
@@ -65,17 +66,17 @@ def describe_slo(slo: dict[str, float]) -> str:
 
 def workload_serve_spec(kind: str, load: str | None, slo: str | None, port: int | None) -> ServeSpec | None:
     """The serve load of `--workload serve`; the serve flags with another workload are bad input."""
-    from autotune.serving.server import bind_problem, missing_serving_packages
-
     if kind != "serve":
         given = [flag for flag, value in (("--load", load), ("--slo", slo), ("--serve-port", port)) if value]
         if given:
             raise UserError(f"{', '.join(given)} apply only to --workload serve")
         return None
-    spec = serve_spec(load, slo, port)
-    missing = missing_serving_packages()
+    missing = why_missing("--workload serve", SERVE)
     if missing:
-        raise UserError(f"--workload serve needs {', '.join(missing)}: pip install 'autotune[serve]'")
+        raise UserError(missing)
+    spec = serve_spec(load, slo, port)
+    from autotune.serving.server import bind_problem  # imports httpx: only once the serve extra is known there
+
     if port is not None and (problem := bind_problem(port)):
         raise UserError(f"--serve-port {port} cannot be bound on 127.0.0.1 ({problem}); give a free port or none")
     return spec

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import importlib.util
 import os
 import re
 import shutil
@@ -23,12 +22,13 @@ from pathlib import Path
 import httpx
 import psutil
 
+from autotune.extras import install_line
+
 HOST = "127.0.0.1"
 PROGRAM = "transformers"
 HEALTH_POLL_S = 0.2
 STOP_GRACE_S = 5.0
 LOG_TAIL_BYTES = 1500  # well inside the trial's own log tail (runner.LOG_TAIL_CHARS bytes), header included
-SERVING_MODULES = ("fastapi", "uvicorn", "openai")
 _BIND_FAILURE = re.compile(r"address already in use|error while attempting to bind", re.IGNORECASE)
 
 
@@ -51,10 +51,6 @@ def bind_problem(port: int, host: str = HOST) -> str | None:
         except OSError as error:
             return error.strerror or str(error)
     return None
-
-
-def missing_serving_packages() -> list[str]:
-    return [name for name in SERVING_MODULES if importlib.util.find_spec(name) is None]
 
 
 def program_path() -> str | None:
@@ -104,7 +100,7 @@ class ServerProcess:
         """Start the server on its cores: it inherits this process's affinity, set for the moment of the start."""
         program = program_path()
         if program is None:
-            raise ServerError("the `transformers` command is not installed here; pip install 'autotune[serve]'")
+            raise ServerError(f"the `transformers` command is not installed here; {install_line('serve')}")
         env = {**os.environ, "OMP_NUM_THREADS": str(len(self.cores)), "TOKENIZERS_PARALLELISM": "false"}
         mine = os.sched_getaffinity(0)
         os.sched_setaffinity(0, self.cores)

@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
+from autotune.extras import HQQ, QUANTO, TORCHAO, Package, why_missing
 from autotune.process.results import WorkloadKind
 from autotune.space.plan import Call, Plan, Ref
 
@@ -18,7 +19,7 @@ Value = str | int
 
 @dataclass(frozen=True)
 class Needs:
-    """What a knob value needs from the hardware. Packages are checked by the trial worker instead."""
+    """What a knob value needs from the hardware. Its packages: Knob.packages."""
 
     cuda: bool = False
     min_compute_capability: float | None = None
@@ -106,6 +107,10 @@ class Knob:
     def needs(self, value: Value) -> Needs:
         return Needs()
 
+    def packages(self, value: Value) -> tuple[Package, ...]:
+        """The packages beyond the core install that the value needs (pruned before a search where missing)."""
+        return ()
+
     def why_not_for(self, value: Value, target: Target) -> str | None:
         """Why a search for this workload never runs the value (it could only be refused); None: it may."""
         return None
@@ -125,6 +130,11 @@ def register(cls: type[Knob]) -> type[Knob]:
 def knob_defaults() -> dict[str, Value]:
     """Every knob's transformers default, where it has one that does not depend on the model."""
     return {name: knob.default for name, knob in KNOBS.items() if knob.default is not None}
+
+
+def why_not_installed(knob: str, value: Value) -> str | None:
+    """The line naming the extra a knob value needs, where its package is missing here; else None."""
+    return why_missing(f"{knob}={value}", KNOBS[knob].packages(value))
 
 
 def short_name(name: str) -> str:
@@ -322,6 +332,9 @@ class QuantizationKnob(Knob):
             )
         return Needs()
 
+    def packages(self, value: Value) -> tuple[Package, ...]:
+        return _QUANTIZATION_PACKAGES.get(str(value).partition("-")[0], ())
+
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         if value == "none":
             return
@@ -336,6 +349,9 @@ class QuantizationKnob(Knob):
             config = Call("transformers.QuantoConfig", {"weights": kind})
         plan.load["quantization_config"] = config
         plan.not_servable.append(f"quantization={value} (serve --quantization takes bnb-4bit or bnb-8bit only)")
+
+
+_QUANTIZATION_PACKAGES = {"torchao": (TORCHAO,), "quanto": (QUANTO,)}  # bitsandbytes: a core dependency
 
 
 def _bitsandbytes_config(kind: str, plan: Plan) -> Call:
@@ -521,6 +537,9 @@ class KvCacheBackendKnob(Knob):
         if value == "fp8":
             return Expectation(speed=1.3, memory=1.02, kl=-5e-4)  # 8 bits per tensor: lighter work, closer [cpu]
         return NEUTRAL
+
+    def packages(self, value: Value) -> tuple[Package, ...]:
+        return {"quanto": (QUANTO,), "hqq": (HQQ,)}.get(str(value), ())
 
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         if not plan.quantized_kv_cache:

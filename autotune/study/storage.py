@@ -16,6 +16,7 @@ from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial
 
 from autotune.errors import UserError
+from autotune.extras import why_storage_missing
 from autotune.study.records import FAIL_REASON_ATTR, MAX_INTERRUPTIONS
 from autotune.study.settings import StudySettings, name_metrics, update_settings
 
@@ -53,6 +54,9 @@ def redact(url: str) -> str:
 
 
 def open_storage(url: str) -> optuna.storages.RDBStorage:
+    missing = why_storage_missing(url)
+    if missing:
+        raise UserError(missing)
     if url.startswith("sqlite:///"):
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}

@@ -7,12 +7,12 @@ missing package, a backend this transformers lacks) is unsupported, with what to
 from __future__ import annotations
 
 import importlib.metadata
-import importlib.util
 from dataclasses import fields
 from typing import Any
 
 from packaging.version import Version
 
+from autotune.extras import BITSANDBYTES, HQQ, QUANTO, TORCHAO, installed
 from autotune.space.plan import Call, Plan
 from autotune.worker.failures import UnsupportedError
 
@@ -44,20 +44,20 @@ def kv_cache_backends() -> list[str]:
     return backends
 
 
-# The quantization configurations that need a package beyond transformers: its module and its pip name.
+# The quantization configurations that need a package beyond transformers.
 _QUANTIZATION_LIBRARIES = {
-    "transformers.BitsAndBytesConfig": ("bitsandbytes", "bitsandbytes"),
-    "transformers.TorchAoConfig": ("torchao", "torchao"),
-    "transformers.QuantoConfig": ("optimum.quanto", "optimum-quanto"),
+    "transformers.BitsAndBytesConfig": BITSANDBYTES,
+    "transformers.TorchAoConfig": TORCHAO,
+    "transformers.QuantoConfig": QUANTO,
 }
-_KV_CACHE_PACKAGES = {"quanto": "optimum-quanto", "hqq": "hqq"}
+_KV_CACHE_PACKAGES = {"quanto": QUANTO, "hqq": HQQ}
 
 
 def quantization_library(plan: Plan) -> str | None:
     """The module of the plan's weight quantization library, if it has one."""
     config = plan.load.get("quantization_config")
     library = _QUANTIZATION_LIBRARIES.get(config.path) if isinstance(config, Call) else None
-    return library[0] if library else None
+    return library.module if library else None
 
 
 def depends_on_version(plan: Plan) -> bool:
@@ -95,17 +95,14 @@ def _require_quantization_library(plan: Plan) -> None:
     config = plan.load.get("quantization_config")
     if not isinstance(config, Call) or config.path not in _QUANTIZATION_LIBRARIES:
         return
-    module, package = _QUANTIZATION_LIBRARIES[config.path]
-    if not _installed(module):
+    package = _QUANTIZATION_LIBRARIES[config.path]
+    if not _installed(package.module):
         name = config.path.split(".")[-1]
-        raise UnsupportedError(f"{name} needs {package}, which is not installed: pip install {package}")
+        raise UnsupportedError(f"{name} needs {package.name}, which is not installed: {package.install}")
 
 
 def _installed(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:  # its parent package is missing
-        return False
+    return installed(module)
 
 
 def _require_kv_cache_backend(plan: Plan) -> None:
@@ -120,7 +117,9 @@ def _require_kv_cache_backend(plan: Plan) -> None:
     package = _KV_CACHE_PACKAGES.get(wanted)
     if package is None:
         raise UnsupportedError(f"transformers {transformers_version()} has no {wanted} KV-cache backend")
-    raise UnsupportedError(f"the {wanted} KV-cache backend needs {package}, not installed: pip install {package}")
+    raise UnsupportedError(
+        f"the {wanted} KV-cache backend needs {package.name}, which is not installed: {package.install}"
+    )
 
 
 def continuous_batching_config(kwargs: dict[str, Any]) -> Any:

@@ -24,7 +24,6 @@ from autotune.serving.server import (
     ServerError,
     ServerProcess,
     free_port,
-    missing_serving_packages,
     serve_argv,
     split_cores,
     tree_anonymous_bytes,
@@ -86,9 +85,6 @@ def serve_trial(spec: TaskSpec, phases: Any) -> TaskResult:
 def _check_servable(plan: Plan) -> None:
     if plan.not_servable:
         raise UnsupportedError(f"transformers serve has no flag for: {', '.join(plan.not_servable)}")
-    missing = missing_serving_packages()
-    if missing:
-        raise UnsupportedError(f"transformers serve needs {', '.join(missing)}: pip install 'autotune[serve]'")
 
 
 async def _drive(

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from autotune.data import EVAL_TEXT
+from autotune.extras import SERVE, why_missing
 from autotune.paths import demo_model_path
 from autotune.process import phases as phase_lines
 from autotune.process.results import (
@@ -39,7 +40,7 @@ from autotune.validate import context_problem, position_limit
 from autotune.worker.compat import adapt_plan, quantization_library
 from autotune.worker.demo_model import demo_model_built, ensure_demo_draft
 from autotune.worker.environment import environment
-from autotune.worker.failures import BrokenOutputError, classify
+from autotune.worker.failures import BrokenOutputError, UnsupportedError, classify
 from autotune.worker.loading import import_first_call_modules, load_model, load_tokenizer
 from autotune.worker.measurement.energy import EnergyCounter, energy_figures
 from autotune.worker.measurement.figures import (
@@ -55,7 +56,6 @@ from autotune.worker.measurement.memory import PeakMemory
 from autotune.worker.measurement.quality import compare_with_reference, compute_reference, eval_windows, load_reference
 from autotune.worker.measurement.quality import save_reference as save_reference_file
 from autotune.worker.measurement.timing import repeat_until
-from autotune.worker.serve_trial import serve_trial
 from autotune.worker.tensor_parallel import is_rank, is_reporting_rank, ranks_of, run_ranks, shared_clock
 from autotune.worker.workload import GenerateWorkload, build_inputs, make_workload
 
@@ -259,7 +259,7 @@ def _trial(spec: TaskSpec, phases: Phases) -> TaskResult:
     if ranks > 1 and not is_rank():
         return run_ranks(spec, ranks)
     if workload_spec.kind == "serve":
-        return serve_trial(replace(spec, workload=workload_spec), phases)
+        return _serve_trial(replace(spec, workload=workload_spec), phases)
     with phases("load"):
         plan = adapt_plan(planned)
         tokenizer = load_tokenizer(spec.model)
@@ -296,6 +296,15 @@ def _trial(spec: TaskSpec, phases: Phases) -> TaskResult:
     metrics |= energy_figures(joules, sum(len(row) for i in iterations for row in i.generated))
     details = TaskDetails(plan=plan.to_json() if plan != planned else None)  # what ran, when this installation differs
     return TaskResult(Outcome.OK, metrics=metrics, stats=stats, environment=environment(spec.device), details=details)
+
+
+def _serve_trial(spec: TaskSpec, phases: Phases) -> TaskResult:
+    missing = why_missing("transformers serve", SERVE)
+    if missing:
+        raise UnsupportedError(missing)
+    from autotune.worker.serve_trial import serve_trial  # imports httpx, of the serve extra
+
+    return serve_trial(spec, phases)
 
 
 def _quality(spec: TaskSpec, model: Any, generated: list[list[int]]) -> dict[str, float]:

@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from autotune.paths import PACKAGED_SPACE
 from autotune.profiles import PROFILES
 from autotune.space import Target, build_plan, load_space
 from autotune.worker.compat import depends_on_version
 from benchmarks.conformance import Expected, Result, cases, expected_path, figure_problems, load_expected, mismatch
 from tests.conftest import REPO, run_cli
 
-DEFAULT_SPACE = REPO / "search_spaces" / "default.yaml"
+DEFAULT_SPACE = PACKAGED_SPACE
 PLANNED = cases(DEFAULT_SPACE)
 BY_LABEL = {case.label: case for case in PLANNED}
 

@@ -1,6 +1,8 @@
 """The search loop's decisions that need no model: budget estimates."""
 
+from autotune.process.results import Outcome, TaskResult
 from autotune.search import expected_duration_s, overrun_reason
+from autotune.search.loop import TRIAL_PROCESSES, Spending
 from autotune.study import TrialRecord
 
 
@@ -33,3 +35,39 @@ def test_no_trial_starts_that_would_overrun_the_budget():
     assert overrun_reason(PLAIN, history, seconds_left=30) is None
     assert "takes about 60s and 30s are left" in overrun_reason(COMPILED, history, seconds_left=30)
     assert overrun_reason(COMPILED, [], seconds_left=1) is None  # nothing learned yet: the deadline stops it
+
+
+# ------------------------------------------------------------------------------------ where the time went
+
+
+def _ok_trial(first_call_s: float) -> TaskResult:
+    timings = {"startup": 0.4, "start": 0.1, "load": 2.0, "setup": 0.5, "warmup": 6.0, "measure": 3.0, "quality": 1.0}
+    return TaskResult(Outcome.OK, metrics={"first_call_s": first_call_s}, timings=timings)
+
+
+def test_a_trial_that_compiles_nothing_spends_no_time_compiling():
+    spending = Spending()
+    spending.add_trial(_ok_trial(first_call_s=5.0), duration=15.0, compiles=False)
+    assert spending.seconds == {
+        "loading models": 2.5,
+        "first calls": 5.0,
+        "warming up": 1.0,
+        "measuring": 3.0,
+        "checking quality": 1.0,
+        TRIAL_PROCESSES: 2.5,  # start-up, device set-up, exit: outside the phases the worker timed
+    }
+
+
+def test_only_the_first_call_of_a_compiled_plan_is_compiling():
+    spending = Spending()
+    spending.add_trial(_ok_trial(first_call_s=5.0), duration=15.0, compiles=True)
+    spending.add_trial(_ok_trial(first_call_s=1.0), duration=11.0, compiles=False)
+    assert spending.seconds["compiling (first calls)"] == 5.0 and spending.seconds["first calls"] == 1.0
+    assert spending.seconds["warming up"] == 1.0 + 5.0
+
+
+def test_failed_and_cut_short_trials_are_counted_whole_under_their_own_names():
+    spending = Spending()
+    spending.add_trial(TaskResult(Outcome.OOM, timings={"load": 1.0}), duration=4.0, compiles=True)
+    spending.add_trial(TaskResult(Outcome.BUDGET), duration=2.0, compiles=False)
+    assert spending.seconds == {"failed trials": 4.0, "stopped at the deadline": 2.0}

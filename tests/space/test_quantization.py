@@ -146,7 +146,9 @@ def test_a_missing_quantization_package_is_unsupported_with_what_to_install(monk
     installed = compat._installed
     monkeypatch.setattr(compat, "_installed", lambda name: name != module and installed(name))
     config = {**BASELINE, "quantization": value}
-    with pytest.raises(UnsupportedError, match=f"pip install {pip}$") as refused:
+    with pytest.raises(
+        UnsupportedError, match=rf"needs {pip}, which is not installed: pip install \"autotune\[quant\]\"$"
+    ) as refused:
         compat.adapt_plan(_plan(config))
     classified = classify(refused.value, config)
     assert classified.outcome == Outcome.UNSUPPORTED and classified.knob == "quantization"

@@ -11,11 +11,6 @@ from autotune.space.knobs import WorkloadKnob
 DEFAULT = load_space(PACKAGED_SPACE)
 
 
-def test_repo_space_is_the_packaged_one():
-    repo_space = Path(__file__).resolve().parents[2] / "search_spaces" / "default.yaml"
-    assert repo_space.read_text() == PACKAGED_SPACE.read_text()
-
-
 def test_default_space_declares_every_knob_but_the_workload():
     """The workload is chosen with --workload; a space may still search it as a knob."""
     names = [knob.name for knob in DEFAULT.knobs]

@@ -112,7 +112,9 @@ def test_a_kv_cache_backend_this_transformers_lacks_is_unsupported_and_blamed_on
 @pytest.mark.parametrize(("backend", "package"), [("quanto", "optimum-quanto"), ("hqq", "hqq")])
 def test_a_kv_cache_backend_without_its_package_is_unsupported_with_what_to_install(monkeypatch, backend, package):
     _installed(monkeypatch, "5.22.2")
-    with pytest.raises(UnsupportedError, match=f"pip install {package}$") as refused:
+    with pytest.raises(
+        UnsupportedError, match=rf"needs {package}, which is not installed: pip install \"autotune\[quant\]\"$"
+    ) as refused:
         compat.adapt_plan(_quantized_plan(backend))
     assert classify(refused.value, {**QUANTIZED_CACHE, "kv_cache_backend": backend}).knob == "kv_cache_backend"
 
