@@ -1,7 +1,7 @@
 """Version conformance: every knob value the cpu profile can run, measured once through the real worker and held to
 the outcome written down for the installed transformers.
 
-    python benchmarks/conformance.py [--space SPACE] [--cases all|version-dependent] [--case LABEL ...] [--write-expected]
+    python benchmarks/conformance.py [--space SPACE] [--cases all|version-dependent] [--case LABEL] [--write-expected]
 
 For the installed transformers, measures the demo model on the transformers defaults (the baseline) and on the
 baseline with one knob changed, for every value of the space that the cpu profile does not prune (the strategy's
