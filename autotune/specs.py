@@ -13,7 +13,7 @@ from autotune.paths import default_cache_dir
 from autotune.process.results import ModelSpec, QualitySpec, WorkloadSpec
 
 if TYPE_CHECKING:
-    from autotune.analysis.constraints import Constraint
+    from autotune.figures.constraints import Constraint
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ HERE = Path(__file__).parent
 def paired(args: argparse.Namespace, model_path: str) -> tuple[float, float]:
     from transformers import AutoTokenizer
 
-    from autotune.analysis.stats import Summary
+    from autotune.figures.stats import Summary
     from autotune.process.results import ModelSpec, WorkloadSpec
     from autotune.space import Target, build_plan
     from autotune.space.plan import Plan

@@ -47,7 +47,7 @@ def paired_rounds(args: argparse.Namespace, batch_size: int) -> tuple[list[float
 
 
 def main() -> None:
-    from autotune.analysis.stats import Summary
+    from autotune.figures.stats import Summary
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="demo")

@@ -15,7 +15,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from autotune.analysis.metrics import OBJECTIVES
+from autotune.figures.metrics import OBJECTIVES
 from autotune.process.results import ModelSpec, WorkloadSpec, write_json_atomically
 from autotune.process.runner import Limits, run_task
 from autotune.profiles import resolve_hardware

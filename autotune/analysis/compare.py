@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from autotune.analysis.metrics import KL_DIVERGENCE, KL_FLOOR, PEAK_MEMORY, THROUGHPUT  # KL below its floor: equal
+from autotune.figures.metrics import KL_DIVERGENCE, KL_FLOOR, PEAK_MEMORY, THROUGHPUT  # KL below its floor: equal
 from autotune.study import TrialRecord
 
 MOVED = (THROUGHPUT.name, "ttft_s", "tpot_s", PEAK_MEMORY.name, KL_DIVERGENCE.name)

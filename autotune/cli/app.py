@@ -13,7 +13,6 @@ from typing import Annotated
 
 import typer
 
-from autotune.analysis.objectives import goal_from_flags
 from autotune.cli.flags import (
     Artifacts,
     AsJson,
@@ -45,6 +44,7 @@ from autotune.cli.printers import (
     print_worker_summary,
 )
 from autotune.errors import NothingSatisfiesError, SearchError, UserError
+from autotune.figures.objectives import goal_from_flags
 from autotune.search import interrupts
 
 app = typer.Typer(
@@ -101,7 +101,7 @@ def search(
         workload = replace(workload, kind=goal.workload)
     printer = TrialPrinter(out)  # progress from the first second: the imports below take a while
     printer.progress("loading autotune's libraries (optuna, sqlalchemy)")
-    from autotune.analysis.constraints import parse_constraints
+    from autotune.figures.constraints import parse_constraints
     from autotune.report import build_report, default_report_path
     from autotune.report.data import collect
     from autotune.search import SearchRequest, StorageSpec, run_search
@@ -340,8 +340,8 @@ def best(
     Example: autotune best --study demo-cpu --max-memory 20GB --max-kl 0.01 --format json
     """
     from autotune import study as studies
-    from autotune.analysis.constraints import parse_constraint, parse_constraints
     from autotune.analysis.pick import goal_from_flags, pick
+    from autotune.figures.constraints import parse_constraint, parse_constraints
     from autotune.report.data import card
 
     shortcuts = [

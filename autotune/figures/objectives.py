@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from autotune.analysis.constraints import ALIASES
-from autotune.analysis.metrics import METRICS, OBJECTIVES, Metric
 from autotune.errors import UserError
+from autotune.figures.constraints import ALIASES
+from autotune.figures.metrics import METRICS, OBJECTIVES, Metric
 
 
 @dataclass(frozen=True)

@@ -164,7 +164,7 @@ class ForkedWorker:
 
 
 class ForkServer:
-    """The study process's fork server (autotune.process.forkserver), started on first use."""
+    """The study process's fork server (autotune.worker.forkserver), started on first use."""
 
     START_TIMEOUT_S = 120.0
 
@@ -208,7 +208,7 @@ class ForkServer:
             return True
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "autotune.process.forkserver"],
+                [sys.executable, "-m", "autotune.worker.forkserver"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,

@@ -21,9 +21,9 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from autotune import study as studies
-from autotune.analysis.constraints import Constraint, parse_constraints
-from autotune.analysis.metrics import KL_DIVERGENCE, OBJECTIVES, PEAK_MEMORY, THROUGHPUT, Metric
 from autotune.analysis.pareto import hypervolume, scaled_losses, study_front
+from autotune.figures.constraints import Constraint, parse_constraints
+from autotune.figures.metrics import KL_DIVERGENCE, OBJECTIVES, PEAK_MEMORY, THROUGHPUT, Metric
 from autotune.report.snippets import json_snippet, python_snippet, serve_command
 from autotune.space.plan import Plan
 from autotune.study import StudySettings, TrialRecord

@@ -14,7 +14,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
-from autotune.analysis.metrics import KL_DIVERGENCE, METRICS, PEAK_MEMORY, THROUGHPUT, Metric
+from autotune.figures.metrics import KL_DIVERGENCE, METRICS, PEAK_MEMORY, THROUGHPUT, Metric
 from autotune.report.data import FailureGroup, ParetoCard, ReportData
 from autotune.report.serving import load_facts, load_table
 from autotune.study import TrialRecord

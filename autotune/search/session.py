@@ -11,10 +11,10 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune import study as studies
-from autotune.analysis.constraints import Constraint, parse_constraints
-from autotune.analysis.objectives import ENERGY, check_available
 from autotune.analysis.pareto import front_numbers
 from autotune.errors import UserError
+from autotune.figures.constraints import Constraint, parse_constraints
+from autotune.figures.objectives import ENERGY, check_available
 from autotune.paths import default_space_path
 from autotune.process.results import ModelSpec, QualitySpec, WorkloadSpec
 from autotune.profiles import GpuProfile, Hardware, hardware_for, resolve_hardware

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autotune.analysis.metrics import KL_DIVERGENCE, OBJECTIVES, PEAK_MEMORY, THROUGHPUT, Metric
 from autotune.analysis.pareto import contributions, hypervolume, raw_losses, scaled, scaled_losses
+from autotune.figures.metrics import KL_DIVERGENCE, OBJECTIVES, PEAK_MEMORY, THROUGHPUT, Metric
 from autotune.process.results import Outcome
 from autotune.space import KNOBS, Config, SearchSpace, config_key
 

@@ -11,8 +11,8 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.analysis.constraints import Constraint, violations
-from autotune.analysis.metrics import OBJECTIVES, Metric
+from autotune.figures.constraints import Constraint, violations
+from autotune.figures.metrics import OBJECTIVES, Metric
 from autotune.process.results import Outcome, TaskResult
 from autotune.space import Config, config_key
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import optuna
 
-from autotune.analysis.metrics import OBJECTIVES, Metric, objectives_named
 from autotune.errors import StudyMismatchError, UserError
+from autotune.figures.metrics import OBJECTIVES, Metric, objectives_named
 from autotune.space import SearchSpace
 from autotune.study.optuna_internals import set_study_system_attr, study_system_attrs
 

@@ -1,7 +1,7 @@
 """Entry point of a trial subprocess: python -m autotune.worker SPEC.json RESULT.json
 
 The study process writes the spec, waits with a timeout, and reads the result. This process is the
-only one that imports torch. The fork server (autotune.process.forkserver) runs the same `run` in a
+only one that imports torch. The fork server (autotune.worker.forkserver) runs the same `run` in a
 process it forks, so that the libraries are imported once per search instead of once per trial.
 """
 

@@ -16,7 +16,7 @@ from html.parser import HTMLParser
 import optuna
 import pytest
 
-from autotune.analysis.constraints import parse_constraint
+from autotune.figures.constraints import parse_constraint
 from autotune.study import records, search_runs, stored_settings
 from tests.conftest import DEMO_CONSTRAINT, DEMO_STUDY, DemoSearch, run_demo_search
 

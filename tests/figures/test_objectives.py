@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.analysis.metrics import METRICS, OBJECTIVES, objectives_named
-from autotune.analysis.objectives import PRESETS, check_available, goal_from_flags, parse_objectives
 from autotune.errors import StudyMismatchError, UserError
+from autotune.figures.metrics import METRICS, OBJECTIVES, objectives_named
+from autotune.figures.objectives import PRESETS, check_available, goal_from_flags, parse_objectives
 from autotune.search.strategy import trade_offs
 from autotune.study import StudySettings
 

@@ -136,7 +136,7 @@ def test_a_request_to_a_closed_port_is_an_error_not_an_exception():
 
 
 def test_goodput_and_energy_are_constraints():
-    from autotune.analysis.constraints import parse_constraint
+    from autotune.figures.constraints import parse_constraint
 
     assert str(parse_constraint("goodput>=2")) == "goodput_req_s>=2"
     assert str(parse_constraint("energy<=500mJ")) == "energy_j_per_token<=0.5"
