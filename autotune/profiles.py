@@ -161,6 +161,25 @@ def _nvml_bandwidth(pynvml, handle) -> float | None:
     return bus_bits / 8 * clock_mhz * 1e6 * 2 / 1e9  # double data rate
 
 
+def has_energy_counter(device: str) -> bool:
+    """Whether `device` reports the energy it used (NVML's counter: a GPU of Volta or later); never a CPU."""
+    if not device.startswith("cuda"):
+        return False
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # no NVML library, no driver: no energy figure
+        return False
+    try:
+        pynvml.nvmlDeviceGetTotalEnergyConsumption(pynvml.nvmlDeviceGetHandleByIndex(device_index(device)))
+        return True
+    except pynvml.NVMLError:
+        return False
+    finally:
+        pynvml.nvmlShutdown()
+
+
 def device_index(device: str) -> int:
     return int(device.split(":", 1)[1]) if ":" in device else 0
 

@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # autotune, run as a script
 
 from autotune.profiles import PROFILES
-from autotune.search import baseline_config
+from autotune.search.prepare import baseline_config
 from autotune.search.strategy import warm_up_set
 from autotune.space import Config, load_space
 from autotune.space.knobs import KNOBS, Target

@@ -42,8 +42,7 @@ from autotune import study as studies
 from autotune.figures.metrics import KL_DIVERGENCE, PEAK_MEMORY, THROUGHPUT
 from autotune.paths import PACKAGED_SPACE, default_cache_dir, demo_model_path
 from autotune.profiles import GpuProfile, resolve_hardware
-from autotune.search import baseline_config
-from autotune.search.prepare import runnable_space
+from autotune.search.prepare import baseline_config, runnable_space
 from autotune.search.strategy import ruled_out, warm_up_set
 from autotune.space import Config, SearchSpace, config_key, load_space
 from autotune.space.knobs import DtypeKnob, Target

@@ -104,7 +104,8 @@ def search(
     from autotune.figures.constraints import parse_constraints
     from autotune.report import build_report, default_report_path
     from autotune.report.data import collect
-    from autotune.search import SearchRequest, StorageSpec, run_search
+    from autotune.search.run import run_search
+    from autotune.specs import SearchRequest, StorageSpec
     from autotune.study import load_stored_study
     from autotune.study.artifacts import attach_report
     from autotune.validate import check_search_inputs
@@ -162,15 +163,14 @@ def worker(
 
     Example: autotune worker --study qwen-h100 --storage postgresql://tuner@db/studies --device cuda:1
     """
-    from autotune.process.runner import PARENT_PID_VARIABLE
-    from autotune.search import StorageSpec, WorkerRequest, join_study
+    from autotune.process.life import PARENT_PID_VARIABLE, die_with_parent
+    from autotune.search.run import join_study
+    from autotune.specs import StorageSpec, WorkerRequest
     from autotune.validate import check_device
 
     check_device(device)
     interrupts.install()
     if PARENT_PID_VARIABLE in os.environ:  # started by `search --devices`: end with it
-        from autotune.worker.__main__ import die_with_parent
-
         die_with_parent()
     places = StorageSpec(study, storage, artifacts)
     summary = join_study(WorkerRequest(places, device, budget, trust_remote_code, run_id), TrialPrinter(out))
@@ -262,9 +262,9 @@ def measure(
 
     Example: autotune measure --model demo --set dtype=bfloat16 --set attn_implementation=sdpa --json
     """
-    from autotune.search import BudgetSpec, SearchRequest
     from autotune.search.measure import measure as measure_configuration
     from autotune.search.measure import parse_settings
+    from autotune.specs import BudgetSpec, SearchRequest
     from autotune.validate import check_measure_inputs
 
     budget = BudgetSpec(trial_timeout_s=trial_timeout_s)

@@ -18,8 +18,7 @@ import typer
 
 from autotune.data import load_prompts
 from autotune.errors import UserError
-from autotune.process.results import ModelSpec, WorkloadSpec
-from autotune.specs import BudgetSpec, HardwareSpec
+from autotune.specs import BudgetSpec, HardwareSpec, ModelSpec, WorkloadSpec
 from autotune.units import parse_duration
 
 Command = TypeVar("Command", bound=Callable[..., Any])

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from autotune.analysis.compare import Comparison, Level, Tolerances
     from autotune.analysis.pick import Pick
     from autotune.report.data import ParetoCard
-    from autotune.search import SearchSummary
+    from autotune.search.options import SearchSummary
     from autotune.study import TrialRecord
 
 out = Console(highlight=False, markup=False, soft_wrap=True)

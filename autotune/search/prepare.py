@@ -9,13 +9,13 @@ from typing import Any
 
 from autotune.errors import UserError
 from autotune.paths import demo_draft_path
-from autotune.process.results import Candidate, ModelSpec, Outcome, TaskResult, TaskSpec
+from autotune.process.results import Candidate, Outcome, TaskResult, TaskSpec
 from autotune.process.runner import Limits, run_task
 from autotune.profiles import GpuProfile, Hardware
 from autotune.search.options import SearchError
 from autotune.space import Config, SearchSpace, Target, build_plan
 from autotune.space.knobs import KNOBS, AttentionKnob, DtypeKnob, WorkloadKnob, knob_defaults
-from autotune.specs import SearchRequest
+from autotune.specs import ModelSpec, SearchRequest
 from autotune.study import PreparedFacts
 
 MODEL_PHASES = ("resolve", "tokenizer")  # a failure there is the model argument's: bad input

@@ -16,16 +16,14 @@ from autotune.errors import UserError
 from autotune.figures.constraints import Constraint, parse_constraints
 from autotune.figures.objectives import ENERGY, check_available
 from autotune.paths import default_space_path
-from autotune.process.results import ModelSpec, QualitySpec, WorkloadSpec
-from autotune.profiles import GpuProfile, Hardware, hardware_for, resolve_hardware
+from autotune.profiles import GpuProfile, Hardware, hardware_for, has_energy_counter, resolve_hardware
 from autotune.search.options import SearchEvents
 from autotune.search.prepare import Prepared, plan_target, runnable_space
 from autotune.space import Config, SearchSpace, config_key, load_space
-from autotune.specs import HardwareSpec, SearchRequest, WorkerRequest
+from autotune.specs import HardwareSpec, ModelSpec, QualitySpec, SearchRequest, WorkerRequest, WorkloadSpec
 from autotune.study import StudySettings, artifacts
 from autotune.study.claims import Claims
 from autotune.study.recovery import LogAttacher, recover_interrupted
-from autotune.worker.measurement.energy import has_energy_counter
 
 
 @dataclass

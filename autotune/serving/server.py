@@ -7,7 +7,6 @@ finished nor a killed trial leaves it running.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import importlib.util
 import os
 import re
@@ -22,6 +21,8 @@ from pathlib import Path
 
 import httpx
 import psutil
+
+from autotune.process.life import kill_with_parent
 
 HOST = "127.0.0.1"
 PROGRAM = "transformers"
@@ -79,12 +80,6 @@ def split_cores() -> tuple[list[int], list[int]]:
     return cores[:-1], cores[-1:]
 
 
-def _die_with_parent() -> None:
-    """In the server's process, before exec: Linux kills it when the process that started it dies."""
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 class ServerProcess:
     """One `transformers serve` process: start, wait until healthy, watch, stop."""
 
@@ -118,7 +113,7 @@ class ServerProcess:
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
                     env=env,
-                    preexec_fn=_die_with_parent,
+                    preexec_fn=kill_with_parent,
                 )
         finally:
             os.sched_setaffinity(0, mine)

@@ -9,8 +9,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from autotune.process.results import WorkloadKind
 from autotune.space.plan import Call, Plan, Ref
+from autotune.specs import WorkloadKind
 
 DeviceType = Literal["cpu", "cuda"]
 Value = str | int

@@ -17,7 +17,7 @@ from typing import Any
 
 import psutil
 
-from autotune.process.results import Outcome, ServeSpec, TaskDetails, TaskResult, TaskSpec
+from autotune.process.results import Outcome, TaskDetails, TaskResult, TaskSpec
 from autotune.serving.figures import serve_figures
 from autotune.serving.load import RequestRecord, Target, run_load
 from autotune.serving.server import (
@@ -30,6 +30,7 @@ from autotune.serving.server import (
     tree_anonymous_bytes,
 )
 from autotune.space.plan import Plan
+from autotune.specs import ServeSpec
 from autotune.worker.environment import environment
 from autotune.worker.failures import UnsupportedError
 from autotune.worker.loading import load_model, load_tokenizer

@@ -12,8 +12,8 @@ import torch
 
 from autotune.data import CORPUS, load_prompts
 from autotune.errors import UserError
-from autotune.process.results import WorkloadSpec
 from autotune.space.plan import Plan
+from autotune.specs import WorkloadSpec
 from autotune.worker.compat import check_attention_kept, continuous_batching_config, pin_attention
 from autotune.worker.failures import BrokenOutputError, UnsupportedError
 from autotune.worker.loading import materialize

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from autotune.profiles import PROFILES
-from autotune.search import baseline_config
+from autotune.search.prepare import baseline_config
 from autotune.space import load_space
 from benchmarks.gpu_proof import DEFAULT_SPACE, OUTCOME_WORDS, planned_trials
 from tests.conftest import REPO

@@ -1,6 +1,6 @@
 """The search loop's decisions that need no model: budget estimates."""
 
-from autotune.search import expected_duration_s, overrun_reason
+from autotune.search.loop import expected_duration_s, overrun_reason
 from autotune.study import TrialRecord
 
 

@@ -133,7 +133,7 @@ def test_without_auto_switch_to_flash_the_attention_is_pinned_as_paged_and_resto
 def test_the_manager_gets_the_page_size_and_gives_the_attention_back(cache_dir):
     from transformers import AutoModelForCausalLM
 
-    from autotune.process.results import WorkloadSpec
+    from autotune.specs import WorkloadSpec
     from autotune.worker.demo_model import ensure_demo_model
     from autotune.worker.workload import ContinuousWorkload
 

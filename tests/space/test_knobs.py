@@ -8,13 +8,14 @@ import json
 import pytest
 
 from autotune.cli.printers import knobs_line
-from autotune.process.results import Outcome, WorkloadSpec
+from autotune.process.results import Outcome
 from autotune.report.snippets import json_snippet, python_snippet
-from autotune.search import expected_duration_s
+from autotune.search.loop import expected_duration_s
 from autotune.search.prepare import _with_defaults
 from autotune.search.strategy import ruled_out, trial_cost
 from autotune.space import KNOBS, Call, Plan, Ref, Target, build_plan, parse_space
 from autotune.space.knobs import knob_defaults, short_name
+from autotune.specs import WorkloadSpec
 from autotune.study import TrialRecord
 from autotune.worker.failures import _COMMON_VALUES, classify
 

@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 
 from autotune.paths import PACKAGED_SPACE
-from autotune.process.results import ModelSpec, Outcome
+from autotune.process.results import Outcome
 from autotune.profiles import PROFILES
 from autotune.report.snippets import python_snippet, serve_command
-from autotune.search import baseline_config
+from autotune.search.prepare import baseline_config
 from autotune.space import Plan, Target, build_plan, load_space
+from autotune.specs import ModelSpec
 from tests.conftest import run_cli
 
 BASE = {"dtype": "float32", "attn_implementation": "eager", "quantization": "none", "batching": "generate"}

@@ -240,7 +240,8 @@ class FakeCuda:
 
 
 def _spec(device: str, cap: int | None):
-    from autotune.process.results import ModelSpec, TaskSpec
+    from autotune.process.results import TaskSpec
+    from autotune.specs import ModelSpec
 
     return TaskSpec("trial", ModelSpec("demo"), device, "/tmp", memory_cap_bytes=cap)
 
