@@ -5,6 +5,7 @@ Adding a knob means one handler here and one entry in the search-space YAML.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
@@ -55,6 +56,8 @@ class Knob:
     refusals: ClassVar[tuple[str, ...]] = ()
     # Values ordered by the memory they need, all else equal (higher needs more); empty: not ordered.
     memory_ranks: ClassVar[dict[Value, int]] = {}
+    # The knobs whose part of the plan this one reads or changes: they are applied first (build_order).
+    after: ClassVar[tuple[str, ...]] = ()
 
     @property
     def label(self) -> str:
@@ -112,13 +115,39 @@ def short_name(name: str) -> str:
     return KNOBS[name].label if name in KNOBS else name
 
 
+def build_order(knobs: dict[str, Knob]) -> list[str]:
+    """The knobs in the order they build a plan: each after the knobs it names in `after`, otherwise as registered.
+
+    A knob that names an unknown knob, or knobs that wait for each other, are an error (raised at import).
+    """
+    for name, knob in knobs.items():
+        unknown = [other for other in knob.after if other not in knobs]
+        if unknown:
+            raise ValueError(f"knob {name} is applied after {', '.join(unknown)}, which is no registered knob")
+    order: list[str] = []
+    waiting = dict(knobs)
+    while waiting:
+        ready = next((name for name, knob in waiting.items() if all(o not in waiting for o in knob.after)), None)
+        if ready is None:
+            raise ValueError(f"knobs {', '.join(waiting)} are each applied after another of them: a cycle")
+        order.append(ready)
+        del waiting[ready]
+    return order
+
+
 def build_plan(config: dict[str, Value], target: Target) -> Plan:
-    """Apply the knobs of a configuration, in registry order, to a plan of the target's workload."""
+    """Apply the knobs of a configuration, in build order, to a plan of the target's workload."""
     plan = Plan(workload=target.workload)
-    for name, knob in KNOBS.items():
+    for name in _current_build_order(tuple((name, knob.after) for name, knob in KNOBS.items())):
         if name in config:
-            knob.apply(config[name], plan, target)
+            KNOBS[name].apply(config[name], plan, target)
     return plan
+
+
+@functools.lru_cache(maxsize=8)
+def _current_build_order(registered: tuple[tuple[str, tuple[str, ...]], ...]) -> tuple[str, ...]:
+    """build_order of the registry as it is now, keyed by its knobs and their `after` (tests reorder the registry)."""
+    return tuple(build_order(KNOBS))
 
 
 @register
@@ -229,6 +258,7 @@ class QuantizationKnob(Knob):
         "quanto-float8",
     )
     default = "none"
+    after = ("dtype",)  # bnb-4bit computes in the loaded dtype
     failure_words = ("bitsandbytes", "bnb", "quantiz", "torchao", "quanto", "mslk")
     memory_ranks: ClassVar[dict[Value, int]] = {
         "none": 2,
@@ -406,6 +436,7 @@ class KvCacheBackendKnob(Knob):
     short_name = "kv"
     choices = ("fp8", "quanto", "hqq")
     default = "quanto"  # what generate() picks for cache_implementation="quantized" without a cache_config
+    after = ("cache_implementation",)  # configures the quantized cache only
     # transformers' messages about a backend it lacks, or whose package is missing
     refusals = ("kv cache quantization", "quantization backend", "kv-cache backend")
     memory_ranks: ClassVar[dict[Value, int]] = {"fp8": 1, "quanto": 0, "hqq": 0}
@@ -427,6 +458,7 @@ class CompileKnob(Knob):
     help = "torch.compile of the decoding step, through generate()'s compile_config"
     choices = ("off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
     default = "off"
+    after = ("cache_implementation",)  # undoes its disable_compile; a static cache left uncompiled is not servable
     failure_words = ("compile", "inductor", "dynamo", "triton")
 
     def cost(self, value: Value) -> int:
@@ -484,6 +516,7 @@ class PageSizeKnob(Knob):
         "the number of pages still comes from the workload"
     )
     short_name = "page"
+    after = ("batching",)  # resizes the paged cache batching sized with the default page
     # transformers' own default (256) is never run: autotune always sizes the cache from the workload.
     default = None
 
@@ -581,6 +614,7 @@ class SpeculativeKnob(Knob):
         "batch size 1 only"
     )
     short_name = "spec"
+    after = ("dtype",)  # the draft model loads in the main model's dtype
     choices = ("none", "prompt_lookup", "assistant", "early_exit")
     default = "none"
     # "assisted generate is only supported for batch_size = 1": transformers' refusal of batches
@@ -625,6 +659,7 @@ class SpeculativeTokensKnob(Knob):
     name = "speculative_tokens"
     help = "tokens drafted per step: prompt_lookup_num_tokens, or num_assistant_tokens for a draft model"
     short_name = "spec_tokens"
+    after = ("speculative",)  # sets the drafted tokens of the speculative method chosen
 
     def accepts(self, value: Value) -> bool:
         return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 128
@@ -644,6 +679,7 @@ class EarlyExitLayerKnob(Knob):
     name = "early_exit_layer"
     help = "speculative=early_exit: the layer whose output drafts tokens (assistant_early_exit)"
     short_name = "exit_layer"
+    after = ("speculative",)  # sets early_exit's layer
 
     def accepts(self, value: Value) -> bool:
         return isinstance(value, int) and not isinstance(value, bool) and value >= 1
@@ -668,3 +704,6 @@ class WorkloadKnob(Knob):
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         """How the configuration is measured; what is deployed stays the same."""
         plan.workload = value  # type: ignore[assignment] - accepts() allows only WorkloadKind values
+
+
+BUILD_ORDER = build_order(KNOBS)  # checked once here: an unknown name or a cycle in `after` fails at import
