@@ -12,7 +12,8 @@ import os
 from dataclasses import asdict, dataclass
 
 from autotune.errors import UserError
-from autotune.space.knobs import KNOBS, Needs, Value
+from autotune.space import rules
+from autotune.space.knobs import Value
 
 log = logging.getLogger(__name__)
 
@@ -33,30 +34,13 @@ class GpuProfile:
     def device_type(self) -> str:
         return self.kind
 
-    def why_not(self, needs: Needs) -> str | None:
-        """Why this profile cannot run a knob value with these needs, or None."""
-        if self.kind != "cuda":
-            if needs.gpus > CPU_RANKS_AT_MOST:
-                return f"the cpu profile runs at most {CPU_RANKS_AT_MOST} gloo ranks (they share this host's cores)"
-            # compute-capability limits only concern GPUs
-            return f"needs a CUDA GPU ({needs.why})" if needs.cuda else None
-        if needs.gpus > 1 and needs.gpus > visible_gpu_count():
-            return f"{needs.why} (this machine has {visible_gpu_count()})"
-        capability = self.compute_capability or 0.0
-        if needs.min_compute_capability and capability < needs.min_compute_capability:
-            return f"{needs.why} ({self.name} has {capability})"
-        if needs.below_compute_capability and capability >= needs.below_compute_capability:
-            return f"{needs.why} ({self.name} has {capability})"
-        return None
-
     def why_not_value(self, knob: str, value: Value) -> str | None:
-        return self.why_not(KNOBS[knob].needs(value))
+        """Why this profile cannot run a knob value, or None (autotune/space/rules.py decides)."""
+        return rules.hardware_problem(knob, value, self, visible_gpu_count)
 
     def to_json(self) -> dict:
         return asdict(self)
 
-
-CPU_RANKS_AT_MOST = 2  # tensor-parallel ranks on the cpu profile: enough to prove the path, not a deployment
 
 PROFILES: dict[str, GpuProfile] = {
     profile.name: profile

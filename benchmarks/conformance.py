@@ -32,6 +32,7 @@ from autotune.search.prepare import baseline_config
 from autotune.search.strategy import warm_up_set
 from autotune.space import Config, load_space
 from autotune.space.knobs import KNOBS, Target
+from autotune.space.rules import workload_problem
 from autotune.units import parse_duration
 
 REPO = Path(__file__).resolve().parents[1]
@@ -50,7 +51,7 @@ class Case:
     def one_prompt_at_a_time(self) -> bool:
         """A value of this configuration is never run on a batch (its knob says why)."""
         batch = Target(device_type="cpu", requests=BATCH)
-        return any(name in KNOBS and KNOBS[name].why_not_for(value, batch) for name, value in self.config.items())
+        return any(name in KNOBS and workload_problem(name, value, batch) for name, value in self.config.items())
 
     @property
     def workload(self) -> list[str]:

@@ -108,7 +108,8 @@ class TaskResult:
     timings: dict[str, float] = field(default_factory=dict)  # seconds per phase
     environment: dict[str, Any] = field(default_factory=dict)
     details: TaskDetails = field(default_factory=TaskDetails)
-    excludes: dict[str, Any] | None = None  # {"knob", "value"} that can never run in this environment
+    excludes: dict[str, Any] | None = None  # {"knob", "value"} a typed refusal says can never run in this environment
+    suspects: dict[str, Any] | None = None  # {"knob", "value"} only the words of the error point at
     pid: int | None = None
     exit_code: int | None = None
     log_tail: str = ""

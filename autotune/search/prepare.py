@@ -13,8 +13,8 @@ from autotune.process.results import Candidate, Outcome, TaskResult, TaskSpec
 from autotune.process.runner import Limits, run_task
 from autotune.profiles import GpuProfile, Hardware
 from autotune.search.options import SearchError
-from autotune.space import Config, SearchSpace, Target, build_plan
-from autotune.space.knobs import KNOBS, AttentionKnob, DtypeKnob, WorkloadKnob, knob_defaults
+from autotune.space import Config, SearchSpace, Target, build_plan, rules
+from autotune.space.knobs import AttentionKnob, DtypeKnob, WorkloadKnob, knob_defaults
 from autotune.specs import ModelSpec, SearchRequest
 from autotune.study import PreparedFacts
 
@@ -153,7 +153,7 @@ def plan_target(profile: GpuProfile, request: SearchRequest) -> Target:
 def runnable_space(declared: SearchSpace, profile: GpuProfile, target: Target) -> SearchSpace:
     """What a search samples: the values the profile can run that the workload would not only see refused."""
     hardware = declared.prune(profile.why_not_value)
-    return hardware.prune(lambda knob, value: KNOBS[knob].why_not_for(value, target))
+    return hardware.prune(lambda knob, value: rules.workload_problem(knob, value, target))
 
 
 def assistant_model(request: SearchRequest) -> str | None:

@@ -1,12 +1,15 @@
-"""One handler per knob: which values it takes, what hardware they need, and what they do to a plan.
+"""One handler per knob: which values it takes, what they need to run, and what they do to a plan.
 
-Adding a knob means one handler here and one entry in the search-space YAML.
+Adding a knob means one handler here and one entry in the search-space YAML (docs/adding-a-knob.md).
+What a value needs (hardware, packages, a workload) is data on its handler; autotune/space/rules.py is
+the one module that reads it and decides what can run where.
 """
 
 from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -19,13 +22,36 @@ Value = str | int
 
 @dataclass(frozen=True)
 class Needs:
-    """What a knob value needs from the hardware. Packages are checked by the trial worker instead."""
+    """What a knob value needs from the hardware (checked against the profile before the study starts)."""
 
     cuda: bool = False
     min_compute_capability: float | None = None
     below_compute_capability: float | None = None
     gpus: int = 1  # how many GPUs of the profile's kind it runs on (tensor parallelism)
     why: str = ""
+
+
+@dataclass(frozen=True)
+class Requires:
+    """A package a knob value needs in the trial's environment, from a version on (checked by the worker)."""
+
+    package: str  # its pip name
+    module: str = ""  # its import name, where it differs (optimum-quanto: optimum.quanto)
+    since: str | None = None  # the first version with what the value needs; None: any version
+    what: str = ""  # what that version brought, for the message: "fp8 KV-cache backend"
+
+    @property
+    def import_name(self) -> str:
+        return self.module or self.package
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Values a workload could only see refused, so a search for that workload never plans them."""
+
+    values: tuple[Value, ...]
+    most_requests: int  # refused when the workload runs more requests at once
+    why: str
 
 
 @dataclass(frozen=True)
@@ -50,14 +76,19 @@ class Knob:
     # the model (the checkpoint's dtype, the attention transformers picks) or has no fixed value.
     default: ClassVar[Value | None] = None
     # Words of a failure message (missing package, refusal) that point at this knob when it is set
-    # to a value other than a common default.
+    # to a value other than a usual one: they make the value suspected (worker/failures.py).
     failure_words: ClassVar[tuple[str, ...]] = ()
-    # Phrases of a failure message that blame this knob whatever its value (even the default).
+    # Sentences transformers refuses this knob with: they blame it whatever its value (even the default).
     refusals: ClassVar[tuple[str, ...]] = ()
     # Values ordered by the memory they need, all else equal (higher needs more); empty: not ordered.
     memory_ranks: ClassVar[dict[Value, int]] = {}
     # The knobs whose part of the plan this one reads or changes: they are applied first (build_order).
     after: ClassVar[tuple[str, ...]] = ()
+    # What its values need to run, read by autotune/space/rules.py; values not named need nothing.
+    needs: ClassVar[Mapping[Value, Needs]] = {}  # hardware
+    unlisted_values_need: ClassVar[Needs | None] = None  # hardware of accepted values beyond `choices`
+    requires: ClassVar[Mapping[Value, Requires]] = {}  # packages and versions
+    refused: ClassVar[tuple[Refusal, ...]] = ()  # workloads that could only refuse them
 
     @property
     def label(self) -> str:
@@ -87,12 +118,10 @@ class Knob:
     def describe_values(self) -> str:
         return ", ".join(str(choice) for choice in self.choices or ())
 
-    def needs(self, value: Value) -> Needs:
-        return Needs()
-
-    def why_not_for(self, value: Value, target: Target) -> str | None:
-        """Why a search for this workload never runs the value (it could only be refused); None: it may."""
-        return None
+    def usual_values(self) -> tuple[Value, ...]:
+        """Values a failure message may name without being about this knob: its default, or what it may be
+        without being set (a checkpoint's dtype, the attention transformers picks, the study's workload)."""
+        return (self.default,) if self.default is not None else ()
 
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         raise NotImplementedError
@@ -157,11 +186,12 @@ class DtypeKnob(Knob):
     choices = ("float32", "bfloat16", "float16")
     by_precision = ("float32", "bfloat16", "float16")  # most precise first: the reference takes the first that runs
     memory_ranks: ClassVar[dict[Value, int]] = {"float32": 2, "bfloat16": 1, "float16": 1}
+    needs: ClassVar[Mapping[Value, Needs]] = {
+        "bfloat16": Needs(min_compute_capability=8.0, why="bfloat16 needs compute capability 8.0 (Ampere) or newer")
+    }
 
-    def needs(self, value: Value) -> Needs:
-        if value == "bfloat16":
-            return Needs(min_compute_capability=8.0, why="bfloat16 needs compute capability 8.0 (Ampere) or newer")
-        return Needs()
+    def usual_values(self) -> tuple[Value, ...]:
+        return self.by_precision  # any of them may be the checkpoint's
 
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         plan.load["dtype"] = Ref(f"torch.{value}")
@@ -184,24 +214,27 @@ class AttentionKnob(Knob):
     def accepts(self, value: Value) -> bool:
         return value in self.choices or (isinstance(value, str) and bool(_HUB_KERNEL.match(value)))
 
+    needs: ClassVar[Mapping[Value, Needs]] = {
+        "flash_attention_2": Needs(
+            cuda=True, min_compute_capability=8.0, why="flash_attention_2 needs an Ampere or newer GPU"
+        ),
+        "flash_attention_3": Needs(
+            cuda=True,
+            min_compute_capability=9.0,
+            below_compute_capability=10.0,
+            why="flash_attention_3 runs on Hopper GPUs only",
+        ),
+        "flash_attention_4": Needs(
+            cuda=True, min_compute_capability=9.0, why="flash_attention_4 needs Hopper or Blackwell"
+        ),
+    }
+    unlisted_values_need = Needs(cuda=True, why="hub attention kernels are CUDA kernels")
+
     def describe_values(self) -> str:
         return super().describe_values() + ", or a hub kernel such as kernels-community/flash-attn2"
 
-    def needs(self, value: Value) -> Needs:
-        if value == "flash_attention_2":
-            return Needs(cuda=True, min_compute_capability=8.0, why="flash_attention_2 needs an Ampere or newer GPU")
-        if value == "flash_attention_3":
-            return Needs(
-                cuda=True,
-                min_compute_capability=9.0,
-                below_compute_capability=10.0,
-                why="flash_attention_3 runs on Hopper GPUs only",
-            )
-        if value == "flash_attention_4":
-            return Needs(cuda=True, min_compute_capability=9.0, why="flash_attention_4 needs Hopper or Blackwell")
-        if "/" in str(value):
-            return Needs(cuda=True, why="hub attention kernels are CUDA kernels")
-        return Needs()
+    def usual_values(self) -> tuple[Value, ...]:
+        return ("sdpa", "eager")  # what transformers picks when none is given
 
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         plan.load["attn_implementation"] = value
@@ -214,16 +247,12 @@ class SdpaBackendKnob(Knob):
     help = "the kernel behind sdpa attention: auto (torch picks per call), or one forced with sdpa_kernel"
     choices = ("auto", "flash", "efficient", "cudnn", "math")
     default = "auto"
-
-    def needs(self, value: Value) -> Needs:
-        if value == "flash":  # torch has a CPU flash kernel too; on CUDA it is built for Ampere and up
-            return Needs(min_compute_capability=8.0, why="torch's flash sdpa kernel needs an Ampere or newer GPU")
-        if value == "cudnn":
-            why = "the cudnn sdpa kernel needs an Ampere or newer GPU"
-            return Needs(cuda=True, min_compute_capability=8.0, why=why)
-        if value == "efficient":
-            return Needs(cuda=True, why="the efficient sdpa kernel is a CUDA kernel")
-        return Needs()
+    needs: ClassVar[Mapping[Value, Needs]] = {
+        # torch has a CPU flash kernel too; on CUDA it is built for Ampere and up
+        "flash": Needs(min_compute_capability=8.0, why="torch's flash sdpa kernel needs an Ampere or newer GPU"),
+        "cudnn": Needs(cuda=True, min_compute_capability=8.0, why="the cudnn sdpa kernel needs an Ampere or newer GPU"),
+        "efficient": Needs(cuda=True, why="the efficient sdpa kernel is a CUDA kernel"),
+    }
 
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         if value == "auto":
@@ -266,17 +295,21 @@ class QuantizationKnob(Knob):
         **dict.fromkeys(("bnb-4bit", "torchao-int4", "quanto-int4"), 0),
     }
 
+    needs: ClassVar[Mapping[Value, Needs]] = {
+        "torchao-int4": Needs(
+            cuda=True,
+            min_compute_capability=8.0,
+            why="torchao int4 runs tinygemm's CUDA kernel (Ampere or newer); every int4 packing fails on CPU",
+        )
+    }
+    requires: ClassVar[Mapping[Value, Requires]] = {
+        **dict.fromkeys(("bnb-8bit", "bnb-4bit"), Requires("bitsandbytes")),
+        **dict.fromkeys(("torchao-int8", "torchao-int4", "torchao-fp8"), Requires("torchao")),
+        **dict.fromkeys(("quanto-int8", "quanto-int4", "quanto-float8"), Requires("optimum-quanto", "optimum.quanto")),
+    }
+
     def duration_group(self, value: Value | None) -> object:
         return value
-
-    def needs(self, value: Value) -> Needs:
-        if value == "torchao-int4":
-            return Needs(
-                cuda=True,
-                min_compute_capability=8.0,
-                why="torchao int4 runs tinygemm's CUDA kernel (Ampere or newer); every int4 packing fails on CPU",
-            )
-        return Needs()
 
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         if value == "none":
@@ -319,8 +352,6 @@ class UseKernelsKnob(Knob):
     short_name = "kernels"
     choices = ("off", "on")
     default = "off"
-    # The worker's own check after loading: transformers keeps every original forward when none could be fetched.
-    refusals = ("no hub kernel could be fetched",)
 
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         if value == "off":
@@ -340,13 +371,12 @@ class TpSizeKnob(Knob):
     def cost(self, value: Value) -> int:
         return 1 if int(value) > 1 else 0  # one process per rank to start, each loading the model
 
+    needs: ClassVar[Mapping[Value, Needs]] = {
+        ranks: Needs(gpus=ranks, why=f"tp_size={ranks} runs one rank per GPU") for ranks in (2, 4, 8)
+    }
+
     def duration_group(self, value: Value | None) -> object:
         return value
-
-    def needs(self, value: Value) -> Needs:
-        if int(value) > 1:
-            return Needs(gpus=int(value), why=f"tp_size={value} runs one rank per GPU")
-        return Needs()
 
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         if int(value) == 1:
@@ -409,11 +439,9 @@ class CacheKnob(Knob):
     choices = ("dynamic", "static", "offloaded", "offloaded_static", "quantized")
     default = "dynamic"
     failure_words = ("cache", "quanto", "hqq", "offload")
-
-    def needs(self, value: Value) -> Needs:
-        if str(value).startswith("offloaded"):
-            return Needs(cuda=True, why="offloaded caches move layers between GPU and CPU")
-        return Needs()
+    needs: ClassVar[Mapping[Value, Needs]] = dict.fromkeys(
+        ("offloaded", "offloaded_static"), Needs(cuda=True, why="offloaded caches move layers between GPU and CPU")
+    )
 
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         if value == "dynamic":
@@ -440,6 +468,11 @@ class KvCacheBackendKnob(Knob):
     # transformers' messages about a backend it lacks, or whose package is missing
     refusals = ("kv cache quantization", "quantization backend", "kv-cache backend")
     memory_ranks: ClassVar[dict[Value, int]] = {"fp8": 1, "quanto": 0, "hqq": 0}
+    requires: ClassVar[Mapping[Value, Requires]] = {
+        "fp8": Requires("transformers", since="5.22", what="fp8 KV-cache backend"),
+        "quanto": Requires("optimum-quanto", "optimum.quanto"),
+        "hqq": Requires("hqq"),
+    }
 
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         if not plan.quantized_kv_cache:
@@ -464,13 +497,12 @@ class CompileKnob(Knob):
     def cost(self, value: Value) -> int:
         return 2 if value != "off" else 0  # compiled trials are the slowest
 
+    needs: ClassVar[Mapping[Value, Needs]] = {
+        mode: Needs(cuda=True, why=f"compile mode {mode} captures CUDA graphs") for mode in _CUDA_GRAPH_MODES
+    }
+
     def duration_group(self, value: Value | None) -> object:
         return value not in (None, "off")
-
-    def needs(self, value: Value) -> Needs:
-        if value in _CUDA_GRAPH_MODES:
-            return Needs(cuda=True, why=f"compile mode {value} captures CUDA graphs")
-        return Needs()
 
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         if value == "off":
@@ -486,16 +518,29 @@ class CompileKnob(Knob):
             plan.not_servable.append(f"compile mode {value} (serve --compile uses its default)")
 
 
-@register
-class MaxBatchTokensKnob(Knob):
-    name = "max_batch_tokens"
-    help = "tokens per forward pass under continuous batching"
+class _WholeNumberKnob(Knob):
+    """A knob that takes any whole number in a range, rather than a list of choices."""
+
+    minimum: ClassVar[int] = 1
+    maximum: ClassVar[int | None] = None
+    counts: ClassVar[str] = ""  # what the number counts, for messages
 
     def accepts(self, value: Value) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool) and value > 0
+        if not isinstance(value, int) or isinstance(value, bool):
+            return False
+        return value >= self.minimum and (self.maximum is None or value <= self.maximum)
 
     def describe_values(self) -> str:
-        return "a positive integer"
+        upper = f" to {self.maximum}" if self.maximum is not None else ""
+        counts = f" ({self.counts})" if self.counts else ""
+        return f"a whole number from {self.minimum}{upper}{counts}"
+
+
+@register
+class MaxBatchTokensKnob(_WholeNumberKnob):
+    name = "max_batch_tokens"
+    help = "tokens per forward pass under continuous batching"
+    counts = "tokens per forward pass"
 
     def memory_rank(self, value: Value) -> int | None:
         return int(value)  # more tokens per forward pass, larger activations
@@ -509,7 +554,7 @@ class MaxBatchTokensKnob(Knob):
 
 
 @register
-class PageSizeKnob(Knob):
+class PageSizeKnob(_WholeNumberKnob):
     name = "page_size"
     help = (
         "tokens per page of the paged KV cache under continuous batching (32 when unset); "
@@ -519,12 +564,8 @@ class PageSizeKnob(Knob):
     after = ("batching",)  # resizes the paged cache batching sized with the default page
     # transformers' own default (256) is never run: autotune always sizes the cache from the workload.
     default = None
-
-    def accepts(self, value: Value) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool) and value >= MIN_PAGE_SIZE
-
-    def describe_values(self) -> str:
-        return f"an integer of at least {MIN_PAGE_SIZE} (tokens per page)"
+    minimum = 4  # transformers refuses smaller pages (5.17 and 5.22)
+    counts = "tokens per page"
 
     def memory_rank(self, value: Value) -> int | None:
         return int(value)  # a request's last page is partly empty: larger pages waste more
@@ -536,9 +577,6 @@ class PageSizeKnob(Knob):
         size_paged_cache(plan, target, int(value))
 
 
-MIN_PAGE_SIZE = 4  # transformers refuses smaller pages (5.17 and 5.22)
-
-
 class _AutoOnOffKnob(Knob):
     """A ContinuousBatchingConfig switch of its own name: auto lets transformers decide, on and off force it."""
 
@@ -546,14 +584,7 @@ class _AutoOnOffKnob(Knob):
     default = "auto"
     # auto turns out as on or off: no lighter than off, no heavier than on.
     memory_ranks: ClassVar[dict[Value, int]] = {"off": 0, "auto": 1, "on": 2}
-    why_on: ClassVar[str]  # why on needs CUDA
-    why_off: ClassVar[str]  # why off needs CUDA
     serve_switch: ClassVar[tuple[str, str] | None] = None  # serve's (on, off) flags; None: it has none
-
-    def needs(self, value: Value) -> Needs:
-        if value == "auto":
-            return Needs()
-        return Needs(cuda=True, why=self.why_on if value == "on" else self.why_off)
 
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         if value == "auto":
@@ -574,8 +605,10 @@ class CudaGraphKnob(_AutoOnOffKnob):
     )
     short_name = "cuda_graph"
     failure_words = ("graph",)
-    why_on = "CUDA graphs need CUDA: elsewhere transformers turns them off, a no-op"
-    why_off = "off differs from auto only on CUDA: elsewhere graphs are never used"
+    needs: ClassVar[Mapping[Value, Needs]] = {
+        "on": Needs(cuda=True, why="CUDA graphs need CUDA: elsewhere transformers turns them off, a no-op"),
+        "off": Needs(cuda=True, why="off differs from auto only on CUDA: elsewhere graphs are never used"),
+    }
     serve_switch = ("--cb-use-cuda-graph", "--no-cb-use-cuda-graph")
 
 
@@ -588,8 +621,10 @@ class AsyncBatchingKnob(_AutoOnOffKnob):
     )
     short_name = "async"
     failure_words = ("async",)
-    why_on = "async batching needs a CUDA or XPU device: transformers refuses it elsewhere"
-    why_off = "off differs from auto only on CUDA: elsewhere async batching is never used"
+    needs: ClassVar[Mapping[Value, Needs]] = {
+        "on": Needs(cuda=True, why="async batching needs a CUDA or XPU device: transformers refuses it elsewhere"),
+        "off": Needs(cuda=True, why="off differs from auto only on CUDA: elsewhere async batching is never used"),
+    }
 
 
 @register
@@ -619,13 +654,13 @@ class SpeculativeKnob(Knob):
     default = "none"
     # "assisted generate is only supported for batch_size = 1": transformers' refusal of batches
     failure_words = ("assisted", "assistant", "prompt_lookup", "early_exit", "speculat")
-
-    def why_not_for(self, value: Value, target: Target) -> str | None:
-        if value != "none" and target.requests > 1:
-            return (
-                f"transformers' assisted decoding takes one prompt at a time; this workload batches {target.requests}"
-            )
-        return None
+    refused = (
+        Refusal(
+            values=("prompt_lookup", "assistant", "early_exit"),
+            most_requests=1,
+            why="transformers' assisted decoding takes one prompt at a time",
+        ),
+    )
 
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         if value == "none":
@@ -655,17 +690,13 @@ def _assistant_model(plan: Plan, target: Target) -> Call | None:
 
 
 @register
-class SpeculativeTokensKnob(Knob):
+class SpeculativeTokensKnob(_WholeNumberKnob):
     name = "speculative_tokens"
     help = "tokens drafted per step: prompt_lookup_num_tokens, or num_assistant_tokens for a draft model"
     short_name = "spec_tokens"
     after = ("speculative",)  # sets the drafted tokens of the speculative method chosen
-
-    def accepts(self, value: Value) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 128
-
-    def describe_values(self) -> str:
-        return "a whole number from 1 to 128"
+    maximum = 128
+    counts = "tokens drafted per step"
 
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         if "prompt_lookup_num_tokens" in plan.generate:
@@ -675,17 +706,12 @@ class SpeculativeTokensKnob(Knob):
 
 
 @register
-class EarlyExitLayerKnob(Knob):
+class EarlyExitLayerKnob(_WholeNumberKnob):
     name = "early_exit_layer"
     help = "speculative=early_exit: the layer whose output drafts tokens (assistant_early_exit)"
     short_name = "exit_layer"
     after = ("speculative",)  # sets early_exit's layer
-
-    def accepts(self, value: Value) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool) and value >= 1
-
-    def describe_values(self) -> str:
-        return "a layer number from 1"
+    counts = "a layer"
 
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         if "assistant_early_exit" in plan.generate:
@@ -700,6 +726,9 @@ class WorkloadKnob(Knob):
         "or serve (transformers serve under load)"
     )
     choices = ("throughput", "latency", "serve")
+
+    def usual_values(self) -> tuple[Value, ...]:
+        return self.choices  # the study's workload, whichever it is
 
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         """How the configuration is measured; what is deployed stays the same."""

@@ -86,7 +86,7 @@ def serve_trial(spec: TaskSpec, phases: Any) -> TaskResult:
 
 def _check_servable(plan: Plan) -> None:
     if plan.not_servable:
-        raise UnsupportedError(f"transformers serve has no flag for: {', '.join(plan.not_servable)}")
+        raise UnsupportedError(f"transformers serve has no flag for: {', '.join(plan.not_servable)}", combination=True)
     missing = missing_serving_packages()
     if missing:
         raise UnsupportedError(f"transformers serve needs {', '.join(missing)}: pip install 'autotune[serve]'")

@@ -1,7 +1,10 @@
-"""The search loop's decisions that need no model: budget estimates."""
+"""The search loop's decisions that need no model: budget estimates, and what a failure says of its values."""
 
-from autotune.search.loop import expected_duration_s, overrun_reason
+from autotune import study as studies
+from autotune.process.results import Outcome, TaskResult
+from autotune.search.loop import expected_duration_s, judge_values, overrun_reason
 from autotune.study import TrialRecord
+from tests import fakes
 
 
 def record(config: dict, duration: float | None, outcome: str | None = "ok") -> TrialRecord:
@@ -33,3 +36,45 @@ def test_no_trial_starts_that_would_overrun_the_budget():
     assert overrun_reason(PLAIN, history, seconds_left=30) is None
     assert "takes about 60s and 30s are left" in overrun_reason(COMPILED, history, seconds_left=30)
     assert overrun_reason(COMPILED, [], seconds_left=1) is None  # nothing learned yet: the deadline stops it
+
+
+# ------------------------------------------------------------------------------- excluded or suspected
+
+WORDS = "RuntimeError: the tokenizer's cache is not supported for this vocabulary"
+
+
+def test_a_value_only_the_words_of_an_error_point_at_is_suspected_and_excluded_after_another_configuration(tmp_path):
+    study, _ = fakes.new_study(tmp_path / "study.db")
+    first, second = fakes.config(cache_implementation="static"), fakes.config("float16", cache_implementation="static")
+    suspected = TaskResult(Outcome.UNSUPPORTED, WORDS, suspects={"knob": "cache_implementation", "value": "static"})
+    left = judge_values(study, fakes.SPACE, 3, first, suspected)
+    assert left.violation(second) is None  # still searched: the words may be about something else
+    assert studies.suspicions(study)["cache_implementation"]["static"]["trial"] == 3
+    assert judge_values(study, fakes.SPACE, 4, first, suspected).violation(second) is None  # the same one again
+    left = judge_values(study, fakes.SPACE, 5, second, suspected)
+    assert "cache_implementation=static is suspected twice (trials #3 and #5" in (left.violation(first) or "")
+    assert studies.suspicions(study) == {}
+
+
+def test_a_trial_that_completes_clears_the_suspicion_of_its_values(tmp_path):
+    study, _ = fakes.new_study(tmp_path / "study.db")
+    first, second = fakes.config(cache_implementation="static"), fakes.config("float16", cache_implementation="static")
+    suspected = TaskResult(Outcome.UNSUPPORTED, WORDS, suspects={"knob": "cache_implementation", "value": "static"})
+    judge_values(study, fakes.SPACE, 3, first, suspected)
+    judge_values(study, fakes.SPACE, 4, fakes.config("float32", cache_implementation="static"), TaskResult(Outcome.OK))
+    assert studies.suspicions(study) == {}
+    assert judge_values(study, fakes.SPACE, 5, second, suspected).violation(first) is None  # suspected anew
+
+
+def test_a_typed_refusal_excludes_its_value_at_once(tmp_path):
+    study, _ = fakes.new_study(tmp_path / "study.db")
+    config = fakes.config(quantization="torchao-int8")
+    refused = TaskResult(
+        Outcome.UNSUPPORTED,
+        "UnsupportedError: quantization=torchao-int8 needs torchao, which is not installed: pip install torchao",
+        excludes={"knob": "quantization", "value": "torchao-int8"},
+    )
+    left = judge_values(study, fakes.SPACE, 3, config, refused)
+    assert "quantization=torchao-int8 cannot run here" in (
+        left.violation(fakes.config(quantization="torchao-int8")) or ""
+    )

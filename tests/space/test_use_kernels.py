@@ -41,8 +41,8 @@ def test_the_snippet_loads_with_use_kernels_and_serve_says_it_has_no_flag():
 def test_the_worker_check_blames_use_kernels_even_beside_a_rare_attention():
     from autotune.worker.failures import UnsupportedError, classify
 
-    classified = classify(UnsupportedError(NO_KERNEL_ON_CPU), {**BASE, "use_kernels": "on"})
-    assert (classified.outcome, classified.knob) == (Outcome.UNSUPPORTED, "use_kernels")
+    classified = classify(UnsupportedError(NO_KERNEL_ON_CPU, knob="use_kernels"), {**BASE, "use_kernels": "on"})
+    assert (classified.outcome, classified.knob, classified.certain) == (Outcome.UNSUPPORTED, "use_kernels", True)
 
 
 def test_a_model_whose_layers_all_fell_back_is_unsupported_with_the_reason(cache_dir: Path):
