@@ -124,6 +124,8 @@ class ReportData:
     parallel: Parallel | None = None
     progress: Progress | None = None
     failures: list[FailureGroup] = field(default_factory=list)
+    excluded: dict[str, dict[str, str]] = field(default_factory=dict)  # knob -> value -> why it is never run again
+    suspected: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)  # still run: words point at them
     environment: dict[str, str] = field(default_factory=dict)
     generated_at: str = field(default_factory=lambda: datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
 
@@ -168,6 +170,8 @@ def collect(study: optuna.Study, storage_url: str) -> ReportData:
         parallel=parallel(launched, settings.space, objectives),
         progress=progress(launched, objectives),
         failures=failure_groups(launched),
+        excluded=studies.exclusions(study),
+        suspected=studies.suspicions(study),
         environment=environment(settings, studies.search_runs(study), launched),
     )
 
