@@ -280,6 +280,8 @@ class TrialLoop:
             return
         message = f"interrupted by {interrupt}: the search or worker was stopped; retried once when it resumes"
         result = TaskResult(Outcome.INTERRUPTED, message, phase="measure")
+        log = self.session.trial_workdir(trial.number) / "worker.log"  # as recovery stores it after a SIGKILL
+        artifacts.attach(self.session.artifact_store, trial, log, artifacts.LOG_MIMETYPE)
         studies.record_result(self.study, trial, result, time.monotonic() - self.started)
         retry = storage.get_heartbeat_stale_trial_callback()
         if retry is not None:
