@@ -169,7 +169,7 @@ def device_index(device: str) -> int:
 
 
 @dataclass(frozen=True)
-class Hardware:
+class ResolvedHardware:
     """The profile the search prunes for, the device trials run on, and a note when they differ."""
 
     profile: GpuProfile
@@ -178,7 +178,7 @@ class Hardware:
     note: str | None
 
 
-def resolve_hardware(gpu: str, device: str | None) -> Hardware:
+def resolve_hardware(gpu: str, device: str | None) -> ResolvedHardware:
     """Pick the profile (`--gpu`, or detect with 'auto') and check it against `--device`."""
     detected = _detect(device)
     if gpu == "auto":
@@ -188,7 +188,7 @@ def resolve_hardware(gpu: str, device: str | None) -> Hardware:
     raise UserError(f"unknown --gpu {gpu!r}; choose one of: auto, {', '.join(PROFILES)} (see `autotune gpus`)")
 
 
-def hardware_for(profile: GpuProfile, device: str | None, detected: DetectedDevice | None = None) -> Hardware:
+def hardware_for(profile: GpuProfile, device: str | None, detected: DetectedDevice | None = None) -> ResolvedHardware:
     """Run trials for `profile` on `device` (a worker joining a study gets the study's profile)."""
     detected = detected if detected is not None else _detect(device)
     if profile.kind == "cuda" and detected is None:
@@ -198,7 +198,7 @@ def hardware_for(profile: GpuProfile, device: str | None, detected: DetectedDevi
         )
     if device is None:
         device = "cpu" if profile.kind == "cpu" else "cuda:0"
-    return Hardware(profile, device, detected, _mismatch_note(profile, detected))
+    return ResolvedHardware(profile, device, detected, _mismatch_note(profile, detected))
 
 
 def _detect(device: str | None) -> DetectedDevice | None:

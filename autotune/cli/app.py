@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 
 from autotune.cli.flags import (
+    FLAG,
     Artifacts,
     AsJson,
     Budget,
@@ -37,14 +38,14 @@ from autotune.cli.printers import (
     out,
     print_best,
     print_comparison,
-    print_front,
+    print_finished,
     print_gpus,
     print_measurement,
     print_search_summary,
     print_worker_summary,
 )
 from autotune.errors import NothingSatisfiesError, SearchError, UserError
-from autotune.figures.objectives import goal_from_flags
+from autotune.figures.objectives import search_goal
 from autotune.search import interrupts
 
 app = typer.Typer(
@@ -56,7 +57,9 @@ app = typer.Typer(
 
 
 @app.callback()
-def _root(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log what the library does.")] = False):
+def _root(
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log what the library does.", metavar=FLAG)] = False,
+):
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
@@ -96,18 +99,15 @@ def search(
     Example: autotune search --model demo --trials 8 --objective latency
     """
     workload_given = _given(context, "kind")
-    goal = goal_from_flags(objective, objectives, workload_given, constraint or [])
+    goal = search_goal(objective, objectives, workload_given, constraint or [])
     if goal.workload is not None:
         workload = replace(workload, kind=goal.workload)
     printer = TrialPrinter(out)  # progress from the first second: the imports below take a while
     printer.progress("loading autotune's libraries (optuna, sqlalchemy)")
     from autotune.figures.constraints import parse_constraints
-    from autotune.report import build_report, default_report_path
-    from autotune.report.data import collect
+    from autotune.search.finish import finish
     from autotune.search.run import run_search
     from autotune.specs import SearchRequest, StorageSpec
-    from autotune.study import load_stored_study
-    from autotune.study.artifacts import attach_report
     from autotune.validate import check_search_inputs
 
     if budget.budget_s is None and budget.max_trials is None:
@@ -129,17 +129,7 @@ def search(
     interrupts.install()
     summary = run_search(request, printer)
     print_search_summary(summary)
-    stored = load_stored_study(summary.storage, summary.study_name)
-    data = collect(stored, summary.storage)
-    if data.cards:
-        print_front(summary.study_name, data.cards, data.settings.objective_metrics)
-    else:
-        out.print(f"Pareto front of {summary.study_name}: empty, {data.empty_front_reason()}")
-    path = build_report(summary.study_name, summary.storage, report or default_report_path(summary.study_name))
-    out.print(f"report: {path}")
-    stored_in = attach_report(summary.study_name, summary.storage, artifacts, path)
-    if stored_in:
-        out.print(f"trial logs and the report are stored as Optuna artifacts in {stored_in}")
+    print_finished(finish(summary, report, artifacts))
     if summary.failed_workers:
         print(f"autotune: {'; '.join(summary.failed_workers)} (its lines above say why)", file=sys.stderr)
         raise typer.Exit(1)

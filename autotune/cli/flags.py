@@ -94,12 +94,15 @@ Objectives = Annotated[
         show_default="the preset's",
     ),
 ]
-AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+FLAG = ""  # the metavar of an on/off flag: help would show `<bool>` as if it took a value
+AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON object.", metavar=FLAG)]
 Device = Annotated[str | None, typer.Option("--device", help="cuda, cuda:N or cpu.", show_default="from --gpu")]
 SpacePath = Annotated[
     Path | None, typer.Option("--space", help="Search-space YAML.", show_default="search_spaces/default.yaml")
 ]
-TrustRemoteCode = Annotated[bool, typer.Option("--trust-remote-code", help="Allow the model's own code to run.")]
+TrustRemoteCode = Annotated[
+    bool, typer.Option("--trust-remote-code", help="Allow the model's own code to run.", metavar=FLAG)
+]
 Artifacts = Annotated[
     str | None,
     typer.Option(

@@ -11,7 +11,7 @@ from autotune.errors import UserError
 from autotune.paths import demo_draft_path
 from autotune.process.results import Candidate, Outcome, TaskResult, TaskSpec
 from autotune.process.runner import Limits, run_task
-from autotune.profiles import GpuProfile, Hardware
+from autotune.profiles import GpuProfile, ResolvedHardware
 from autotune.search.options import SearchError
 from autotune.space import Config, SearchSpace, Target, build_plan, rules
 from autotune.space.knobs import AttentionKnob, DtypeKnob, WorkloadKnob, knob_defaults
@@ -33,7 +33,7 @@ class Prepared:
     greedy_reference_path: str
     reference_perplexity: float
     baseline_config: Config
-    hardware: Hardware
+    hardware: ResolvedHardware
 
     def facts(self) -> PreparedFacts:
         return PreparedFacts(
@@ -50,7 +50,7 @@ class Prepared:
 
 def prepare(
     request: SearchRequest,
-    hardware: Hardware,
+    hardware: ResolvedHardware,
     space: SearchSpace,
     workdir: Path,
     deadline: float | None,

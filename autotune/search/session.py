@@ -16,7 +16,7 @@ from autotune.errors import UserError
 from autotune.figures.constraints import Constraint, parse_constraints
 from autotune.figures.objectives import ENERGY, check_available
 from autotune.paths import default_space_path
-from autotune.profiles import GpuProfile, Hardware, hardware_for, has_energy_counter, resolve_hardware
+from autotune.profiles import GpuProfile, ResolvedHardware, hardware_for, has_energy_counter, resolve_hardware
 from autotune.search.options import SearchEvents
 from autotune.search.prepare import Prepared, plan_target, runnable_space
 from autotune.space import Config, SearchSpace, config_key, load_space
@@ -31,7 +31,7 @@ class Session:
     """What the search knows before any trial: hardware, space, study name and storage."""
 
     request: SearchRequest
-    hardware: Hardware
+    hardware: ResolvedHardware
     space: SearchSpace
     name: str
     storage_url: str
@@ -148,7 +148,7 @@ def open_session(request: SearchRequest, events: SearchEvents) -> Session:
     return Session(request, hardware, space, name, url, storage, existing, settings)
 
 
-def _check_objectives(settings: StudySettings, hardware: Hardware) -> None:
+def _check_objectives(settings: StudySettings, hardware: ResolvedHardware) -> None:
     """An objective this device or workload cannot measure is bad input, not a study of failed trials."""
     counter = ENERGY in settings.objectives and has_energy_counter(hardware.device)
     device_kind = "cuda" if hardware.device.startswith("cuda") else "cpu"

@@ -19,7 +19,7 @@ import psutil
 
 from autotune.process.results import Outcome, TaskDetails, TaskResult, TaskSpec
 from autotune.serving.figures import serve_figures
-from autotune.serving.load import RequestRecord, Target, run_load
+from autotune.serving.load import Endpoint, RequestRecord, run_load
 from autotune.serving.server import (
     ServerError,
     ServerProcess,
@@ -99,7 +99,7 @@ async def _drive(
     load: ServeSpec = spec.workload.serve  # type: ignore[assignment]
     # The server knows the model by the name it was started with: the path as given.
     url = f"{server.base_url}/v1/completions"
-    target = Target(url, spec.model.path, spec.workload.output_len, load.request_timeout_s)
+    target = Endpoint(url, spec.model.path, spec.workload.output_len, load.request_timeout_s)
     peak = [0]
     sampler = asyncio.create_task(_sample_memory(server, peak))
     killer = asyncio.create_task(_kill_later(server)) if kill_server else None
