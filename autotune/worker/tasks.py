@@ -57,7 +57,7 @@ from autotune.worker.measurement.quality import save_reference as save_reference
 from autotune.worker.measurement.timing import repeat_until
 from autotune.worker.serve_trial import serve_trial
 from autotune.worker.tensor_parallel import is_rank, is_reporting_rank, ranks_of, run_ranks, shared_clock
-from autotune.worker.workload import GenerateWorkload, build_inputs, make_workload
+from autotune.worker.workload import GenerateWorkload, build_inputs, entered, make_workload
 
 log = logging.getLogger(__name__)
 
@@ -287,7 +287,7 @@ def _trial(spec: TaskSpec, phases: Phases) -> TaskResult:
         joules = energy.joules()
         peak = memory.peak_bytes()
         workload.close()
-    with phases("quality"):
+    with phases("quality"), entered(plan.contexts):  # the forward passes run as generate() did (precision, kernel)
         quality = _quality(spec, model, iterations[-1].generated)
     speed, stats = speed_figures(iterations, warmup[0])
     figures = _roofline_and_cost(spec, model, plan, workload_spec, speed)

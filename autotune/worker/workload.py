@@ -50,6 +50,14 @@ def build_inputs(tokenizer: Any, spec: WorkloadSpec) -> list[list[int]]:
     return inputs
 
 
+def entered(contexts: list[Any]) -> contextlib.ExitStack:
+    """A plan's context managers, entered (made anew each time: some cannot be entered twice)."""
+    stack = contextlib.ExitStack()
+    for call in contexts:
+        stack.enter_context(materialize(call))
+    return stack
+
+
 def _synchronizer(device: torch.device) -> Any:
     if device.type == "cuda":
         return lambda: torch.cuda.synchronize(device)
@@ -101,11 +109,7 @@ class GenerateWorkload:
         self.plan_contexts = plan.contexts  # generate() runs under torch.no_grad by itself, inside these
 
     def contexts(self) -> contextlib.ExitStack:
-        """The plan's context managers, entered (made anew each call: some cannot be entered twice)."""
-        stack = contextlib.ExitStack()
-        for call in self.plan_contexts:
-            stack.enter_context(materialize(call))
-        return stack
+        return entered(self.plan_contexts)
 
     def run(self) -> Iteration:
         clock = TokenClock(self.synchronize)
