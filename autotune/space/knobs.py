@@ -641,6 +641,32 @@ class ExecutionModeKnob(Knob):
 
 
 @register
+class Fp32PrecisionKnob(Knob):
+    name = "fp32_precision"
+    help = (
+        "internal precision of float32 matmuls and convolutions, generate() inside torch.backends.flags(): "
+        "ieee keeps float32; tf32 runs TensorFloat-32 tensor cores (Ampere or newer GPUs); bf16 lets oneDNN "
+        "compute in bfloat16 (CPUs with AVX512-BF16 or AMX)"
+    )
+    short_name = "fp32"
+    choices = ("ieee", "tf32", "bf16")
+    default = "ieee"  # float32 computed as float32: what torch does unless told otherwise
+    failure_words = ("tf32", "fp32_precision", "matmul precision")
+    needs: ClassVar[Mapping[Value, Needs]] = {
+        "tf32": Needs(cuda=True, min_compute_capability=8.0, why="TensorFloat-32 needs an Ampere or newer GPU")
+    }
+    requires: ClassVar[Mapping[Value, Requires]] = dict.fromkeys(
+        ("tf32", "bf16"), Requires("torch", since="2.9", what="fp32_precision setting of torch.backends.flags")
+    )
+
+    def apply(self, value: Value, plan: Plan, target: Target) -> None:
+        if value == "ieee":
+            return
+        plan.contexts.append(Call("torch.backends.flags", {"fp32_precision": value}))
+        plan.not_servable.append(f"fp32_precision={value} (serve sets no float32 precision)")
+
+
+@register
 class SpeculativeKnob(Knob):
     name = "speculative"
     help = (
