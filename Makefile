@@ -38,7 +38,7 @@ FLOOR_CACHE := $(CURDIR)/.cache/conformance-floor
 # what a knob value does differs from the last full floor run that passed: make conformance-floor-full keeps their
 # checksums in FLOOR_RECORD (commit it).
 FLOOR_TRANSFORMERS := $(shell sed -n 's/^transformers==//p' constraints-floor.txt)
-FLOOR_SOURCES := autotune/worker/compat.py autotune/worker/hub_kernels.py autotune/worker/loading.py \
+FLOOR_SOURCES := autotune/space/rules.py autotune/worker/compat.py autotune/worker/hub_kernels.py autotune/worker/loading.py \
 	autotune/worker/workload.py autotune/space/knobs.py autotune/spaces/default.yaml \
 	autotune/cli/flags.py constraints-floor.txt benchmarks/conformance.py \
 	benchmarks/conformance/expected-$(FLOOR_TRANSFORMERS).yaml

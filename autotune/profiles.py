@@ -15,7 +15,8 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from autotune.errors import UserError
-from autotune.space.knobs import KNOBS, Needs, Value
+from autotune.space import rules
+from autotune.space.knobs import Value
 
 log = logging.getLogger(__name__)
 
@@ -36,24 +37,9 @@ class GpuProfile:
     def device_type(self) -> str:
         return self.kind
 
-    def why_not(self, needs: Needs) -> str | None:
-        """Why this profile cannot run a knob value with these needs, or None."""
-        if self.kind != "cuda":
-            if needs.gpus > CPU_RANKS_AT_MOST:
-                return f"the cpu profile runs at most {CPU_RANKS_AT_MOST} gloo ranks (they share this host's cores)"
-            # compute-capability limits only concern GPUs
-            return f"needs a CUDA GPU ({needs.why})" if needs.cuda else None
-        if needs.gpus > 1 and needs.gpus > visible_gpu_count():
-            return f"{needs.why} (this machine has {visible_gpu_count()})"
-        capability = self.compute_capability or 0.0
-        if needs.min_compute_capability and capability < needs.min_compute_capability:
-            return f"{needs.why} ({self.name} has {capability})"
-        if needs.below_compute_capability and capability >= needs.below_compute_capability:
-            return f"{needs.why} ({self.name} has {capability})"
-        return None
-
     def why_not_value(self, knob: str, value: Value) -> str | None:
-        return self.why_not(KNOBS[knob].needs(value))
+        """Why this profile cannot run a knob value, or None (autotune/space/rules.py decides)."""
+        return rules.hardware_problem(knob, value, self, visible_gpu_count)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -63,8 +49,6 @@ class GpuProfile:
         """A profile stored with a study (fields of later versions ignored)."""
         return cls(**{name: data[name] for name in cls.__dataclass_fields__ if name in data})
 
-
-CPU_RANKS_AT_MOST = 2  # tensor-parallel ranks on the cpu profile: enough to prove the path, not a deployment
 
 # The named profiles. A card found here takes its memory, compute capability and bandwidth from NVML
 # (profile_for); its named profile adds what NVML cannot say, a display name and a price. The figures
@@ -260,12 +244,31 @@ def visible_gpu_count() -> int:
     return min(count, len([item for item in visible.split(",") if item.strip()]))
 
 
+def has_energy_counter(device: str) -> bool:
+    """Whether `device` reports the energy it used (NVML's counter: a GPU of Volta or later); never a CPU."""
+    if not device.startswith("cuda"):
+        return False
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # no NVML library, no driver: no energy figure
+        return False
+    try:
+        pynvml.nvmlDeviceGetTotalEnergyConsumption(pynvml.nvmlDeviceGetHandleByIndex(device_index(device)))
+        return True
+    except pynvml.NVMLError:
+        return False
+    finally:
+        pynvml.nvmlShutdown()
+
+
 def device_index(device: str) -> int:
     return int(device.split(":", 1)[1]) if ":" in device else 0
 
 
 @dataclass(frozen=True)
-class Hardware:
+class ResolvedHardware:
     """The profile the search prunes for, the device trials run on, and a note when they differ."""
 
     profile: GpuProfile
@@ -280,7 +283,7 @@ class Hardware:
         return measured_on or self.profile.bandwidth_gb_s
 
 
-def resolve_hardware(gpu: str, device: str | None) -> Hardware:
+def resolve_hardware(gpu: str, device: str | None) -> ResolvedHardware:
     """Pick the profile (`--gpu`, or detect with 'auto') and check it against `--device`."""
     detected = _detect(device)
     if gpu == "auto":
@@ -292,7 +295,7 @@ def resolve_hardware(gpu: str, device: str | None) -> Hardware:
     return hardware_for(PROFILES[gpu], device, detected)
 
 
-def hardware_for(profile: GpuProfile, device: str | None, detected: DetectedDevice | None = None) -> Hardware:
+def hardware_for(profile: GpuProfile, device: str | None, detected: DetectedDevice | None = None) -> ResolvedHardware:
     """Run trials for `profile` on `device` (a worker joining a study gets the study's profile)."""
     detected = detected if detected is not None else _detect(device)
     if profile.kind == "cuda" and detected is None:
@@ -302,7 +305,7 @@ def hardware_for(profile: GpuProfile, device: str | None, detected: DetectedDevi
         )
     if device is None:
         device = "cpu" if profile.kind == "cpu" else "cuda:0"
-    return Hardware(profile, device, detected, _mismatch_note(profile, detected))
+    return ResolvedHardware(profile, device, detected, _mismatch_note(profile, detected))
 
 
 def _detect(device: str | None) -> DetectedDevice | None:

@@ -1,19 +1,97 @@
-"""What a run (search, worker or measure) is asked to do: small frozen specs, each built once from the flags.
+"""What a run (search, worker or measure) is asked to do: small specs, each built once from the flags, and the model,
+workload and quality specs a trial task carries to the worker (autotune.process.results).
 
 Light to import: the CLI builds them before the study's libraries (optuna, sqlalchemy) are loaded.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Literal
 
 from autotune.paths import default_cache_dir
-from autotune.process.results import ModelSpec, QualitySpec, WorkloadSpec
 
 if TYPE_CHECKING:
-    from autotune.analysis.constraints import Constraint
+    from autotune.figures.constraints import Constraint
+
+
+WorkloadKind = Literal["throughput", "latency", "serve"]
+LoadMode = Literal["rate", "concurrency"]
+
+
+@dataclass
+class ServeSpec:
+    """The load a `serve` trial puts on `transformers serve`, and the latency objectives it is judged by.
+
+    rate: requests arrive as a Poisson process at each rate (requests/s); concurrency: that many clients,
+    each sending its next request when the last one ends. `slo` maps a figure (`ttft_p95_s`, `itl_p95_s`,
+    `e2e_p99_s`, ...) to its bound in seconds.
+    """
+
+    mode: LoadMode = "concurrency"
+    levels: list[float] = field(default_factory=lambda: [1.0, 4.0])
+    slo: dict[str, float] = field(default_factory=dict)
+    requests_per_level: int = 16
+    warmup_requests: int = 2
+    port: int | None = None  # None: a free port chosen by the system
+    request_timeout_s: float = 120.0
+
+
+@dataclass
+class WorkloadSpec:
+    """The fixed generation workload every trial of a study runs.
+
+    throughput: `batch_size` prompts at once; latency: one prompt at a time (time to first token and
+    per-token latency). Bundled prompts are brought to exactly `input_len` tokens with context from
+    the bundled corpus; prompts from a file keep their own length, truncated to `input_len`.
+    """
+
+    kind: WorkloadKind = "throughput"
+    batch_size: int = 8
+    input_len: int = 128
+    output_len: int = 64
+    prompts_path: str | None = None
+    min_iterations: int = 5
+    min_seconds: float = 3.0
+    max_iterations: int = 200
+    warmup_iterations: int = 2
+    serve: ServeSpec | None = None  # the load of the serve workload
+
+    def __post_init__(self) -> None:
+        if isinstance(self.serve, dict):
+            self.serve = ServeSpec(**self.serve)
+        if self.kind == "serve" and self.serve is None:
+            self.serve = ServeSpec()
+
+    @property
+    def requests(self) -> int:
+        return 1 if self.kind == "latency" else self.batch_size
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain data; without the serve load for the other workloads, as studies stored it before it existed."""
+        data = asdict(self)
+        if data["serve"] is None:
+            del data["serve"]
+        return data
+
+
+@dataclass
+class QualitySpec:
+    """Teacher-forced comparison with the reference configuration on a bundled evaluation text."""
+
+    window: int = 256  # tokens per forward pass
+    max_tokens: int = 2048  # evaluation positions at most
+    top_k: int = 1024  # reference probabilities kept per position (the rest is one bucket)
+
+
+@dataclass
+class ModelSpec:
+    id: str  # what the user passed: "demo", a hub id or a local path
+    path: str = ""  # where it loads from (filled in by the prepare task)
+    revision: str | None = None
+    trust_remote_code: bool = False
+    assistant: str | None = None  # the draft model of speculative=assistant: a hub id or folder (--assistant-model)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from autotune.errors import UserError
 from autotune.extras import why_storage_missing
 from autotune.paths import DEMO_MAX_POSITIONS, demo_model_path
-from autotune.process.results import WorkloadSpec
+from autotune.specs import WorkloadSpec
 
 if TYPE_CHECKING:
     from autotune.specs import SearchRequest

@@ -17,7 +17,7 @@ tp_size=2, quality figures for quantized values) and leave no process behind. An
 case, the transformers version, the outcome and the message, and the exit status is 1.
 
 `--cases version-dependent` runs only the cases whose path depends on the transformers version or its packages
-(`autotune.worker.compat.depends_on_version`): CI runs those on the lowest supported transformers on every run, and
+(`autotune.space.rules.depends_on_version`): CI runs those on the lowest supported transformers on every run, and
 all of them when the sources that decide it changed (Makefile: conformance-floor). `--write-expected` writes the file
 of the installed version from this run (read it before committing it).
 """
@@ -42,15 +42,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # autotune, run as
 from autotune.errors import UserError
 from autotune.paths import PACKAGED_SPACE
 from autotune.process import runner
-from autotune.process.results import ModelSpec, WorkloadSpec
 from autotune.profiles import PROFILES
-from autotune.search import BudgetSpec, HardwareSpec, SearchRequest, baseline_config
 from autotune.search.measure import measure as measure_configuration
+from autotune.search.prepare import baseline_config
 from autotune.search.strategy import warm_up_set
-from autotune.space import Config, build_plan, load_space
+from autotune.space import Config, load_space
 from autotune.space.knobs import KNOBS, Target
+from autotune.space.rules import depends_on_version, workload_problem
+from autotune.specs import BudgetSpec, HardwareSpec, ModelSpec, SearchRequest, WorkloadSpec
 from autotune.units import parse_duration
-from autotune.worker.compat import depends_on_version
 
 REPO = Path(__file__).resolve().parents[1]
 EXPECTED_DIR = REPO / "benchmarks" / "conformance"
@@ -74,7 +74,7 @@ class Case:
         if self.on_a_batch:
             return False
         batch = Target(device_type="cpu", requests=BATCH)
-        return any(name in KNOBS and KNOBS[name].why_not_for(value, batch) for name, value in self.config.items())
+        return any(name in KNOBS and workload_problem(name, value, batch) for name, value in self.config.items())
 
     @property
     def workload(self) -> WorkloadSpec:
@@ -84,7 +84,7 @@ class Case:
 
     @property
     def depends_on_version(self) -> bool:
-        return depends_on_version(build_plan(self.config, Target(device_type="cpu", requests=BATCH)))
+        return depends_on_version(self.config)
 
 
 @dataclass(frozen=True)

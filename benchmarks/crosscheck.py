@@ -34,10 +34,10 @@ HERE = Path(__file__).parent
 def paired(args: argparse.Namespace, model_path: str) -> tuple[float, float]:
     from transformers import AutoTokenizer
 
-    from autotune.analysis.stats import Summary
-    from autotune.process.results import ModelSpec, WorkloadSpec
+    from autotune.figures.stats import Summary
     from autotune.space import Target, build_plan
     from autotune.space.plan import Plan
+    from autotune.specs import ModelSpec, WorkloadSpec
     from autotune.worker.loading import load_model
     from autotune.worker.workload import GenerateWorkload, build_inputs
 

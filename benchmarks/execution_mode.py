@@ -19,8 +19,8 @@ def paired_rounds(args: argparse.Namespace, batch_size: int) -> tuple[list[float
     """Decode tok/s of each mode, one figure per round, the two modes alternating."""
     from transformers import AutoTokenizer
 
-    from autotune.process.results import ModelSpec, WorkloadSpec
     from autotune.space import Target, build_plan
+    from autotune.specs import ModelSpec, WorkloadSpec
     from autotune.worker.loading import load_model
     from autotune.worker.workload import GenerateWorkload, build_inputs
 
@@ -47,7 +47,7 @@ def paired_rounds(args: argparse.Namespace, batch_size: int) -> tuple[list[float
 
 
 def main() -> None:
-    from autotune.analysis.stats import Summary
+    from autotune.figures.stats import Summary
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="demo")

@@ -39,7 +39,7 @@ import optuna
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # autotune and benchmarks, run as a script
 
 from autotune import study as studies
-from autotune.analysis.metrics import KL_DIVERGENCE, PEAK_MEMORY, THROUGHPUT
+from autotune.figures.metrics import KL_DIVERGENCE, PEAK_MEMORY, THROUGHPUT
 from autotune.paths import PACKAGED_SPACE, default_cache_dir
 from autotune.search.strategy import ruled_out, warm_up_set
 from autotune.space import Config, SearchSpace, config_key, load_space

@@ -15,12 +15,13 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from autotune.analysis.metrics import OBJECTIVES
-from autotune.process.results import ModelSpec, WorkloadSpec, write_json_atomically
+from autotune.figures.metrics import OBJECTIVES
+from autotune.process.results import write_json_atomically
 from autotune.process.runner import Limits, run_task
 from autotune.profiles import resolve_hardware
-from autotune.search import BudgetSpec, HardwareSpec, SearchRequest, plan_target, prepare, trial_spec
+from autotune.search.prepare import plan_target, prepare, trial_spec
 from autotune.space import build_plan, config_key, load_space
+from autotune.specs import BudgetSpec, HardwareSpec, ModelSpec, SearchRequest, WorkloadSpec
 
 KEPT = (*(metric.name for metric in OBJECTIVES), "ttft_s", "tpot_s", "top1_agreement", "compile_s", "throughput_cv")
 

@@ -22,7 +22,7 @@ import time
 import psutil
 
 from autotune.serving.figures import level_figures
-from autotune.serving.load import Target, run_load
+from autotune.serving.load import Endpoint, run_load
 from autotune.serving.server import HOST, free_port, split_cores
 
 
@@ -51,7 +51,7 @@ def wait_healthy(url: str, timeout_s: float = 30.0) -> None:
     raise RuntimeError(f"{url} did not answer within {timeout_s:.0f}s")
 
 
-def measure_rate(target: Target, rate: float, requests: int) -> tuple[dict, float]:
+def measure_rate(target: Endpoint, rate: float, requests: int) -> tuple[dict, float]:
     """Figures of one Poisson level and the generator's CPU seconds per second of wall time."""
     before, started = psutil.Process().cpu_times(), time.perf_counter()
     records = asyncio.run(run_load(target, ["hello"], "rate", [rate], requests, warmup=5))
@@ -76,7 +76,7 @@ def main() -> None:
     print(f"{'offered req/s':>14} {'completed req/s':>16} {'errors':>7} {'TTFT p50 ms':>12} {'TTFT p95 ms':>12} "
           f"{'generator CPU':>14}")  # fmt: skip
     try:
-        target = Target(f"http://{HOST}:{port}/v1/completions", "trivial", args.output_len)
+        target = Endpoint(f"http://{HOST}:{port}/v1/completions", "trivial", args.output_len)
         for rate in (float(value) for value in args.rates.split(",")):
             figures, cpu = measure_rate(target, rate, args.requests)
             ttft_ms = f"{figures['ttft_p50_s'] * 1000:>12.2f} {figures['ttft_p95_s'] * 1000:>12.2f}"

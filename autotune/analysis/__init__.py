@@ -1,2 +1,2 @@
-"""After the trials: objectives and figures, the Pareto front, constraints, picking one configuration,
-comparing studies."""
+"""After the trials: the Pareto front, picking one configuration, comparing studies (the figures they judge by
+are autotune.figures)."""

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from autotune.analysis.metrics import Metric
+from autotune.figures.metrics import Metric
 from autotune.study import TrialRecord
 
 CLOCK_SLACK = timedelta(seconds=1)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from autotune.analysis.compare import Comparison, GivenTolerances, compare
-from autotune.analysis.metrics import KL_DIVERGENCE, PEAK_MEMORY, THROUGHPUT
+from autotune.figures.metrics import KL_DIVERGENCE, PEAK_MEMORY, THROUGHPUT
 from autotune.space import Config
 from autotune.study import TrialRecord
 

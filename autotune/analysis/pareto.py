@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import optuna
 
-from autotune.analysis.metrics import KL_DIVERGENCE, OBJECTIVES, Metric
+from autotune.figures.metrics import KL_DIVERGENCE, OBJECTIVES, Metric
 from autotune.study import TrialRecord, records
 from autotune.study.optuna_internals import compute_hypervolume, is_pareto_front
 

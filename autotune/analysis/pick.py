@@ -12,10 +12,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from autotune.analysis.constraints import Constraint, failed, metric_name
-from autotune.analysis.metrics import OBJECTIVES, THROUGHPUT, Metric
 from autotune.analysis.pareto import non_dominated
 from autotune.errors import UserError
+from autotune.figures.constraints import Constraint, failed, metric_name
+from autotune.figures.metrics import OBJECTIVES, THROUGHPUT, Metric
 from autotune.study import TrialRecord
 
 

@@ -13,8 +13,8 @@ from typing import Annotated
 
 import typer
 
-from autotune.analysis.objectives import goal_from_flags
 from autotune.cli.flags import (
+    FLAG,
     Artifacts,
     AsJson,
     Budget,
@@ -40,7 +40,7 @@ from autotune.cli.printers import (
     print_best,
     print_comparison,
     print_dry_run,
-    print_front,
+    print_finished,
     print_gpus,
     print_history,
     print_measurement,
@@ -48,9 +48,9 @@ from autotune.cli.printers import (
     print_worker_summary,
 )
 from autotune.errors import NothingSatisfiesError, SearchError, UserError
-from autotune.process.results import ModelSpec, WorkloadSpec
+from autotune.figures.objectives import search_goal
 from autotune.search import interrupts
-from autotune.specs import BudgetSpec, HardwareSpec
+from autotune.specs import BudgetSpec, HardwareSpec, ModelSpec, WorkloadSpec
 
 app = typer.Typer(
     add_completion=False,
@@ -61,7 +61,9 @@ app = typer.Typer(
 
 
 @app.callback()
-def _root(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log what the library does.")] = False):
+def _root(
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log what the library does.", metavar=FLAG)] = False,
+):
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
@@ -95,7 +97,11 @@ def search(
     artifacts: Artifacts = None,
     dry_run: Annotated[
         bool,
-        typer.Option("--dry-run", help="Print the trials the search would run first, in order, with why; run nothing."),
+        typer.Option(
+            "--dry-run",
+            help="Print the trials the search would run first, in order, with why; run nothing.",
+            metavar=FLAG,
+        ),
     ] = False,
     as_json: AsJson = False,
 ) -> None:
@@ -108,7 +114,7 @@ def search(
     Example: autotune search --model Qwen/Qwen3-8B --gpu h100 --dry-run
     """
     workload_given = _given(context, "kind")
-    goal = goal_from_flags(objective, objectives, workload_given, constraint or [])
+    goal = search_goal(objective, objectives, workload_given, constraint or [])
     if goal.workload is not None:
         workload = replace(workload, kind=goal.workload)
     if dry_run:
@@ -118,12 +124,10 @@ def search(
         raise UserError("--json goes with --dry-run here; a search prints its trials and writes a report")
     printer = TrialPrinter(out)  # progress from the first second: the imports below take a while
     printer.progress("loading autotune's libraries (optuna, sqlalchemy)")
-    from autotune.analysis.constraints import parse_constraints
-    from autotune.report import build_report, default_report_path
-    from autotune.report.data import collect
-    from autotune.search import SearchRequest, StorageSpec, run_search
-    from autotune.study import load_stored_study
-    from autotune.study.artifacts import attach_report
+    from autotune.figures.constraints import parse_constraints
+    from autotune.search.finish import finish
+    from autotune.search.run import run_search
+    from autotune.specs import SearchRequest, StorageSpec
     from autotune.validate import check_search_inputs
 
     if budget.budget_s is None and budget.max_trials is None:
@@ -145,17 +149,7 @@ def search(
     interrupts.install()
     summary = run_search(request, printer)
     print_search_summary(summary)
-    stored = load_stored_study(summary.storage, summary.study_name)
-    data = collect(stored, summary.storage)
-    if data.cards:
-        print_front(summary.study_name, data.cards, data.settings.objective_metrics)
-    else:
-        out.print(f"Pareto front of {summary.study_name}: empty, {data.empty_front_reason()}")
-    path = build_report(summary.study_name, summary.storage, report or default_report_path(summary.study_name))
-    out.print(f"report: {path}")
-    stored_in = attach_report(summary.study_name, summary.storage, artifacts, path)
-    if stored_in:
-        out.print(f"trial logs and the report are stored as Optuna artifacts in {stored_in}")
+    print_finished(finish(summary, report, artifacts))
     if summary.failed_workers:
         print(f"autotune: {'; '.join(summary.failed_workers)} (its lines above say why)", file=sys.stderr)
         raise typer.Exit(1)
@@ -196,15 +190,14 @@ def worker(
 
     Example: autotune worker --study qwen-h100 --storage postgresql://tuner@db/studies --device cuda:1
     """
-    from autotune.process.runner import PARENT_PID_VARIABLE
-    from autotune.search import StorageSpec, WorkerRequest, join_study
+    from autotune.process.life import PARENT_PID_VARIABLE, die_with_parent
+    from autotune.search.run import join_study
+    from autotune.specs import StorageSpec, WorkerRequest
     from autotune.validate import check_device
 
     check_device(device)
     interrupts.install()
     if PARENT_PID_VARIABLE in os.environ:  # started by `search --devices`: end with it
-        from autotune.worker.__main__ import die_with_parent
-
         die_with_parent()
     places = StorageSpec(study, storage, artifacts)
     summary = join_study(WorkerRequest(places, device, budget, trust_remote_code, run_id), TrialPrinter(out))
@@ -231,7 +224,7 @@ def compare(
     output: Annotated[
         CompareFormat, typer.Option("--format", help="table, json, or markdown (a CI job summary).")
     ] = CompareFormat.table,
-    as_json: Annotated[bool, typer.Option("--json", help="The same as --format json.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="The same as --format json.", metavar=FLAG)] = False,
 ) -> None:
     """Compare two studies: how each front configuration's figures moved; exit 3 on a regression.
 
@@ -327,9 +320,9 @@ def measure(
 
     Example: autotune measure --model demo --set dtype=bfloat16 --set attn_implementation=sdpa --json
     """
-    from autotune.search import BudgetSpec, SearchRequest
     from autotune.search.measure import measure as measure_configuration
     from autotune.search.measure import parse_settings
+    from autotune.specs import BudgetSpec, SearchRequest
     from autotune.validate import check_measure_inputs
 
     budget = BudgetSpec(trial_timeout_s=trial_timeout_s)
@@ -405,8 +398,8 @@ def best(
     Example: autotune best --study demo-cpu --max-memory 20GB --max-kl 0.01 --format json
     """
     from autotune import study as studies
-    from autotune.analysis.constraints import parse_constraint, parse_constraints
     from autotune.analysis.pick import goal_from_flags, pick
+    from autotune.figures.constraints import parse_constraint, parse_constraints
     from autotune.report.data import card
 
     shortcuts = [

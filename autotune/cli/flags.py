@@ -19,8 +19,7 @@ import typer
 from autotune.analysis.tolerances import GivenTolerances
 from autotune.data import load_prompts
 from autotune.errors import UserError
-from autotune.process.results import ModelSpec, WorkloadSpec
-from autotune.specs import BudgetSpec, HardwareSpec
+from autotune.specs import BudgetSpec, HardwareSpec, ModelSpec, WorkloadSpec
 from autotune.units import parse_duration
 
 Command = TypeVar("Command", bound=Callable[..., Any])
@@ -96,13 +95,16 @@ Objectives = Annotated[
         show_default="the preset's",
     ),
 ]
-AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+FLAG = ""  # the metavar of an on/off flag: help would show `<bool>` as if it took a value
+AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON object.", metavar=FLAG)]
 Device = Annotated[str | None, typer.Option("--device", help="cuda, cuda:N or cpu.", show_default="from --gpu")]
 SpacePath = Annotated[
     Path | None,
     typer.Option("--space", help="Search-space YAML.", show_default="the packaged autotune/spaces/default.yaml"),
 ]
-TrustRemoteCode = Annotated[bool, typer.Option("--trust-remote-code", help="Allow the model's own code to run.")]
+TrustRemoteCode = Annotated[
+    bool, typer.Option("--trust-remote-code", help="Allow the model's own code to run.", metavar=FLAG)
+]
 Artifacts = Annotated[
     str | None,
     typer.Option(

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
-from autotune.analysis.metrics import KL_DIVERGENCE, OBJECTIVES, PEAK_MEMORY, THROUGHPUT, Metric
 from autotune.cli.progress import ProgressDisplay
+from autotune.figures.metrics import KL_DIVERGENCE, OBJECTIVES, PEAK_MEMORY, THROUGHPUT, Metric
 from autotune.space import Config
 from autotune.space.knobs import short_name
 from autotune.units import format_bytes, format_duration
@@ -26,8 +26,9 @@ if TYPE_CHECKING:
     from autotune.analysis.pick import Pick
     from autotune.profiles import DetectedDevice
     from autotune.report.data import ParetoCard
-    from autotune.search import SearchSummary
     from autotune.search.dry_run import DryRun
+    from autotune.search.finish import Finished
+    from autotune.search.options import SearchSummary
     from autotune.study import TrialRecord
 
 out = Console(highlight=False, markup=False, soft_wrap=True)
@@ -38,6 +39,12 @@ if not out.is_terminal:  # piped or logged: do not squeeze tables into 80 column
 def knobs_line(config: Config) -> str:
 
     return " ".join(f"{short_name(name)}={value}" for name, value in config.items())
+
+
+def changes_line(config: Config, baseline: Config) -> str:
+    """The knobs whose value differs from the baseline's ("baseline" when none does)."""
+    changed = {name: value for name, value in config.items() if baseline.get(name) != value}
+    return knobs_line(changed) if changed else "baseline"
 
 
 class TrialPrinter:
@@ -155,14 +162,31 @@ def print_worker_summary(summary: SearchSummary) -> None:
     )
 
 
+def print_finished(finished: Finished) -> None:
+    """After a search: its front (or why it is empty), the report, and where the artifacts are."""
+    name = finished.summary.study_name
+    if finished.front:
+        print_front(name, finished.front, finished.objectives, finished.baseline)
+    else:
+        out.print(f"Pareto front of {name}: empty, {finished.empty_front_reason}")
+    out.print(f"report: {finished.report}")
+    if finished.artifacts:
+        out.print(f"trial logs and the report are stored as Optuna artifacts in {finished.artifacts}")
+
+
 SHOWN_IN_FRONT = {THROUGHPUT.name, "ttft_s", PEAK_MEMORY.name, KL_DIVERGENCE.name, "top1_agreement"}
 
 
-def print_front(study_name: str, cards: list[ParetoCard], objectives: Sequence[Metric] = OBJECTIVES) -> None:
-    """The front's figures, and a column for each of the study's objectives the usual ones leave out."""
+def print_front(
+    study_name: str, cards: list[ParetoCard], objectives: Sequence[Metric] = OBJECTIVES, baseline: Config | None = None
+) -> None:
+    """The front's figures, each configuration as its changes from the baseline, and a column for each of the
+    study's objectives the usual ones leave out."""
     extra = [metric for metric in objectives if metric.name not in SHOWN_IN_FRONT]
-    table = Table(title=f"Pareto front of {study_name}")
-    for column in ("#", "configuration", "tok/s", "vs baseline", "ttft", "memory", "KL", "top-1"):
+    title = f"Pareto front of {study_name}" + (f" (baseline: {knobs_line(baseline)})" if baseline else "")
+    table = Table(title=title)
+    changes = "changes from the baseline" if baseline else "configuration"
+    for column in ("#", changes, "tok/s", "vs baseline", "ttft", "memory", "KL", "top-1"):
         table.add_column(column)
     for metric in extra:
         table.add_column(metric.heading)
@@ -170,7 +194,7 @@ def print_front(study_name: str, cards: list[ParetoCard], objectives: Sequence[M
         m = card.record.metrics
         table.add_row(
             str(card.record.number),
-            knobs_line(card.record.config),
+            changes_line(card.record.config, baseline) if baseline else knobs_line(card.record.config),
             f"{m[THROUGHPUT.name]:.1f}",
             f"{card.speedup:.2f}x" if card.speedup else "-",
             f"{m['ttft_s'] * 1000:.1f} ms",

@@ -22,6 +22,7 @@ from pathlib import Path
 import psutil
 
 from autotune.process import phases
+from autotune.process.life import child_environment
 from autotune.process.results import Outcome, TaskResult, TaskSpec, write_json_atomically
 from autotune.units import format_duration
 
@@ -30,7 +31,6 @@ log = logging.getLogger(__name__)
 POLL_S = 0.25
 TERMINATE_GRACE_S = 3.0
 LOG_TAIL_CHARS = 4000
-PARENT_PID_VARIABLE = "AUTOTUNE_PARENT_PID"  # read by autotune.worker.__main__
 
 
 @dataclass(frozen=True)
@@ -164,7 +164,7 @@ class ForkedWorker:
 
 
 class ForkServer:
-    """The study process's fork server (autotune.process.forkserver), started on first use."""
+    """The study process's fork server (autotune.worker.forkserver), started on first use."""
 
     START_TIMEOUT_S = 120.0
 
@@ -208,7 +208,7 @@ class ForkServer:
             return True
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "autotune.process.forkserver"],
+                [sys.executable, "-m", "autotune.worker.forkserver"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
@@ -239,8 +239,7 @@ FORK_SERVER = ForkServer()
 
 
 def _worker_environment() -> dict[str, str]:
-    env = dict(os.environ)
-    env[PARENT_PID_VARIABLE] = str(os.getpid())
+    env = child_environment(dict(os.environ))
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     env.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     env.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")

@@ -21,10 +21,10 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from autotune import study as studies
-from autotune.analysis.constraints import Constraint, parse_constraints
 from autotune.analysis.found import BestFound, best_found
-from autotune.analysis.metrics import KL_DIVERGENCE, OBJECTIVES, PEAK_MEMORY, THROUGHPUT, Metric
 from autotune.analysis.pareto import hypervolume, scaled_losses, study_front
+from autotune.figures.constraints import Constraint, parse_constraints
+from autotune.figures.metrics import KL_DIVERGENCE, OBJECTIVES, PEAK_MEMORY, THROUGHPUT, Metric
 from autotune.report.snippets import json_snippet, python_snippet, serve_command
 from autotune.space.plan import Plan
 from autotune.study import StudySettings, TrialRecord
@@ -125,6 +125,8 @@ class ReportData:
     parallel: Parallel | None = None
     progress: Progress | None = None
     failures: list[FailureGroup] = field(default_factory=list)
+    excluded: dict[str, dict[str, str]] = field(default_factory=dict)  # knob -> value -> why it is never run again
+    suspected: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)  # still run: words point at them
     environment: dict[str, str] = field(default_factory=dict)
     best: list[BestFound] = field(default_factory=list)  # when each objective's best figure was found
     generated_at: str = field(default_factory=lambda: datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
@@ -170,6 +172,8 @@ def collect(study: optuna.Study, storage_url: str) -> ReportData:
         parallel=parallel(launched, settings.space, objectives),
         progress=progress(launched, objectives),
         failures=failure_groups(launched),
+        excluded=studies.exclusions(study),
+        suspected=studies.suspicions(study),
         environment=environment(settings, studies.search_runs(study), launched),
         best=best_found(launched, objectives, studies.search_runs(study)),
     )

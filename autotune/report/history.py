@@ -17,7 +17,7 @@ from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
 from autotune.analysis.history import FrontPoint, History, NightSummary
-from autotune.analysis.metrics import KL_FLOOR
+from autotune.figures.metrics import KL_FLOOR
 from autotune.space.knobs import short_name
 from autotune.units import format_bytes
 

@@ -1,4 +1,5 @@
-"""Render the report as one self-contained HTML page (plotly.js inlined once, no network needed).
+"""Lay out the report as one self-contained HTML page (plotly.js inlined once, no network needed); the figures
+themselves are drawn by autotune/report/charts.py.
 
 Every text that comes from a model, a prompt, an error or the user is escaped before it reaches the
 page: nothing from a trial can add markup or script.
@@ -7,14 +8,14 @@ page: nothing from a trial can add markup or script.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from html import escape
 from pathlib import Path
 
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
-from autotune.analysis.metrics import KL_DIVERGENCE, METRICS, PEAK_MEMORY, THROUGHPUT, Metric
+from autotune.figures.metrics import KL_DIVERGENCE, PEAK_MEMORY, THROUGHPUT
+from autotune.report.charts import front_chart, importance_chart, parallel_chart, progress_chart, three_d_chart
 from autotune.report.data import FailureGroup, ParetoCard, ReportData
 from autotune.report.serving import load_facts, load_table
 from autotune.study import TrialRecord
@@ -79,158 +80,15 @@ def _constraints_line(data: ReportData) -> str:
 # -------------------------------------------------------------------------------------------- plots
 
 
-def _knob_text(record: TrialRecord) -> str:
-    return "<br>".join(f"{escape(str(k))}={escape(str(v))}" for k, v in record.config.items())
-
-
-def _hover(record: TrialRecord) -> str:
-    m = record.metrics
-    roles = f" ({escape(', '.join(record.roles))})" if record.roles else ""
-    return (
-        f"<b>trial #{record.number}</b>{roles}<br>{_knob_text(record)}<br>"
-        f"{m[THROUGHPUT.name]:.1f} tok/s · ttft {m.get('ttft_s', math.nan) * 1000:.1f} ms<br>"
-        f"memory {format_bytes(m.get('peak_memory_bytes'))} · KL {m[KL_DIVERGENCE.name]:.2e}"
-    )
-
-
 def _front_figures(data: ReportData) -> str:
     complete = data.complete
     if not complete:
         return "<p>No trial completed yet, so there is no front to draw.</p>"
     front, objectives = set(data.pareto), data.settings.objective_metrics
-    html = _figure_html(_front_figure(complete, front, data, objectives), "fig-front")
+    html = _figure_html(front_chart(complete, front, data, objectives), "fig-front")
     if len(objectives) >= 3:
-        html += _figure_html(_three_d_figure(complete, front, data, objectives), "fig-front-3d")
+        html += _figure_html(three_d_chart(complete, front, data, objectives), "fig-front-3d")
     return html
-
-
-def _front_figure(
-    complete: list[TrialRecord], front: set[int], data: ReportData, objectives: Sequence[Metric]
-) -> go.Figure:
-    """The first objective against the second (or the first alone), coloured by the third where there is one."""
-    y_metric = objectives[0]
-    x_metric = objectives[1] if len(objectives) > 1 else None
-    colour = objectives[2] if len(objectives) > 2 else None
-    figure = go.Figure()
-    for on_front in (False, True):
-        records = [r for r in complete if (r.number in front) == on_front]
-        if not records:
-            continue
-        marker: dict = {"size": 14 if on_front else 9, "line": {"width": 2 if on_front else 0, "color": "#d62728"}}
-        if colour is not None:
-            shown = [colour.on_scale(r.metrics[colour.name]) for r in complete]
-            marker |= {
-                "color": [colour.on_scale(r.metrics[colour.name]) for r in records],
-                "colorscale": "Viridis",
-                "cmin": math.log10(colour.log_floor) if colour.log_floor else min(shown),
-                "cmax": max(shown) + 1e-9,
-                "colorbar": {"title": colour.axis_title} if on_front else None,
-                "showscale": on_front,
-            }
-        figure.add_trace(
-            go.Scatter(
-                x=[_x_value(r, x_metric) for r in records],
-                y=[_shown(r, y_metric) for r in records],
-                mode="markers",
-                name="Pareto front" if on_front else "other trials",
-                marker=marker,
-                hovertext=[_hover(r) for r in records],
-                hoverinfo="text",
-            )
-        )
-    for record, label, symbol in ((data.baseline, "baseline", "star"), (data.reference, "reference", "diamond")):
-        if record is not None:
-            figure.add_trace(
-                go.Scatter(
-                    x=[_x_value(record, x_metric)],
-                    y=[_shown(record, y_metric)],
-                    mode="markers+text",
-                    text=[label],
-                    textposition="top center",
-                    name=label,
-                    marker={"symbol": symbol, "size": 18, "color": "rgba(0,0,0,0)", "line": {"width": 2}},
-                    hovertext=[_hover(record)],
-                    hoverinfo="text",
-                )
-            )
-    against = f" vs {x_metric.heading}" if x_metric else ", trial by trial"
-    coloured = f" (colour: {colour.label})" if colour else ""
-    figure.update_layout(
-        title=f"{y_metric.heading.capitalize()}{against}{coloured}",
-        xaxis={"title": _axis_title(x_metric) if x_metric else "trial", "type": _axis_type(x_metric)},
-        yaxis={"title": _axis_title(y_metric), "type": _axis_type(y_metric)},
-        height=520,
-        legend={"orientation": "h", "y": -0.2},
-    )
-    return figure
-
-
-def _x_value(record: TrialRecord, metric: Metric | None) -> float:
-    return _shown(record, metric) if metric is not None else record.number
-
-
-def _axis_type(metric: Metric | None) -> str:
-    return "log" if metric is not None and metric.log_floor else "linear"
-
-
-def _axis_title(metric: Metric) -> str:
-    """On the figure's own scale (a log axis shows KL as it is, not its log10)."""
-    return f"{metric.heading} ({metric.unit})" if metric.unit and metric.unit != "nats/token" else metric.heading
-
-
-def _three_d_figure(
-    complete: list[TrialRecord], front: set[int], data: ReportData, objectives: Sequence[Metric]
-) -> go.Figure:
-    y_metric, x_metric, z_metric = objectives[:3]
-    figure = go.Figure(
-        go.Scatter3d(
-            x=[_shown(r, x_metric) for r in complete],
-            y=[_shown(r, y_metric) for r in complete],
-            z=[_shown(r, z_metric) for r in complete],
-            mode="markers",
-            name="trials",
-            marker={
-                "size": [8 if r.number in front else 4 for r in complete],
-                "color": ["#d62728" if r.number in front else "#7f7f7f" for r in complete],
-            },
-            hovertext=[_hover(r) for r in complete],
-            hoverinfo="text",
-        )
-    )
-    for record, label, symbol in ((data.baseline, "baseline", "cross"), (data.reference, "reference", "diamond")):
-        if record is not None:
-            figure.add_trace(
-                go.Scatter3d(
-                    x=[_shown(record, x_metric)],
-                    y=[_shown(record, y_metric)],
-                    z=[_shown(record, z_metric)],
-                    mode="markers+text",
-                    text=[label],
-                    name=label,
-                    marker={"symbol": symbol, "size": 10, "color": "#1f77b4"},
-                    hovertext=[_hover(record)],
-                    hoverinfo="text",
-                )
-            )
-    scene: dict = {"camera": {"eye": {"x": 1.6, "y": -1.6, "z": 0.8}}}  # far enough that no axis is cut off
-    for axis, metric in (("xaxis", x_metric), ("yaxis", y_metric), ("zaxis", z_metric)):
-        scene[f"{axis}_title"] = _axis_title(metric)
-        if metric.log_floor:
-            scene[f"{axis}_type"] = "log"
-    title = "All three objectives" if len(objectives) == 3 else "The first three objectives"
-    figure.update_layout(
-        title=f"{title} (red: Pareto front)",
-        scene=scene,
-        height=600,
-        margin={"l": 0, "r": 0, "b": 0, "t": 60},
-    )
-    return figure
-
-
-def _shown(record: TrialRecord, metric: Metric) -> float:
-    """The figure as a 3-D axis shows it: above its floor where the axis is logarithmic."""
-    value = record.metrics[metric.name]
-    return max(value, metric.log_floor) if metric.log_floor else value
 
 
 def _figure_html(figure: go.Figure, div_id: str) -> str:
@@ -333,63 +191,11 @@ def _importance_figures(data: ReportData) -> str:
     if importances is None or not importances.by_objective:
         parts.append(f"<p>Knob importances: {escape(importances.note if importances else 'not computed')}.</p>")
     else:
-        parts.append(_figure_html(_importance_figure(importances.by_objective), "fig-importance"))
+        parts.append(_figure_html(importance_chart(importances.by_objective), "fig-importance"))
         parts.append(f"<p class='note'>{escape(importances.note)}.</p>")
     if data.parallel is not None:
-        parts.append(_figure_html(_parallel_figure(data), "fig-parallel"))
+        parts.append(_figure_html(parallel_chart(data), "fig-parallel"))
     return "".join(parts)
-
-
-def _importance_figure(by_objective: dict[str, dict[str, float]]) -> go.Figure:
-    knobs = sorted({knob for shares in by_objective.values() for knob in shares})
-    figure = go.Figure()
-    for objective, shares in by_objective.items():
-        label = METRICS[objective].heading
-        figure.add_trace(
-            go.Bar(
-                y=knobs,
-                x=[shares.get(knob, 0.0) for knob in knobs],
-                orientation="h",
-                name=label,
-                hovertemplate="%{y}: %{x:.0%}<extra>" + escape(label) + "</extra>",
-            )
-        )
-    figure.update_layout(
-        title="How much each knob matters, per objective (Optuna PED-ANOVA importance)",
-        barmode="group",
-        xaxis={"title": "share of importance", "tickformat": ".0%"},
-        height=160 + 60 * len(knobs),
-        legend={"orientation": "h", "y": -0.25},
-    )
-    return figure
-
-
-def _parallel_figure(data: ReportData) -> go.Figure:
-    assert data.parallel is not None
-    dimensions = []
-    for axis in data.parallel.axes:
-        dimension: dict = {"label": axis.label, "values": axis.values}
-        if axis.ticks is not None:
-            dimension |= {"tickvals": list(range(len(axis.ticks))), "ticktext": [str(t) for t in axis.ticks]}
-            dimension["range"] = [-0.3, len(axis.ticks) - 0.7]
-        dimensions.append(dimension)
-    figure = go.Figure(
-        go.Parcoords(
-            dimensions=dimensions,
-            line={
-                "color": data.parallel.colour,
-                "colorscale": "Viridis",
-                "showscale": True,
-                "colorbar": {"title": "tok/s"},
-            },
-        )
-    )
-    figure.update_layout(
-        title=f"All {len(data.parallel.numbers)} complete trials: knobs and objectives (colour: throughput)",
-        height=480,
-        margin={"l": 80, "r": 80, "t": 90},
-    )
-    return figure
 
 
 # -------------------------------------------------------------------------------------- progress
@@ -399,59 +205,8 @@ def _progress_figure(data: ReportData) -> str:
     progress = data.progress
     if progress is None:
         return "<p>No trial has run yet.</p>"
-    labels = [f"#{n}" for n in progress.numbers]
-    spent = zip(progress.numbers, progress.trial_time_s, strict=True)
-    hover = [f"after trial #{n}, {format_duration(t)} in trials" for n, t in spent]
-    figure = go.Figure()
-    figure.add_trace(
-        go.Scatter(
-            x=labels,
-            y=progress.hypervolume,
-            name="hypervolume (share of final)",
-            mode="lines+markers",
-            line={"shape": "hv"},
-            hovertext=hover,
-        )
-    )
-    figure.add_trace(
-        go.Scatter(
-            x=labels,
-            y=progress.best_throughput,
-            name="best throughput so far (tok/s)",
-            mode="lines",
-            line={"shape": "hv", "dash": "dot"},
-            yaxis="y2",
-        )
-    )
-    figure.add_trace(
-        go.Scatter(
-            x=labels,
-            y=progress.best_memory,
-            name="lowest peak memory so far (GB)",
-            mode="lines",
-            line={"shape": "hv", "dash": "dash"},
-            yaxis="y3",
-        )
-    )
-    figure.update_layout(
-        title="Hypervolume of the front and best-so-far, trial by trial",
-        xaxis={"title": "launched trials, in order", "type": "category", "domain": [0, 0.86]},
-        yaxis={"title": "hypervolume", "tickformat": ".0%", "range": [0, 1.05]},
-        yaxis2={"title": "tok/s", "overlaying": "y", "side": "right", "showgrid": False, "rangemode": "tozero"},
-        yaxis3={
-            "title": "GB",
-            "overlaying": "y",
-            "side": "right",
-            "position": 0.96,
-            "anchor": "free",
-            "showgrid": False,
-            "rangemode": "tozero",
-        },
-        height=420,
-        legend={"orientation": "h", "y": -0.3},
-    )
     verdict = f"<p class='verdict'>{escape(progress.verdict)}</p>"
-    return _figure_html(figure, "fig-progress") + verdict + _best_found(data)
+    return _figure_html(progress_chart(progress), "fig-progress") + verdict + _best_found(data)
 
 
 def _best_found(data: ReportData) -> str:
@@ -476,7 +231,24 @@ def _best_found(data: ReportData) -> str:
 def _failures(data: ReportData) -> str:
     if not data.failures:
         return "<p>No trial failed.</p>"
-    return "".join(_failure_group(group) for group in data.failures)
+    return _values_taken_out(data) + "".join(_failure_group(group) for group in data.failures)
+
+
+def _values_taken_out(data: ReportData) -> str:
+    """Values excluded for the study (a typed refusal, or suspected in two configurations) and values suspected."""
+    excluded = [
+        f"<li><b>excluded</b>: {escape(reason)}</li>" for values in data.excluded.values() for reason in values.values()
+    ]
+    suspected = [
+        f"<li><b>suspected</b>: {escape(knob)}={escape(value)} (trial #{found['trial']}: {escape(found['reason'])}); "
+        "only the words of the error point at it, so it is tried again in another configuration</li>"
+        for knob, values in data.suspected.items()
+        for value, found in values.items()
+    ]
+    if not excluded and not suspected:
+        return ""
+    items = "".join(excluded + suspected)
+    return f"<div class='taken-out'><h3>Knob values blamed for a failure</h3><ul>{items}</ul></div>"
 
 
 def _failure_group(group: FailureGroup) -> str:
@@ -490,13 +262,22 @@ def _failure_group(group: FailureGroup) -> str:
         )
         items.append(
             f"<li><b>#{record.number}</b>{where}: <span class='knobs'>{escape(_config_text(record))}</span>"
-            f"<pre class='error'>{escape(record.message or '(no message)')}</pre>{log}</li>"
+            f"{_blame(record)}<pre class='error'>{escape(record.message or '(no message)')}</pre>{log}</li>"
         )
     count = len(group.trials)
     return (
         f"<div class='failure-group' data-outcome='{escape(group.outcome)}'><h3>{escape(group.outcome)}: "
         f"{count} trial{'s' if count != 1 else ''}</h3><p>{escape(group.meaning)}</p><ul>{''.join(items)}</ul></div>"
     )
+
+
+def _blame(record: TrialRecord) -> str:
+    """Which value the failure points at, and whether that is certain (a typed refusal) or a suspicion."""
+    if not record.blame:
+        return ""
+    named = f"{record.blame['knob']}={record.blame['value']}"
+    how = "refused (excluded for the study)" if record.blame.get("certain") else "suspected from the error's words"
+    return f" <span class='blame'>{escape(named)}: {how}</span>"
 
 
 # ------------------------------------------------------------------------------------------- tables

@@ -2,30 +2,7 @@
 
 request -> session (the study, checked and created or joined) -> prepare (model, reference) ->
 loop (ask, claim, run the worker, tell) -> run (in this process, as a worker, or one per device).
+
+Nothing is imported here, so that `autotune.search.interrupts` (which the CLI installs at once) loads
+without optuna and sqlalchemy: import from the modules themselves (autotune.search.run, ...).
 """
-
-from autotune.search.loop import expected_duration_s, overrun_reason
-from autotune.search.options import SearchError, SearchEvents, SearchSummary
-from autotune.search.prepare import Prepared, baseline_config, plan_target, prepare, trial_spec
-from autotune.search.run import join_study, run_search
-from autotune.specs import BudgetSpec, HardwareSpec, SearchRequest, StorageSpec, WorkerRequest
-
-__all__ = [
-    "BudgetSpec",
-    "HardwareSpec",
-    "Prepared",
-    "SearchError",
-    "SearchEvents",
-    "SearchRequest",
-    "SearchSummary",
-    "StorageSpec",
-    "WorkerRequest",
-    "baseline_config",
-    "expected_duration_s",
-    "join_study",
-    "overrun_reason",
-    "plan_target",
-    "prepare",
-    "run_search",
-    "trial_spec",
-]

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from autotune.analysis.metrics import OBJECTIVES, Metric, objectives_named
 from autotune.errors import UserError
+from autotune.figures.metrics import OBJECTIVES, Metric, objectives_named
 from autotune.paths import default_space_path
 from autotune.profiles import PROFILES, GpuProfile, resolve_hardware
 from autotune.search.forecast import Forecaster

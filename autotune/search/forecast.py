@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-from autotune.analysis.metrics import OBJECTIVES, Metric
+from autotune.figures.metrics import OBJECTIVES, Metric
 from autotune.search.changes import Changes
 from autotune.space import KNOBS, Config, SearchSpace, config_key
 from autotune.space.knobs import DeviceKind, Expectation

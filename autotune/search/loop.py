@@ -279,8 +279,8 @@ class TrialLoop:
             artifacts.attach(self.session.artifact_store, trial, workdir / "worker.log", artifacts.LOG_MIMETYPE)
             with deferred():
                 self._record(trial, config, result, duration)
-        if result.excludes:
-            self.space = _exclude(self.study, self.session.space, result)
+        self.space = judge_values(self.study, self.session.space, trial.number, config, result)
+        if result.excludes or result.suspects:
             self.situation = self._situation()
         self.spending.add_trial(result, duration, compiles)
         self.launched += 1
@@ -321,6 +321,8 @@ class TrialLoop:
             return
         message = f"interrupted by {interrupt}: the search or worker was stopped; retried once when it resumes"
         result = TaskResult(Outcome.INTERRUPTED, message, phase="measure")
+        log = self.session.trial_workdir(trial.number) / "worker.log"  # as recovery stores it after a SIGKILL
+        artifacts.attach(self.session.artifact_store, trial, log, artifacts.LOG_MIMETYPE)
         studies.record_result(self.study, trial, result, time.monotonic() - self.started)
         retry = storage.get_heartbeat_stale_trial_callback()
         if retry is not None:
@@ -360,8 +362,34 @@ def _injected_fault(launch_index: int) -> dict[str, str] | None:
     return json.loads(faults).get(str(launch_index)) if faults else None
 
 
-def _exclude(study: optuna.Study, space: SearchSpace, result: TaskResult) -> SearchSpace:
-    assert result.excludes is not None
-    knob, value = result.excludes["knob"], result.excludes["value"]
-    studies.add_exclusion(study, knob, value, f"{knob}={value} cannot run here: {result.message.splitlines()[0]}")
-    return studies.space_with_exclusions(space, study)
+def judge_values(
+    study: optuna.Study, declared: SearchSpace, number: int, config: Config, result: TaskResult
+) -> SearchSpace:
+    """What a trial's result says of its values; the space left to search.
+
+    A typed refusal excludes its value for the study. A value only the words of an error point at is suspected,
+    and excluded when a trial of another configuration fails on it too; a trial that completes clears the
+    suspicion of its values.
+    """
+    if result.excludes:
+        knob, value = result.excludes["knob"], result.excludes["value"]
+        studies.add_exclusion(study, knob, value, f"{knob}={value} cannot run here: {_first_line(result.message)}")
+    elif result.suspects:
+        knob, value = result.suspects["knob"], result.suspects["value"]
+        earlier = studies.suspicions(study).get(knob, {}).get(str(value))
+        if earlier is None:
+            studies.add_suspicion(study, knob, value, number, config_key(config), _first_line(result.message))
+        elif earlier["config_key"] != config_key(config):
+            why = f"trials #{earlier['trial']} and #{number} failed with words that point at it"
+            reason = f"{knob}={value} is suspected twice ({why}): {_first_line(result.message)}"
+            studies.add_exclusion(study, knob, value, reason)
+    elif result.ok:
+        suspected = studies.suspicions(study)
+        for knob, value in config.items():
+            if str(value) in suspected.get(knob, {}):
+                studies.clear_suspicion(study, knob, value)
+    return studies.space_with_exclusions(declared, study)
+
+
+def _first_line(message: str) -> str:
+    return message.splitlines()[0] if message else ""

@@ -11,9 +11,11 @@ from autotune.paths import default_space_path
 from autotune.process.results import TaskResult
 from autotune.process.runner import Limits, run_task
 from autotune.profiles import resolve_hardware
-from autotune.search import SearchRequest, baseline_config, plan_target, prepare, trial_spec
+from autotune.search.prepare import baseline_config, plan_target, prepare, trial_spec
 from autotune.space import KNOBS, Config, SearchSpace, build_plan, load_space
-from autotune.space.knobs import Value, why_not_installed
+from autotune.space.knobs import Value
+from autotune.space.rules import why_not_installed
+from autotune.specs import SearchRequest
 
 
 def parse_settings(pairs: list[str]) -> dict[str, Value]:

@@ -9,13 +9,13 @@ from typing import Any
 
 from autotune.errors import UserError
 from autotune.paths import demo_draft_path
-from autotune.process.results import Candidate, ModelSpec, Outcome, TaskResult, TaskSpec
+from autotune.process.results import Candidate, Outcome, TaskResult, TaskSpec
 from autotune.process.runner import Limits, run_task
-from autotune.profiles import GpuProfile, Hardware
+from autotune.profiles import GpuProfile, ResolvedHardware
 from autotune.search.options import SearchError
-from autotune.space import Config, SearchSpace, Target, build_plan
-from autotune.space.knobs import KNOBS, AttentionKnob, DtypeKnob, WorkloadKnob, knob_defaults, why_not_installed
-from autotune.specs import SearchRequest
+from autotune.space import Config, SearchSpace, Target, build_plan, rules
+from autotune.space.knobs import AttentionKnob, DtypeKnob, WorkloadKnob, knob_defaults
+from autotune.specs import ModelSpec, SearchRequest
 from autotune.study import PreparedFacts
 
 MODEL_PHASES = ("resolve", "tokenizer")  # a failure there is the model argument's: bad input
@@ -33,7 +33,7 @@ class Prepared:
     greedy_reference_path: str
     reference_perplexity: float
     baseline_config: Config
-    hardware: Hardware
+    hardware: ResolvedHardware
 
     def facts(self) -> PreparedFacts:
         return PreparedFacts(
@@ -50,7 +50,7 @@ class Prepared:
 
 def prepare(
     request: SearchRequest,
-    hardware: Hardware,
+    hardware: ResolvedHardware,
     space: SearchSpace,
     workdir: Path,
     deadline: float | None,
@@ -158,8 +158,8 @@ def plan_target(profile: GpuProfile, request: SearchRequest) -> Target:
 def runnable_space(declared: SearchSpace, profile: GpuProfile, target: Target) -> SearchSpace:
     """What a search samples: the values the profile can run, whose packages are installed here, that the
     workload would not only see refused."""
-    hardware = declared.prune(profile.why_not_value).prune(why_not_installed)
-    return hardware.prune(lambda knob, value: KNOBS[knob].why_not_for(value, target))
+    hardware = declared.prune(profile.why_not_value).prune(rules.why_not_installed)
+    return hardware.prune(lambda knob, value: rules.workload_problem(knob, value, target))
 
 
 def assistant_model(request: SearchRequest) -> str | None:

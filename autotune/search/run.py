@@ -28,7 +28,7 @@ from autotune import study as studies
 from autotune.analysis.found import best_found
 from autotune.errors import UserError
 from autotune.process import phases
-from autotune.process.runner import PARENT_PID_VARIABLE
+from autotune.process.life import child_environment
 from autotune.profiles import detect_gpu
 from autotune.search.interrupts import Interrupted, StudyPlace, deferred
 from autotune.search.loop import TrialLoop
@@ -234,7 +234,7 @@ def _start_worker(
     events: SearchEvents,
 ) -> _Worker:
     request = session.request
-    env = {**os.environ, PARENT_PID_VARIABLE: str(os.getpid())}  # the worker dies with this process
+    env = child_environment(dict(os.environ))  # the worker dies with this process
     command = [sys.executable, "-m", "autotune", "worker", "--study", session.name, "--storage", session.storage_url,
                "--trial-timeout", f"{request.budget.trial_timeout_s:.0f}s", "--run-id", run_id]  # fmt: skip
     if device == "cpu":

@@ -10,24 +10,20 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from autotune import extras
 from autotune import study as studies
-from autotune.analysis.constraints import Constraint, parse_constraints
-from autotune.analysis.objectives import ENERGY, check_available
 from autotune.analysis.pareto import front_numbers
 from autotune.errors import UserError
+from autotune.figures.constraints import Constraint, parse_constraints
+from autotune.figures.objectives import ENERGY, check_available
 from autotune.paths import default_space_path
-from autotune.process.results import ModelSpec, QualitySpec, WorkloadSpec
-from autotune.profiles import GpuProfile, Hardware, hardware_for, resolve_hardware
+from autotune.profiles import GpuProfile, ResolvedHardware, hardware_for, has_energy_counter, resolve_hardware
 from autotune.search.options import SearchEvents
 from autotune.search.prepare import Prepared, plan_target, runnable_space
-from autotune.space import KNOBS, Config, SearchSpace, config_key, load_space
-from autotune.space.knobs import why_not_installed
-from autotune.specs import HardwareSpec, SearchRequest, WorkerRequest
+from autotune.space import Config, SearchSpace, config_key, load_space, rules
+from autotune.specs import HardwareSpec, ModelSpec, QualitySpec, SearchRequest, WorkerRequest, WorkloadSpec
 from autotune.study import StudySettings, artifacts
 from autotune.study.claims import Claims
 from autotune.study.recovery import LogAttacher, recover_interrupted
-from autotune.worker.measurement.energy import has_energy_counter
 
 
 @dataclass
@@ -35,7 +31,7 @@ class Session:
     """What the search knows before any trial: hardware, space, study name and storage."""
 
     request: SearchRequest
-    hardware: Hardware
+    hardware: ResolvedHardware
     space: SearchSpace
     name: str
     storage_url: str
@@ -159,10 +155,10 @@ def uninstalled_notes(space: SearchSpace) -> list[str]:
     left_out: dict[str, dict[str, list[str]]] = {}  # install line -> knob -> values
     for knob, values in space.removed.items():
         for value, reason in values.items():
-            if reason != why_not_installed(knob, value):
+            package = rules.missing_package(knob, value)
+            if package is None or reason != rules.why_not_installed(knob, value):
                 continue  # removed for another reason (the hardware), before its packages were looked at
-            for package in extras.missing(KNOBS[knob].packages(value)):
-                left_out.setdefault(package.install, {}).setdefault(knob, []).append(value)
+            left_out.setdefault(package.install, {}).setdefault(knob, []).append(value)
     return [
         "not searched, their packages are not installed here: "
         + "; ".join(f"{knob}={', '.join(values)}" for knob, values in knobs.items())
@@ -171,7 +167,7 @@ def uninstalled_notes(space: SearchSpace) -> list[str]:
     ]
 
 
-def _check_objectives(settings: StudySettings, hardware: Hardware) -> None:
+def _check_objectives(settings: StudySettings, hardware: ResolvedHardware) -> None:
     """An objective this device or workload cannot measure is bad input, not a study of failed trials."""
     counter = ENERGY in settings.objectives and has_energy_counter(hardware.device)
     device_kind = "cuda" if hardware.device.startswith("cuda") else "cpu"

@@ -30,8 +30,8 @@ from functools import cached_property
 
 import numpy as np
 
-from autotune.analysis.metrics import KL_DIVERGENCE, OBJECTIVES, PEAK_MEMORY, THROUGHPUT, Metric
 from autotune.analysis.pareto import contributions, hypervolume, raw_losses, scaled, scaled_losses
+from autotune.figures.metrics import KL_DIVERGENCE, OBJECTIVES, PEAK_MEMORY, THROUGHPUT, Metric
 from autotune.process.results import Outcome
 from autotune.search.changes import Changes, describe, fill, with_value
 from autotune.search.forecast import Forecast, Forecaster, Measured, family

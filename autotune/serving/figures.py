@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from autotune.analysis.stats import Summary, percentile
+from autotune.figures.stats import Summary, percentile
 from autotune.serving.load import RequestRecord
 
 PERCENTILES = (50, 95, 99)

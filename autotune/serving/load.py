@@ -51,7 +51,7 @@ class RequestRecord:
 
 
 @dataclass(frozen=True)
-class Target:
+class Endpoint:
     """Where and what to send: the completions URL, the served model name, the forced output length."""
 
     url: str
@@ -71,7 +71,7 @@ class Target:
         }
 
 
-async def send(client: httpx.AsyncClient, target: Target, prompt: str, level: float | None) -> RequestRecord:
+async def send(client: httpx.AsyncClient, target: Endpoint, prompt: str, level: float | None) -> RequestRecord:
     """One streaming completion request; every failure is kept in the record, never raised."""
     record = RequestRecord(level=level, start=time.perf_counter())
     try:
@@ -109,7 +109,7 @@ async def _read_stream(response: httpx.Response, record: RequestRecord) -> None:
 
 
 async def run_load(
-    target: Target,
+    target: Endpoint,
     prompts: Sequence[str],
     mode: str,
     levels: Sequence[float],
@@ -132,7 +132,7 @@ async def run_load(
 
 
 async def _poisson(
-    client: httpx.AsyncClient, target: Target, prompts: Sequence[str], rate: float, count: int, rng: random.Random
+    client: httpx.AsyncClient, target: Endpoint, prompts: Sequence[str], rate: float, count: int, rng: random.Random
 ) -> list[RequestRecord]:
     """Open loop: request i starts at the i-th arrival of a Poisson process of `rate` per second."""
     begin = time.perf_counter()
@@ -148,7 +148,7 @@ async def _poisson(
 
 
 async def _concurrent(
-    client: httpx.AsyncClient, target: Target, prompts: Sequence[str], clients: int, count: int
+    client: httpx.AsyncClient, target: Endpoint, prompts: Sequence[str], clients: int, count: int
 ) -> list[RequestRecord]:
     """`clients` loops, each sending its next request as soon as its last one ends, `count` requests in all."""
     queue = list(range(count))

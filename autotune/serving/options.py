@@ -6,7 +6,7 @@ import re
 
 from autotune.errors import UserError
 from autotune.extras import SERVE, why_missing
-from autotune.process.results import ServeSpec
+from autotune.specs import ServeSpec
 
 LOAD_FORM = "rate=2,4,8 (Poisson arrivals, requests/s) or concurrency=1,8,32 (clients)"
 SLO_FORM = '"ttft_p95<=300ms,itl_p95<=50ms" (ttft, itl or e2e; p50, p90, p95 or p99; us, ms or s)'

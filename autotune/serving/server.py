@@ -7,7 +7,6 @@ finished nor a killed trial leaves it running.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import re
 import shutil
@@ -23,6 +22,7 @@ import httpx
 import psutil
 
 from autotune.extras import install_line
+from autotune.process.life import kill_with_parent
 
 HOST = "127.0.0.1"
 PROGRAM = "transformers"
@@ -75,12 +75,6 @@ def split_cores() -> tuple[list[int], list[int]]:
     return cores[:-1], cores[-1:]
 
 
-def _die_with_parent() -> None:
-    """In the server's process, before exec: Linux kills it when the process that started it dies."""
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 class ServerProcess:
     """One `transformers serve` process: start, wait until healthy, watch, stop."""
 
@@ -114,7 +108,7 @@ class ServerProcess:
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
                     env=env,
-                    preexec_fn=_die_with_parent,
+                    preexec_fn=kill_with_parent,
                 )
         finally:
             os.sched_setaffinity(0, mine)
@@ -139,8 +133,10 @@ class ServerProcess:
             raise ServerError(self._exit_reason(when))
 
     def kill(self) -> None:
-        """Kill the server at once (tests: a server that dies during the trial)."""
+        """Kill the server at once and reap it (tests: a server that dies during the trial)."""
+        assert self.process is not None
         self._signal(signal.SIGKILL)
+        self.process.wait()
 
     def stop(self) -> None:
         """SIGTERM its process group, SIGKILL what is left after a grace period, and reap it."""

@@ -1,17 +1,20 @@
-"""One handler per knob: which values it takes, what hardware they need, and what they do to a plan.
+"""One handler per knob: which values it takes, what they need to run, and what they do to a plan.
 
-Adding a knob means one handler here and one entry in the search-space YAML.
+Adding a knob means one handler here and one entry in the search-space YAML (docs/adding-a-knob.md).
+What a value needs (hardware, packages, a workload) is data on its handler; autotune/space/rules.py is
+the one module that reads it and decides what can run where.
 """
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from autotune.extras import HQQ, QUANTO, TORCHAO, Package, why_missing
-from autotune.process.results import WorkloadKind
 from autotune.space.plan import Call, Plan, Ref
+from autotune.specs import WorkloadKind
 
 DeviceType = Literal["cpu", "cuda"]
 Value = str | int
@@ -19,7 +22,7 @@ Value = str | int
 
 @dataclass(frozen=True)
 class Needs:
-    """What a knob value needs from the hardware. Its packages: Knob.packages."""
+    """What a knob value needs from the hardware (checked against the profile before the study starts)."""
 
     cuda: bool = False
     min_compute_capability: float | None = None
@@ -48,6 +51,34 @@ DeviceKind = DeviceType
 
 
 @dataclass(frozen=True)
+class Requires:
+    """A package a knob value needs in the trial's environment, from a version on.
+
+    Its presence is checked before the study (the value is not searched where it is missing, with the extra
+    that installs it), its version by the trial worker (autotune/space/rules.py).
+    """
+
+    package: str  # its pip name
+    module: str = ""  # its import name, where it differs (optimum-quanto: optimum.quanto)
+    since: str | None = None  # the first version with what the value needs; None: any version
+    what: str = ""  # what that version brought, for the message: "fp8 KV-cache backend"
+    extra: str | None = None  # the extra of `pip install autotune[...]` that installs it; None: a core dependency
+
+    @property
+    def import_name(self) -> str:
+        return self.module or self.package
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Values a workload could only see refused, so a search for that workload never plans them."""
+
+    values: tuple[Value, ...]
+    most_requests: int  # refused when the workload runs more requests at once
+    why: str
+
+
+@dataclass(frozen=True)
 class Target:
     """What the plan is built for: the device, and the workload's largest shape (it sizes the paged cache)."""
 
@@ -69,12 +100,19 @@ class Knob:
     # the model (the checkpoint's dtype, the attention transformers picks) or has no fixed value.
     default: ClassVar[Value | None] = None
     # Words of a failure message (missing package, refusal) that point at this knob when it is set
-    # to a value other than a common default.
+    # to a value other than a usual one: they make the value suspected (worker/failures.py).
     failure_words: ClassVar[tuple[str, ...]] = ()
-    # Phrases of a failure message that blame this knob whatever its value (even the default).
+    # Sentences transformers refuses this knob with: they blame it whatever its value (even the default).
     refusals: ClassVar[tuple[str, ...]] = ()
     # Values ordered by the memory they need, all else equal (higher needs more); empty: not ordered.
     memory_ranks: ClassVar[dict[Value, int]] = {}
+    # The knobs whose part of the plan this one reads or changes: they are applied first (build_order).
+    after: ClassVar[tuple[str, ...]] = ()
+    # What its values need to run, read by autotune/space/rules.py; values not named need nothing.
+    needs: ClassVar[Mapping[Value, Needs]] = {}  # hardware
+    unlisted_values_need: ClassVar[Needs | None] = None  # hardware of accepted values beyond `choices`
+    requires: ClassVar[Mapping[Value, Requires]] = {}  # packages and versions
+    refused: ClassVar[tuple[Refusal, ...]] = ()  # workloads that could only refuse them
 
     @property
     def label(self) -> str:
@@ -104,16 +142,10 @@ class Knob:
     def describe_values(self) -> str:
         return ", ".join(str(choice) for choice in self.choices or ())
 
-    def needs(self, value: Value) -> Needs:
-        return Needs()
-
-    def packages(self, value: Value) -> tuple[Package, ...]:
-        """The packages beyond the core install that the value needs (pruned before a search where missing)."""
-        return ()
-
-    def why_not_for(self, value: Value, target: Target) -> str | None:
-        """Why a search for this workload never runs the value (it could only be refused); None: it may."""
-        return None
+    def usual_values(self) -> tuple[Value, ...]:
+        """Values a failure message may name without being about this knob: its default, or what it may be
+        without being set (a checkpoint's dtype, the attention transformers picks, the study's workload)."""
+        return (self.default,) if self.default is not None else ()
 
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         raise NotImplementedError
@@ -132,22 +164,43 @@ def knob_defaults() -> dict[str, Value]:
     return {name: knob.default for name, knob in KNOBS.items() if knob.default is not None}
 
 
-def why_not_installed(knob: str, value: Value) -> str | None:
-    """The line naming the extra a knob value needs, where its package is missing here; else None."""
-    return why_missing(f"{knob}={value}", KNOBS[knob].packages(value))
-
-
 def short_name(name: str) -> str:
     return KNOBS[name].label if name in KNOBS else name
 
 
+def build_order(knobs: dict[str, Knob]) -> list[str]:
+    """The knobs in the order they build a plan: each after the knobs it names in `after`, otherwise as registered.
+
+    A knob that names an unknown knob, or knobs that wait for each other, are an error (raised at import).
+    """
+    for name, knob in knobs.items():
+        unknown = [other for other in knob.after if other not in knobs]
+        if unknown:
+            raise ValueError(f"knob {name} is applied after {', '.join(unknown)}, which is no registered knob")
+    order: list[str] = []
+    waiting = dict(knobs)
+    while waiting:
+        ready = next((name for name, knob in waiting.items() if all(o not in waiting for o in knob.after)), None)
+        if ready is None:
+            raise ValueError(f"knobs {', '.join(waiting)} are each applied after another of them: a cycle")
+        order.append(ready)
+        del waiting[ready]
+    return order
+
+
 def build_plan(config: dict[str, Value], target: Target) -> Plan:
-    """Apply the knobs of a configuration, in registry order, to a plan of the target's workload."""
+    """Apply the knobs of a configuration, in build order, to a plan of the target's workload."""
     plan = Plan(workload=target.workload)
-    for name, knob in KNOBS.items():
+    for name in _current_build_order(tuple((name, knob.after) for name, knob in KNOBS.items())):
         if name in config:
-            knob.apply(config[name], plan, target)
+            KNOBS[name].apply(config[name], plan, target)
     return plan
+
+
+@functools.lru_cache(maxsize=8)
+def _current_build_order(registered: tuple[tuple[str, tuple[str, ...]], ...]) -> tuple[str, ...]:
+    """build_order of the registry as it is now, keyed by its knobs and their `after` (tests reorder the registry)."""
+    return tuple(build_order(KNOBS))
 
 
 # Where the expectations (Knob.expect) come from, named in their comments:
@@ -170,6 +223,9 @@ class DtypeKnob(Knob):
     choices = ("float32", "bfloat16", "float16")
     by_precision = ("float32", "bfloat16", "float16")  # most precise first: the reference takes the first that runs
     memory_ranks: ClassVar[dict[Value, int]] = {"float32": 2, "bfloat16": 1, "float16": 1}
+    needs: ClassVar[Mapping[Value, Needs]] = {
+        "bfloat16": Needs(min_compute_capability=8.0, why="bfloat16 needs compute capability 8.0 (Ampere) or newer")
+    }
 
     def expect(self, value: Value, device: DeviceKind) -> Expectation:
         """Against float32 (the default depends on the checkpoint)."""
@@ -181,10 +237,8 @@ class DtypeKnob(Knob):
             return Expectation(speed=1.8, memory=0.55, kl=kl)  # "large speed/memory wins on GPUs" [perf]
         return Expectation(speed=1.0, memory=0.6, kl=kl)  # no tensor cores: about as fast [cpu]
 
-    def needs(self, value: Value) -> Needs:
-        if value == "bfloat16":
-            return Needs(min_compute_capability=8.0, why="bfloat16 needs compute capability 8.0 (Ampere) or newer")
-        return Needs()
+    def usual_values(self) -> tuple[Value, ...]:
+        return self.by_precision  # any of them may be the checkpoint's
 
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         plan.load["dtype"] = Ref(f"torch.{value}")
@@ -207,6 +261,22 @@ class AttentionKnob(Knob):
     def accepts(self, value: Value) -> bool:
         return value in self.choices or (isinstance(value, str) and bool(_HUB_KERNEL.match(value)))
 
+    needs: ClassVar[Mapping[Value, Needs]] = {
+        "flash_attention_2": Needs(
+            cuda=True, min_compute_capability=8.0, why="flash_attention_2 needs an Ampere or newer GPU"
+        ),
+        "flash_attention_3": Needs(
+            cuda=True,
+            min_compute_capability=9.0,
+            below_compute_capability=10.0,
+            why="flash_attention_3 runs on Hopper GPUs only",
+        ),
+        "flash_attention_4": Needs(
+            cuda=True, min_compute_capability=9.0, why="flash_attention_4 needs Hopper or Blackwell"
+        ),
+    }
+    unlisted_values_need = Needs(cuda=True, why="hub attention kernels are CUDA kernels")
+
     def describe_values(self) -> str:
         return super().describe_values() + ", or a hub kernel such as kernels-community/flash-attn2"
 
@@ -224,21 +294,8 @@ class AttentionKnob(Knob):
             return Expectation(speed=1.1, memory=0.95)  # fewer memory reads and writes [gpu-one, optims]
         return NEUTRAL
 
-    def needs(self, value: Value) -> Needs:
-        if value == "flash_attention_2":
-            return Needs(cuda=True, min_compute_capability=8.0, why="flash_attention_2 needs an Ampere or newer GPU")
-        if value == "flash_attention_3":
-            return Needs(
-                cuda=True,
-                min_compute_capability=9.0,
-                below_compute_capability=10.0,
-                why="flash_attention_3 runs on Hopper GPUs only",
-            )
-        if value == "flash_attention_4":
-            return Needs(cuda=True, min_compute_capability=9.0, why="flash_attention_4 needs Hopper or Blackwell")
-        if "/" in str(value):
-            return Needs(cuda=True, why="hub attention kernels are CUDA kernels")
-        return Needs()
+    def usual_values(self) -> tuple[Value, ...]:
+        return ("sdpa", "eager")  # what transformers picks when none is given
 
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         plan.load["attn_implementation"] = value
@@ -251,6 +308,12 @@ class SdpaBackendKnob(Knob):
     help = "the kernel behind sdpa attention: auto (torch picks per call), or one forced with sdpa_kernel"
     choices = ("auto", "flash", "efficient", "cudnn", "math")
     default = "auto"
+    needs: ClassVar[Mapping[Value, Needs]] = {
+        # torch has a CPU flash kernel too; on CUDA it is built for Ampere and up
+        "flash": Needs(min_compute_capability=8.0, why="torch's flash sdpa kernel needs an Ampere or newer GPU"),
+        "cudnn": Needs(cuda=True, min_compute_capability=8.0, why="the cudnn sdpa kernel needs an Ampere or newer GPU"),
+        "efficient": Needs(cuda=True, why="the efficient sdpa kernel is a CUDA kernel"),
+    }
 
     def expect(self, value: Value, device: DeviceKind) -> Expectation:
         """Against auto (torch picks the kernel per call)."""
@@ -259,16 +322,6 @@ class SdpaBackendKnob(Knob):
         if value == "cudnn" and device == "cuda":
             return Expectation(speed=1.05, spread=0.2)
         return NEUTRAL
-
-    def needs(self, value: Value) -> Needs:
-        if value == "flash":  # torch has a CPU flash kernel too; on CUDA it is built for Ampere and up
-            return Needs(min_compute_capability=8.0, why="torch's flash sdpa kernel needs an Ampere or newer GPU")
-        if value == "cudnn":
-            why = "the cudnn sdpa kernel needs an Ampere or newer GPU"
-            return Needs(cuda=True, min_compute_capability=8.0, why=why)
-        if value == "efficient":
-            return Needs(cuda=True, why="the efficient sdpa kernel is a CUDA kernel")
-        return Needs()
 
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         if value == "auto":
@@ -303,11 +356,27 @@ class QuantizationKnob(Knob):
         "quanto-float8",
     )
     default = "none"
+    after = ("dtype",)  # bnb-4bit computes in the loaded dtype
     failure_words = ("bitsandbytes", "bnb", "quantiz", "torchao", "quanto", "mslk")
     memory_ranks: ClassVar[dict[Value, int]] = {
         "none": 2,
         **dict.fromkeys(("bnb-8bit", "torchao-int8", "torchao-fp8", "quanto-int8", "quanto-float8"), 1),
         **dict.fromkeys(("bnb-4bit", "torchao-int4", "quanto-int4"), 0),
+    }
+
+    needs: ClassVar[Mapping[Value, Needs]] = {
+        "torchao-int4": Needs(
+            cuda=True,
+            min_compute_capability=8.0,
+            why="torchao int4 runs tinygemm's CUDA kernel (Ampere or newer); every int4 packing fails on CPU",
+        )
+    }
+    requires: ClassVar[Mapping[Value, Requires]] = {
+        **dict.fromkeys(("bnb-8bit", "bnb-4bit"), Requires("bitsandbytes")),
+        **dict.fromkeys(("torchao-int8", "torchao-int4", "torchao-fp8"), Requires("torchao", extra="quant")),
+        **dict.fromkeys(
+            ("quanto-int8", "quanto-int4", "quanto-float8"), Requires("optimum-quanto", "optimum.quanto", extra="quant")
+        ),
     }
 
     def duration_group(self, value: Value | None) -> object:
@@ -323,18 +392,6 @@ class QuantizationKnob(Knob):
         speed = _QUANTIZED_SPEED[device].get(backend, 0.5)
         return Expectation(speed=speed, memory=memory, kl=kl, time=1.3)  # quantizing while loading takes time
 
-    def needs(self, value: Value) -> Needs:
-        if value == "torchao-int4":
-            return Needs(
-                cuda=True,
-                min_compute_capability=8.0,
-                why="torchao int4 runs tinygemm's CUDA kernel (Ampere or newer); every int4 packing fails on CPU",
-            )
-        return Needs()
-
-    def packages(self, value: Value) -> tuple[Package, ...]:
-        return _QUANTIZATION_PACKAGES.get(str(value).partition("-")[0], ())
-
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         if value == "none":
             return
@@ -349,9 +406,6 @@ class QuantizationKnob(Knob):
             config = Call("transformers.QuantoConfig", {"weights": kind})
         plan.load["quantization_config"] = config
         plan.not_servable.append(f"quantization={value} (serve --quantization takes bnb-4bit or bnb-8bit only)")
-
-
-_QUANTIZATION_PACKAGES = {"torchao": (TORCHAO,), "quanto": (QUANTO,)}  # bitsandbytes: a core dependency
 
 
 def _bitsandbytes_config(kind: str, plan: Plan) -> Call:
@@ -388,8 +442,6 @@ class UseKernelsKnob(Knob):
     short_name = "kernels"
     choices = ("off", "on")
     default = "off"
-    # The worker's own check after loading: transformers keeps every original forward when none could be fetched.
-    refusals = ("no hub kernel could be fetched",)
 
     def expect(self, value: Value, device: DeviceKind) -> Expectation:
         if value == "on" and device == "cuda":
@@ -418,13 +470,12 @@ class TpSizeKnob(Knob):
         speed = 1.3 if device == "cuda" else 0.5
         return Expectation(speed=speed, memory=1 / int(value) ** 0.5, time=2.0)  # "more memory ... sharding" [overview]
 
+    needs: ClassVar[Mapping[Value, Needs]] = {
+        ranks: Needs(gpus=ranks, why=f"tp_size={ranks} runs one rank per GPU") for ranks in (2, 4, 8)
+    }
+
     def duration_group(self, value: Value | None) -> object:
         return value
-
-    def needs(self, value: Value) -> Needs:
-        if int(value) > 1:
-            return Needs(gpus=int(value), why=f"tp_size={value} runs one rank per GPU")
-        return Needs()
 
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         if int(value) == 1:
@@ -490,6 +541,9 @@ class CacheKnob(Knob):
     choices = ("dynamic", "static", "offloaded", "offloaded_static", "quantized")
     default = "dynamic"
     failure_words = ("cache", "quanto", "hqq", "offload")
+    needs: ClassVar[Mapping[Value, Needs]] = dict.fromkeys(
+        ("offloaded", "offloaded_static"), Needs(cuda=True, why="offloaded caches move layers between GPU and CPU")
+    )
 
     def expect(self, value: Value, device: DeviceKind) -> Expectation:
         """Against dynamic. A static cache alone is not compiled here (disable_compile): the compile knob says what
@@ -501,11 +555,6 @@ class CacheKnob(Knob):
         if value == "quantized":
             return Expectation(speed=0.7, memory=0.95, kl=1e-3)  # KV quantized and dequantized per step [cpu]
         return NEUTRAL
-
-    def needs(self, value: Value) -> Needs:
-        if str(value).startswith("offloaded"):
-            return Needs(cuda=True, why="offloaded caches move layers between GPU and CPU")
-        return Needs()
 
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         if value == "dynamic":
@@ -528,18 +577,21 @@ class KvCacheBackendKnob(Knob):
     short_name = "kv"
     choices = ("fp8", "quanto", "hqq")
     default = "quanto"  # what generate() picks for cache_implementation="quantized" without a cache_config
+    after = ("cache_implementation",)  # configures the quantized cache only
     # transformers' messages about a backend it lacks, or whose package is missing
     refusals = ("kv cache quantization", "quantization backend", "kv-cache backend")
     memory_ranks: ClassVar[dict[Value, int]] = {"fp8": 1, "quanto": 0, "hqq": 0}
+    requires: ClassVar[Mapping[Value, Requires]] = {
+        "fp8": Requires("transformers", since="5.22", what="fp8 KV-cache backend"),
+        "quanto": Requires("optimum-quanto", "optimum.quanto", extra="quant"),
+        "hqq": Requires("hqq", extra="quant"),
+    }
 
     def expect(self, value: Value, device: DeviceKind) -> Expectation:
         """Against quanto (generate()'s default backend)."""
         if value == "fp8":
             return Expectation(speed=1.3, memory=1.02, kl=-5e-4)  # 8 bits per tensor: lighter work, closer [cpu]
         return NEUTRAL
-
-    def packages(self, value: Value) -> tuple[Package, ...]:
-        return {"quanto": (QUANTO,), "hqq": (HQQ,)}.get(str(value), ())
 
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         if not plan.quantized_kv_cache:
@@ -558,6 +610,7 @@ class CompileKnob(Knob):
     help = "torch.compile of the decoding step, through generate()'s compile_config"
     choices = ("off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
     default = "off"
+    after = ("cache_implementation",)  # undoes its disable_compile; a static cache left uncompiled is not servable
     failure_words = ("compile", "inductor", "dynamo", "triton")
 
     def expect(self, value: Value, device: DeviceKind) -> Expectation:
@@ -573,13 +626,12 @@ class CompileKnob(Knob):
             return Expectation(speed=4.0, memory=1.1, time=time, spread=0.6)
         return Expectation(speed=2.0, time=3.0 if value == "default" else 6.0, spread=0.6)
 
+    needs: ClassVar[Mapping[Value, Needs]] = {
+        mode: Needs(cuda=True, why=f"compile mode {mode} captures CUDA graphs") for mode in _CUDA_GRAPH_MODES
+    }
+
     def duration_group(self, value: Value | None) -> object:
         return value not in (None, "off")
-
-    def needs(self, value: Value) -> Needs:
-        if value in _CUDA_GRAPH_MODES:
-            return Needs(cuda=True, why=f"compile mode {value} captures CUDA graphs")
-        return Needs()
 
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         if value == "off":
@@ -595,16 +647,29 @@ class CompileKnob(Knob):
             plan.not_servable.append(f"compile mode {value} (serve --compile uses its default)")
 
 
-@register
-class MaxBatchTokensKnob(Knob):
-    name = "max_batch_tokens"
-    help = "tokens per forward pass under continuous batching"
+class _WholeNumberKnob(Knob):
+    """A knob that takes any whole number in a range, rather than a list of choices."""
+
+    minimum: ClassVar[int] = 1
+    maximum: ClassVar[int | None] = None
+    counts: ClassVar[str] = ""  # what the number counts, for messages
 
     def accepts(self, value: Value) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool) and value > 0
+        if not isinstance(value, int) or isinstance(value, bool):
+            return False
+        return value >= self.minimum and (self.maximum is None or value <= self.maximum)
 
     def describe_values(self) -> str:
-        return "a positive integer"
+        upper = f" to {self.maximum}" if self.maximum is not None else ""
+        counts = f" ({self.counts})" if self.counts else ""
+        return f"a whole number from {self.minimum}{upper}{counts}"
+
+
+@register
+class MaxBatchTokensKnob(_WholeNumberKnob):
+    name = "max_batch_tokens"
+    help = "tokens per forward pass under continuous batching"
+    counts = "tokens per forward pass"
 
     def memory_rank(self, value: Value) -> int | None:
         return int(value)  # more tokens per forward pass, larger activations
@@ -618,21 +683,18 @@ class MaxBatchTokensKnob(Knob):
 
 
 @register
-class PageSizeKnob(Knob):
+class PageSizeKnob(_WholeNumberKnob):
     name = "page_size"
     help = (
         "tokens per page of the paged KV cache under continuous batching (32 when unset); "
         "the number of pages still comes from the workload"
     )
     short_name = "page"
+    after = ("batching",)  # resizes the paged cache batching sized with the default page
     # transformers' own default (256) is never run: autotune always sizes the cache from the workload.
     default = None
-
-    def accepts(self, value: Value) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool) and value >= MIN_PAGE_SIZE
-
-    def describe_values(self) -> str:
-        return f"an integer of at least {MIN_PAGE_SIZE} (tokens per page)"
+    minimum = 4  # transformers refuses smaller pages (5.17 and 5.22)
+    counts = "tokens per page"
 
     def memory_rank(self, value: Value) -> int | None:
         return int(value)  # a request's last page is partly empty: larger pages waste more
@@ -644,9 +706,6 @@ class PageSizeKnob(Knob):
         size_paged_cache(plan, target, int(value))
 
 
-MIN_PAGE_SIZE = 4  # transformers refuses smaller pages (5.17 and 5.22)
-
-
 class _AutoOnOffKnob(Knob):
     """A ContinuousBatchingConfig switch of its own name: auto lets transformers decide, on and off force it."""
 
@@ -654,8 +713,6 @@ class _AutoOnOffKnob(Knob):
     default = "auto"
     # auto turns out as on or off: no lighter than off, no heavier than on.
     memory_ranks: ClassVar[dict[Value, int]] = {"off": 0, "auto": 1, "on": 2}
-    why_on: ClassVar[str]  # why on needs CUDA
-    why_off: ClassVar[str]  # why off needs CUDA
     serve_switch: ClassVar[tuple[str, str] | None] = None  # serve's (on, off) flags; None: it has none
     speed_on_cuda: ClassVar[float] = 1.0  # what forcing it on is expected to bring on CUDA, against auto
 
@@ -663,11 +720,6 @@ class _AutoOnOffKnob(Knob):
         if device != "cuda" or value == "auto":
             return NEUTRAL
         return Expectation(speed=self.speed_on_cuda if value == "on" else 1.0, spread=0.25)
-
-    def needs(self, value: Value) -> Needs:
-        if value == "auto":
-            return Needs()
-        return Needs(cuda=True, why=self.why_on if value == "on" else self.why_off)
 
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         if value == "auto":
@@ -688,9 +740,11 @@ class CudaGraphKnob(_AutoOnOffKnob):
     )
     short_name = "cuda_graph"
     failure_words = ("graph",)
-    why_on = "CUDA graphs need CUDA: elsewhere transformers turns them off, a no-op"
-    why_off = "off differs from auto only on CUDA: elsewhere graphs are never used"
     speed_on_cuda = 1.3  # no kernel-launch overhead per forward pass, as compile's CUDA-graph modes [perf]
+    needs: ClassVar[Mapping[Value, Needs]] = {
+        "on": Needs(cuda=True, why="CUDA graphs need CUDA: elsewhere transformers turns them off, a no-op"),
+        "off": Needs(cuda=True, why="off differs from auto only on CUDA: elsewhere graphs are never used"),
+    }
     serve_switch = ("--cb-use-cuda-graph", "--no-cb-use-cuda-graph")
 
 
@@ -703,9 +757,11 @@ class AsyncBatchingKnob(_AutoOnOffKnob):
     )
     short_name = "async"
     failure_words = ("async",)
-    why_on = "async batching needs a CUDA or XPU device: transformers refuses it elsewhere"
-    why_off = "off differs from auto only on CUDA: elsewhere async batching is never used"
     speed_on_cuda = 1.1  # the next batch prepared while this one runs
+    needs: ClassVar[Mapping[Value, Needs]] = {
+        "on": Needs(cuda=True, why="async batching needs a CUDA or XPU device: transformers refuses it elsewhere"),
+        "off": Needs(cuda=True, why="off differs from auto only on CUDA: elsewhere async batching is never used"),
+    }
 
 
 @register
@@ -727,6 +783,32 @@ class ExecutionModeKnob(Knob):
 
 
 @register
+class Fp32PrecisionKnob(Knob):
+    name = "fp32_precision"
+    help = (
+        "internal precision of float32 matmuls and convolutions, generate() inside torch.backends.flags(): "
+        "ieee keeps float32; tf32 runs TensorFloat-32 tensor cores (Ampere or newer GPUs); bf16 lets oneDNN "
+        "compute in bfloat16 (CPUs with AVX512-BF16 or AMX)"
+    )
+    short_name = "fp32"
+    choices = ("ieee", "tf32", "bf16")
+    default = "ieee"  # float32 computed as float32: what torch does unless told otherwise
+    failure_words = ("tf32", "fp32_precision", "matmul precision")
+    needs: ClassVar[Mapping[Value, Needs]] = {
+        "tf32": Needs(cuda=True, min_compute_capability=8.0, why="TensorFloat-32 needs an Ampere or newer GPU")
+    }
+    requires: ClassVar[Mapping[Value, Requires]] = dict.fromkeys(
+        ("tf32", "bf16"), Requires("torch", since="2.9", what="fp32_precision setting of torch.backends.flags")
+    )
+
+    def apply(self, value: Value, plan: Plan, target: Target) -> None:
+        if value == "ieee":
+            return
+        plan.contexts.append(Call("torch.backends.flags", {"fp32_precision": value}))
+        plan.not_servable.append(f"fp32_precision={value} (serve sets no float32 precision)")
+
+
+@register
 class SpeculativeKnob(Knob):
     name = "speculative"
     help = (
@@ -735,10 +817,18 @@ class SpeculativeKnob(Knob):
         "batch size 1 only"
     )
     short_name = "spec"
+    after = ("dtype",)  # the draft model loads in the main model's dtype
     choices = ("none", "prompt_lookup", "assistant", "early_exit")
     default = "none"
     # "assisted generate is only supported for batch_size = 1": transformers' refusal of batches
     failure_words = ("assisted", "assistant", "prompt_lookup", "early_exit", "speculat")
+    refused = (
+        Refusal(
+            values=("prompt_lookup", "assistant", "early_exit"),
+            most_requests=1,
+            why="transformers' assisted decoding takes one prompt at a time",
+        ),
+    )
 
     def expect(self, value: Value, device: DeviceKind) -> Expectation:
         """Lossless under greedy decoding [optims]. A draft model helps most when it is much smaller than the
@@ -748,13 +838,6 @@ class SpeculativeKnob(Knob):
         if device == "cpu":
             return Expectation(speed=0.6, time=1.5)
         return Expectation(speed=1.5 if value == "assistant" else 1.2, time=1.5, spread=0.5)
-
-    def why_not_for(self, value: Value, target: Target) -> str | None:
-        if value != "none" and target.requests > 1:
-            return (
-                f"transformers' assisted decoding takes one prompt at a time; this workload batches {target.requests}"
-            )
-        return None
 
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         if value == "none":
@@ -784,16 +867,13 @@ def _assistant_model(plan: Plan, target: Target) -> Call | None:
 
 
 @register
-class SpeculativeTokensKnob(Knob):
+class SpeculativeTokensKnob(_WholeNumberKnob):
     name = "speculative_tokens"
     help = "tokens drafted per step: prompt_lookup_num_tokens, or num_assistant_tokens for a draft model"
     short_name = "spec_tokens"
-
-    def accepts(self, value: Value) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 128
-
-    def describe_values(self) -> str:
-        return "a whole number from 1 to 128"
+    after = ("speculative",)  # sets the drafted tokens of the speculative method chosen
+    maximum = 128
+    counts = "tokens drafted per step"
 
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         if "prompt_lookup_num_tokens" in plan.generate:
@@ -803,16 +883,12 @@ class SpeculativeTokensKnob(Knob):
 
 
 @register
-class EarlyExitLayerKnob(Knob):
+class EarlyExitLayerKnob(_WholeNumberKnob):
     name = "early_exit_layer"
     help = "speculative=early_exit: the layer whose output drafts tokens (assistant_early_exit)"
     short_name = "exit_layer"
-
-    def accepts(self, value: Value) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool) and value >= 1
-
-    def describe_values(self) -> str:
-        return "a layer number from 1"
+    after = ("speculative",)  # sets early_exit's layer
+    counts = "a layer"
 
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         if "assistant_early_exit" in plan.generate:
@@ -828,6 +904,12 @@ class WorkloadKnob(Knob):
     )
     choices = ("throughput", "latency", "serve")
 
+    def usual_values(self) -> tuple[Value, ...]:
+        return self.choices  # the study's workload, whichever it is
+
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         """How the configuration is measured; what is deployed stays the same."""
         plan.workload = value  # type: ignore[assignment] - accepts() allows only WorkloadKind values
+
+
+BUILD_ORDER = build_order(KNOBS)  # checked once here: an unknown name or a cycle in `after` fails at import

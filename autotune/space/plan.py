@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from autotune.process.results import WorkloadKind
+from autotune.specs import WorkloadKind
 
 Batching = Literal["generate", "continuous"]
 

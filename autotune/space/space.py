@@ -83,7 +83,15 @@ class SearchSpace:
         return None
 
     def configurations(self) -> Iterator[Config]:
-        """Every configuration the space allows, rules applied."""
+        """Every configuration the space allows, rules applied.
+
+        A rule is checked as soon as the last knob it names is chosen, so a forbidden branch is never expanded.
+        """
+        position = {spec.name: index for index, spec in enumerate(self.knobs)}
+        decided_at: dict[int, list[Rule]] = {}
+        for rule in self.rules:
+            if all(name in position for name in rule.forbid):  # a rule on a knob the space lacks never matches
+                decided_at.setdefault(max(position[name] for name in rule.forbid), []).append(rule)
 
         def expand(index: int, config: Config) -> Iterator[Config]:
             if index == len(self.knobs):
@@ -93,10 +101,13 @@ class SearchSpace:
             if not self.applies(spec, config):
                 yield from expand(index + 1, config)
                 return
+            rules = decided_at.get(index, ())
             for value in spec.values:
-                yield from expand(index + 1, {**config, spec.name: value})
+                chosen = {**config, spec.name: value}
+                if not any(rule.matches(chosen) for rule in rules):
+                    yield from expand(index + 1, chosen)
 
-        return (config for config in expand(0, {}) if self.violation(config) is None)
+        return expand(0, {})
 
     def normalize(self, config: Config) -> Config:
         """Keep only the knobs that apply, in the space's order (for configurations built by hand)."""

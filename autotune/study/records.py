@@ -11,8 +11,8 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.analysis.constraints import Constraint, violations
-from autotune.analysis.metrics import OBJECTIVES, Metric
+from autotune.figures.constraints import Constraint, violations
+from autotune.figures.metrics import OBJECTIVES, Metric
 from autotune.process.results import Outcome, TaskResult
 from autotune.space import Config, config_key
 
@@ -47,6 +47,7 @@ class TrialRecord:
     constraints: dict[str, float] = field(default_factory=dict)  # Optuna's values: feasible when all <= 0
     finished_at: datetime | None = None
     serve: dict[str, Any] | None = None  # serve workload: the command that ran, figures per load level
+    blame: dict[str, Any] | None = None  # failed: {"knob", "value", "certain"}, the value its failure points at
 
     @property
     def feasible(self) -> bool:
@@ -93,6 +94,7 @@ class TrialRecord:
             constraints=dict(trial.constraints),
             finished_at=trial.datetime_complete,
             serve=attrs.get("serve"),
+            blame=attrs.get("blame"),
         )
 
 
@@ -186,6 +188,8 @@ def record_result(
     trial.set_user_attr(FAIL_REASON_ATTR, fail_reason(result.outcome.value, result.message))
     trial.set_user_attr("phase", result.phase)
     trial.set_user_attr("log_tail", result.log_tail[-3000:])
+    if result.excludes or result.suspects:
+        trial.set_user_attr("blame", {**(result.excludes or result.suspects or {}), "certain": bool(result.excludes)})
     study.tell(trial, state=TrialState.FAIL)
 
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import optuna
 
-from autotune.analysis.metrics import OBJECTIVES, Metric, objectives_named
 from autotune.errors import StudyMismatchError, UserError
+from autotune.figures.metrics import OBJECTIVES, Metric, objectives_named
 from autotune.space import SearchSpace
 from autotune.study.optuna_internals import set_study_system_attr, study_system_attrs
 
@@ -23,6 +23,7 @@ SETTINGS_ATTR = "autotune"
 RUNS_ATTR = "search_runs"
 
 EXCLUSIONS_ATTR = "exclusions"
+SUSPICIONS_ATTR = "suspicions"
 
 ARTIFACT_PREFIX = "artifacts:"  # Optuna's system attribute of each uploaded artifact
 
@@ -220,6 +221,25 @@ def add_exclusion(study: optuna.Study, knob: str, value: Any, reason: str) -> No
     current = exclusions(study)
     current.setdefault(knob, {})[str(value)] = reason
     _set_system_attr(study, EXCLUSIONS_ATTR, current)
+    clear_suspicion(study, knob, value)
+
+
+def suspicions(study: optuna.Study) -> dict[str, dict[str, dict[str, Any]]]:
+    """knob -> value -> {"trial", "config_key", "reason"}: values only the words of a failure point at."""
+    return _system_attr(study, SUSPICIONS_ATTR) or {}
+
+
+def add_suspicion(study: optuna.Study, knob: str, value: Any, trial: int, config_key: str, reason: str) -> None:
+    current = suspicions(study)
+    current.setdefault(knob, {})[str(value)] = {"trial": trial, "config_key": config_key, "reason": reason}
+    _set_system_attr(study, SUSPICIONS_ATTR, current)
+
+
+def clear_suspicion(study: optuna.Study, knob: str, value: Any) -> None:
+    current = suspicions(study)
+    if str(value) in current.get(knob, {}):
+        del current[knob][str(value)]
+        _set_system_attr(study, SUSPICIONS_ATTR, {name: values for name, values in current.items() if values})
 
 
 def space_with_exclusions(space: SearchSpace, study: optuna.Study) -> SearchSpace:

@@ -1,34 +1,18 @@
 """Entry point of a trial subprocess: python -m autotune.worker SPEC.json RESULT.json
 
 The study process writes the spec, waits with a timeout, and reads the result. This process is the
-only one that imports torch. The fork server (autotune.process.forkserver) runs the same `run` in a
+only one that imports torch. The fork server (autotune.worker.forkserver) runs the same `run` in a
 process it forks, so that the libraries are imported once per search instead of once per trial.
 """
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
-import signal
 import sys
 from pathlib import Path
 
-PARENT_PID_VARIABLE = "AUTOTUNE_PARENT_PID"
-
-
-def die_with_parent(expected_parent: int | None = None) -> None:
-    """Ask Linux to kill this process when its parent dies (the parent must spawn from a lasting thread)."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    except OSError:
-        return
-    pr_set_pdeathsig = 1
-    libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
-    if expected_parent is None and os.environ.get(PARENT_PID_VARIABLE):
-        expected_parent = int(os.environ[PARENT_PID_VARIABLE])
-    if expected_parent is not None and os.getppid() != expected_parent:  # it died before prctl took effect
-        os._exit(1)
+from autotune.process.life import die_with_parent
 
 
 def run(spec_path: Path, result_path: Path, started_at: float) -> None:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import platform
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from autotune.space.knobs import Requires
 
 _PACKAGES = (
     "torch",
@@ -65,3 +68,13 @@ def _nvidia_driver() -> str | None:
     except Exception:  # NVML missing or failing only costs the driver field
         return None
     return version.decode() if isinstance(version, bytes) else version
+
+
+def installed_version(requirement: Requires) -> str | None:
+    """The version of a package that can be imported here, or None."""
+    try:
+        if importlib.util.find_spec(requirement.import_name) is None:
+            return None
+        return importlib.metadata.version(requirement.package)
+    except (ModuleNotFoundError, importlib.metadata.PackageNotFoundError):  # its parent package is missing
+        return None

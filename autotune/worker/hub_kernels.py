@@ -11,6 +11,8 @@ from typing import Any
 
 from autotune.worker.failures import UnsupportedError
 
+KNOB = "use_kernels"
+
 
 def require_kernels_package() -> None:
     """The installed transformers must accept the installed kernels package (it pins a narrow range)."""
@@ -21,7 +23,8 @@ def require_kernels_package() -> None:
     low = getattr(import_utils, "KERNELS_MIN_VERSION", None)
     high = getattr(import_utils, "KERNELS_MAX_VERSION", None)
     wanted = f"kernels>={low},<{high}" if low and high else "kernels"
-    raise UnsupportedError(f"use_kernels needs a kernels package this transformers accepts: pip install '{wanted}'")
+    message = f"use_kernels needs a kernels package this transformers accepts: pip install '{wanted}'"
+    raise UnsupportedError(message, knob=KNOB)
 
 
 def require_hub_kernel_layers(model: Any) -> None:
@@ -30,12 +33,14 @@ def require_hub_kernel_layers(model: Any) -> None:
     if any(_runs_hub_kernel(module) for module in capable):
         return
     if not capable:
-        raise UnsupportedError("no hub kernel could be fetched for any layer: this model has no layer that takes one")
+        message = "no hub kernel could be fetched for any layer: this model has no layer that takes one"
+        raise UnsupportedError(message, knob=KNOB)
     names = sorted({str(type(module).kernel_layer_name) for module in capable})
     device_type = model.device.type
     raise UnsupportedError(
         f"no hub kernel could be fetched for any layer: 0 of {len(capable)} kernel-capable layers "
-        f"({', '.join(names)}) run one on {device_type}; {_why_none(names, device_type)}"
+        f"({', '.join(names)}) run one on {device_type}; {_why_none(names, device_type)}",
+        knob=KNOB,
     )
 
 

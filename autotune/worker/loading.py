@@ -7,8 +7,8 @@ from typing import Any
 
 import torch
 
-from autotune.process.results import ModelSpec
 from autotune.space.plan import Call, Plan, Ref
+from autotune.specs import ModelSpec
 from autotune.worker.hub_kernels import require_hub_kernel_layers, require_kernels_package
 
 

@@ -17,9 +17,9 @@ from typing import Any
 
 import psutil
 
-from autotune.process.results import Outcome, ServeSpec, TaskDetails, TaskResult, TaskSpec
+from autotune.process.results import Outcome, TaskDetails, TaskResult, TaskSpec
 from autotune.serving.figures import serve_figures
-from autotune.serving.load import RequestRecord, Target, run_load
+from autotune.serving.load import Endpoint, RequestRecord, run_load
 from autotune.serving.server import (
     ServerError,
     ServerProcess,
@@ -29,6 +29,7 @@ from autotune.serving.server import (
     tree_anonymous_bytes,
 )
 from autotune.space.plan import Plan
+from autotune.specs import ServeSpec
 from autotune.worker.environment import environment
 from autotune.worker.failures import UnsupportedError
 from autotune.worker.loading import load_model, load_tokenizer
@@ -38,7 +39,6 @@ from autotune.worker.workload import build_inputs
 
 HEALTH_TIMEOUT_S = 600.0
 MEMORY_SAMPLE_S = 0.1
-KILL_SERVER_AFTER_S = 1.0  # the kill_server fault: a server that dies during the trial
 
 
 def serve_trial(spec: TaskSpec, phases: Any) -> TaskResult:
@@ -60,9 +60,11 @@ def serve_trial(spec: TaskSpec, phases: Any) -> TaskResult:
             server.wait_healthy(HEALTH_TIMEOUT_S)
         os.sched_setaffinity(0, client_cores)
         with phases("measure"):
+            if kill_server:  # the fault tests inject: the server dies as the load starts, whatever its speed
+                server.kill()
             cpu_before, started = psutil.Process().cpu_times(), time.perf_counter()
             energy.start()
-            records, peak = asyncio.run(_drive(server, spec, prompts, kill_server))
+            records, peak = asyncio.run(_drive(server, spec, prompts))
             joules = energy.joules()
             client_cpu = _cpu_share(cpu_before, time.perf_counter() - started)
             server.check_alive("during the trial")
@@ -84,26 +86,21 @@ def serve_trial(spec: TaskSpec, phases: Any) -> TaskResult:
 
 def _check_servable(plan: Plan) -> None:
     if plan.not_servable:
-        raise UnsupportedError(f"transformers serve has no flag for: {', '.join(plan.not_servable)}")
+        raise UnsupportedError(f"transformers serve has no flag for: {', '.join(plan.not_servable)}", combination=True)
 
 
-async def _drive(
-    server: ServerProcess, spec: TaskSpec, prompts: list[str], kill_server: bool
-) -> tuple[list[RequestRecord], int]:
+async def _drive(server: ServerProcess, spec: TaskSpec, prompts: list[str]) -> tuple[list[RequestRecord], int]:
     """Run the load while sampling the server's memory; return the requests and the peak bytes."""
     load: ServeSpec = spec.workload.serve  # type: ignore[assignment]
     # The server knows the model by the name it was started with: the path as given.
     url = f"{server.base_url}/v1/completions"
-    target = Target(url, spec.model.path, spec.workload.output_len, load.request_timeout_s)
+    target = Endpoint(url, spec.model.path, spec.workload.output_len, load.request_timeout_s)
     peak = [0]
     sampler = asyncio.create_task(_sample_memory(server, peak))
-    killer = asyncio.create_task(_kill_later(server)) if kill_server else None
     try:
         records = await run_load(target, prompts, load.mode, load.levels, load.requests_per_level, load.warmup_requests)
     finally:
-        for task in (sampler, killer):
-            if task is not None:
-                task.cancel()
+        sampler.cancel()
     return records, peak[0]
 
 
@@ -113,11 +110,6 @@ async def _sample_memory(server: ServerProcess, peak: list[int]) -> None:
         with contextlib.suppress(Exception):
             peak[0] = max(peak[0], tree_anonymous_bytes(server.process.pid))
         await asyncio.sleep(MEMORY_SAMPLE_S)
-
-
-async def _kill_later(server: ServerProcess) -> None:
-    await asyncio.sleep(KILL_SERVER_AFTER_S)
-    server.kill()
 
 
 def _cpu_share(before: Any, wall_s: float) -> float:

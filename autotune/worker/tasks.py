@@ -34,12 +34,12 @@ from autotune.process.results import (
     WorkloadSpec,
     write_json_atomically,
 )
+from autotune.space import rules
 from autotune.space.knobs import AttentionKnob
 from autotune.space.plan import Plan
 from autotune.validate import context_problem, position_limit
-from autotune.worker.compat import adapt_plan, quantization_library
 from autotune.worker.demo_model import demo_model_built, ensure_demo_draft
-from autotune.worker.environment import environment
+from autotune.worker.environment import environment, installed_version
 from autotune.worker.failures import BrokenOutputError, UnsupportedError, classify
 from autotune.worker.loading import import_first_call_modules, load_model, load_tokenizer
 from autotune.worker.measurement.energy import EnergyCounter, energy_figures
@@ -57,7 +57,7 @@ from autotune.worker.measurement.quality import compare_with_reference, compute_
 from autotune.worker.measurement.quality import save_reference as save_reference_file
 from autotune.worker.measurement.timing import repeat_until
 from autotune.worker.tensor_parallel import is_rank, is_reporting_rank, ranks_of, run_ranks, shared_clock
-from autotune.worker.workload import GenerateWorkload, build_inputs, make_workload
+from autotune.worker.workload import GenerateWorkload, build_inputs, entered, make_workload
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,11 @@ def run_task(spec: TaskSpec, startup_s: float) -> TaskResult:
         log.exception("task failed in phase %s", phases.current)
         result = TaskResult(classified.outcome, classified.message[:4000], phase=phases.current)
         if classified.knob and spec.candidate and classified.knob in spec.candidate.config:
-            result.excludes = {"knob": classified.knob, "value": spec.candidate.config[classified.knob]}
+            blamed = {"knob": classified.knob, "value": spec.candidate.config[classified.knob]}
+            if classified.certain:
+                result.excludes = blamed
+            else:
+                result.suspects = blamed
     result.timings = {**phases.timings, **result.timings}
     return result
 
@@ -261,11 +265,11 @@ def _trial(spec: TaskSpec, phases: Phases) -> TaskResult:
     if workload_spec.kind == "serve":
         return _serve_trial(replace(spec, workload=workload_spec), phases)
     with phases("load"):
-        plan = adapt_plan(planned)
+        refuse_what_cannot_run(spec.candidate.config, planned)
+        plan = planned
         tokenizer = load_tokenizer(spec.model)
-        library = quantization_library(plan)
-        if library:
-            importlib.import_module(library)  # its library counts as process baseline, not as model memory
+        for requirement in rules.requirements(spec.candidate.config):
+            importlib.import_module(requirement.import_name)  # counts as process baseline, not as model memory
         import_first_call_modules()
         memory = PeakMemory(spec.device)
         model = load_model(spec.model, plan, spec.device)
@@ -283,7 +287,7 @@ def _trial(spec: TaskSpec, phases: Phases) -> TaskResult:
         joules = energy.joules()
         peak = memory.peak_bytes()
         workload.close()
-    with phases("quality"):
+    with phases("quality"), entered(plan.contexts):  # the forward passes run as generate() did (precision, kernel)
         quality = _quality(spec, model, iterations[-1].generated)
     speed, stats = speed_figures(iterations, warmup[0])
     figures = _roofline_and_cost(spec, model, plan, workload_spec, speed)
@@ -305,6 +309,13 @@ def _serve_trial(spec: TaskSpec, phases: Phases) -> TaskResult:
     from autotune.worker.serve_trial import serve_trial  # imports httpx, of the serve extra
 
     return serve_trial(spec, phases)
+
+
+def refuse_what_cannot_run(config: dict[str, Any], plan: Plan) -> None:
+    """UnsupportedError, with what to install or change, when this environment cannot run the configuration."""
+    refused = rules.installation_problem(config, installed_version) or rules.plan_problem(plan)
+    if refused is not None:
+        raise UnsupportedError(refused.message, knob=refused.knob, combination=refused.knob is None)
 
 
 def _quality(spec: TaskSpec, model: Any, generated: list[list[int]]) -> dict[str, float]:

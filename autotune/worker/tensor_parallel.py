@@ -6,7 +6,7 @@ stopped. Peak memory is rank 0's: the figure of one shard, said in the metrics (
 The worker runs in its own session; a timeout kills it with torchrun and every rank under it (the
 runner collects all descendants, and each rank dies with its torchrun agent).
 
-Entry point of a rank: python -m autotune.worker.tensor_parallel SPEC.json RESULT.json
+Entry point of a rank: python -m autotune.worker.rank SPEC.json RESULT.json (autotune/worker/rank.py)
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from autotune.process.results import Outcome, TaskResult, TaskSpec, write_json_atomically
 from autotune.space.plan import Plan
@@ -46,7 +45,7 @@ def run_ranks(spec: TaskSpec, ranks: int) -> TaskResult:
     write_json_atomically(spec_path, spec.to_json())
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks),
                "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
-               "-m", "autotune.worker.tensor_parallel", str(spec_path), str(result_path)]  # fmt: skip
+               "-m", "autotune.worker.rank", str(spec_path), str(result_path)]  # fmt: skip
     try:
         done = subprocess.run(command, stdin=subprocess.DEVNULL, check=False)
         if not result_path.exists():
@@ -80,34 +79,8 @@ def rank_device(device: str) -> str:
     return f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if device.startswith("cuda") else device
 
 
-def _main() -> None:
-    from autotune.worker.__main__ import die_with_parent
-
-    die_with_parent(expected_parent=os.getppid())  # the torchrun agent
-    started = time.time()
-    spec_path, result_path = Path(sys.argv[1]), Path(sys.argv[2])
-    raw: dict[str, Any] = json.loads(spec_path.read_text())
-    spec = TaskSpec.from_json(raw)
-    spec.device = rank_device(spec.device)
-
-    from autotune.worker.tasks import run_task
-
-    result = run_task(spec, time.time() - started)
-    result.pid = os.getpid()
-    if is_reporting_rank():
-        write_json_atomically(result_path, result.to_json())
-    _leave_group()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
-
-
-def _leave_group() -> None:
+def leave_group() -> None:
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
-
-
-if __name__ == "__main__":
-    _main()

@@ -12,9 +12,9 @@ import torch
 
 from autotune.data import CORPUS, load_prompts
 from autotune.errors import UserError
-from autotune.process.results import WorkloadSpec
 from autotune.space.plan import Plan
-from autotune.worker.compat import check_attention_kept, continuous_batching_config, pin_attention
+from autotune.specs import WorkloadSpec
+from autotune.worker.compat import PAGED, continuous_batching_config, pin_attention, transformers_version
 from autotune.worker.failures import BrokenOutputError, UnsupportedError
 from autotune.worker.loading import materialize
 from autotune.worker.measurement.figures import Iteration
@@ -48,6 +48,14 @@ def build_inputs(tokenizer: Any, spec: WorkloadSpec) -> list[list[int]]:
         context = (filler * (needed // max(1, len(filler)) + 2))[start : start + needed]
         inputs.append((context + prompt)[-spec.input_len :])
     return inputs
+
+
+def entered(contexts: list[Any]) -> contextlib.ExitStack:
+    """A plan's context managers, entered (made anew each time: some cannot be entered twice)."""
+    stack = contextlib.ExitStack()
+    for call in contexts:
+        stack.enter_context(materialize(call))
+    return stack
 
 
 def _synchronizer(device: torch.device) -> Any:
@@ -101,11 +109,7 @@ class GenerateWorkload:
         self.plan_contexts = plan.contexts  # generate() runs under torch.no_grad by itself, inside these
 
     def contexts(self) -> contextlib.ExitStack:
-        """The plan's context managers, entered (made anew each call: some cannot be entered twice)."""
-        stack = contextlib.ExitStack()
-        for call in self.plan_contexts:
-            stack.enter_context(materialize(call))
-        return stack
+        return entered(self.plan_contexts)
 
     def run(self) -> Iteration:
         clock = TokenClock(self.synchronize)
@@ -192,6 +196,16 @@ class ContinuousWorkload:
             self.model.set_attn_implementation(self.restore_attention)
 
 
+def check_attention_kept(loaded: str, running: str) -> None:
+    """Continuous batching runs the paged form of the loaded attention (eager: paged|eager), never another one."""
+    if running.removeprefix(PAGED) != loaded.removeprefix(PAGED):
+        raise UnsupportedError(
+            f"transformers {transformers_version()} switched continuous batching from {loaded} attention to "
+            f"{running}, so {loaded} cannot be measured under it here",
+            combination=True,  # the attention runs without continuous batching
+        )
+
+
 def iteration_from_timestamps(outputs: list[Any], start: float, end: float) -> Iteration:
     """Figures of a generate_batch call from each request's creation time and per-token timestamps."""
     first = [out.timestamps[0] for out in outputs]
@@ -223,11 +237,5 @@ def _check_complete(outputs: list[Any], expected: int, length: int) -> None:
 
 def make_workload(model: Any, plan: Plan, inputs: list[list[int]], spec: WorkloadSpec, pad_id: int) -> Workload:
     if plan.batching == "continuous":
-        if plan.contexts:
-            names = ", ".join(call.path for call in plan.contexts)
-            raise UnsupportedError(
-                f"continuous batching generates in its own thread, which {names} entered here does not reach",
-                combination=True,
-            )
         return ContinuousWorkload(model, plan, inputs, spec)
     return GenerateWorkload(model, plan, inputs, spec, pad_id)

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from autotune import study as studies
-from autotune.analysis.constraints import parse_constraints
 from autotune.analysis.pick import DEFAULT_GOAL, goal_from_flags, pick
 from autotune.errors import UserError
+from autotune.figures.constraints import parse_constraints
 from tests import fakes
 from tests.conftest import run_cli
 

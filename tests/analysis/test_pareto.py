@@ -11,8 +11,8 @@ import pytest
 from optuna.trial import TrialState, create_trial
 
 from autotune import study as studies
-from autotune.analysis.metrics import KL_FLOOR, METRICS, OBJECTIVES, objectives_named
 from autotune.analysis.pareto import front_numbers, hypervolume, non_dominated, raw_losses, study_front
+from autotune.figures.metrics import KL_FLOOR, METRICS, OBJECTIVES, objectives_named
 from autotune.report.data import collect
 from tests import fakes
 

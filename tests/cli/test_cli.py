@@ -110,9 +110,9 @@ def _plant_study(tmp_path: Path, **changes) -> str:
     import optuna
 
     from autotune.paths import PACKAGED_SPACE
-    from autotune.process.results import QualitySpec, WorkloadSpec
     from autotune.profiles import PROFILES
     from autotune.space import load_space
+    from autotune.specs import QualitySpec, WorkloadSpec
     from autotune.study import SETTINGS_ATTR, StudySettings
 
     space = load_space(PACKAGED_SPACE)

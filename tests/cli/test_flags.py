@@ -11,8 +11,7 @@ from typer.testing import CliRunner
 
 from autotune.cli import app
 from autotune.cli.flags import Budget, Hardware, Model, Workload, with_groups
-from autotune.process.results import ModelSpec, WorkloadSpec
-from autotune.specs import BudgetSpec, HardwareSpec, SearchRequest
+from autotune.specs import BudgetSpec, HardwareSpec, ModelSpec, SearchRequest, WorkloadSpec
 
 SHARED = {
     ("search", "measure"): ["--model", "--revision", "--trust-remote-code", "--gpu", "--device", "--price",

@@ -60,3 +60,11 @@ def test_defaults_that_are_not_values_are_shown_as_typer_shows_defaults():
     text = render_help("search")
     shown = ("[default: (sqlite:///studies/<study>.db)]", "[default: (<model>-<profile>)]", "[default: (from --gpu)]")
     assert all(default in text for default in shown)
+
+
+@pytest.mark.parametrize("command", EVERY_HELP)
+def test_an_on_off_flag_shows_no_value_to_give(command):
+    """`--json <bool>` reads as if the flag took a value; it takes none."""
+    for line in render_help(command).splitlines():
+        if "--help" not in line:
+            assert not re.search(r"--[\w-]+\s+<bool>", line), line

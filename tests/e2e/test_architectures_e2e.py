@@ -120,8 +120,9 @@ def test_a_workload_longer_than_the_context_is_refused_by_the_prepare_worker_too
     from autotune.errors import UserError
     from autotune.paths import PACKAGED_SPACE
     from autotune.profiles import resolve_hardware
-    from autotune.search import SearchRequest, StorageSpec, prepare
+    from autotune.search.prepare import prepare
     from autotune.space import load_space
+    from autotune.specs import ModelSpec, SearchRequest, StorageSpec, WorkloadSpec
 
     ensure_demo_model(cache_dir)
     model = build_tiny_model("gpt2", tmp_path / "gpt2", demo_model_path(cache_dir))  # n_positions 256

@@ -104,6 +104,10 @@ def test_interrupts_record_the_trial_and_an_interrupted_configuration_is_retried
     # The trial files live beside the study's storage, never under the working folder's studies/.
     assert not (cwd / "studies").exists()
     assert (elsewhere / "demo-cpu" / "prepare").is_dir()
+    # Its log is stored with it, as for a trial recovered after a SIGKILL.
+    frozen = study.get_trials(deepcopy=False)[first.number]
+    (log,) = optuna.artifacts.get_all_artifact_meta(frozen, storage=open_storage(url))
+    assert log.mimetype == "text/plain"
 
     # 2. SIGTERM to `autotune worker` while it runs the retry: the configuration is interrupted twice.
     worker = _start(["worker", "--study", "demo-cpu", "--storage", url, "--trials", "3"], cwd, env, HANG_FIRST)

@@ -20,7 +20,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState, create_trial
 
-from autotune.analysis.constraints import parse_constraint
+from autotune.figures.constraints import parse_constraint
 from autotune.report.data import collect
 from tests.browser import open_page
 from tests.conftest import DEMO_CONSTRAINT, DEMO_STUDY, DemoSearch, run_cli

@@ -19,7 +19,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune.analysis.constraints import parse_constraint
+from autotune.figures.constraints import parse_constraint
 from autotune.study import TrialRecord, records, search_runs, stored_settings
 from tests.conftest import DEMO_CONSTRAINT, DEMO_FAILING_TRIAL, DEMO_FAULT, DEMO_STUDY, DemoSearch, run_demo_search
 

@@ -10,8 +10,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from autotune.process.results import Candidate, ModelSpec, Outcome, TaskSpec
+from autotune.process.results import Candidate, Outcome, TaskSpec
 from autotune.process.runner import Limits, run_task
+from autotune.specs import ModelSpec
 
 CHILD_MARKER = "autotune-fault-child"
 

@@ -205,3 +205,15 @@ def test_every_figure_has_a_div(data):
     for div in ("fig-front", "fig-front-3d", "fig-importance", "fig-parallel", "fig-progress"):
         assert f'id="{div}"' in page
     assert not math.isnan(data.progress.hypervolume[0])
+
+
+def test_the_failures_say_which_values_are_excluded_and_which_only_suspected(tmp_path):
+    from autotune import study as studies
+
+    study, url = fakes.known_study(tmp_path / "blamed.db")
+    reason = "quantization=torchao-int8 cannot run here: no torchao"
+    studies.add_exclusion(study, "quantization", "torchao-int8", reason)
+    studies.add_suspicion(study, "compile", "default", 6, "{}", "RuntimeError: inductor is not supported here")
+    page = render(collect(study, url))
+    assert "<b>excluded</b>: quantization=torchao-int8 cannot run here: no torchao" in page
+    assert "<b>suspected</b>: compile=default (trial #6: RuntimeError: inductor is not supported here)" in page

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.analysis.objectives import PRESETS
+from autotune.figures.objectives import PRESETS
 from autotune.paths import PACKAGED_SPACE
 from autotune.process.results import ModelSpec, WorkloadSpec
 from autotune.profiles import PROFILES

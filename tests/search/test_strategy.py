@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune.analysis.metrics import METRICS, OBJECTIVES
-from autotune.analysis.objectives import PRESETS
+from autotune.figures.metrics import METRICS, OBJECTIVES
+from autotune.figures.objectives import PRESETS
 from autotune.paths import PACKAGED_SPACE
 from autotune.process.results import Outcome
 from autotune.profiles import PROFILES

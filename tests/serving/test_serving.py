@@ -11,7 +11,7 @@ import pytest
 
 from autotune.errors import UserError
 from autotune.serving.figures import meets_slo, serve_figures
-from autotune.serving.load import RequestRecord, Target, run_load
+from autotune.serving.load import Endpoint, RequestRecord, run_load
 from autotune.serving.options import describe_slo, parse_load, parse_slo
 from autotune.serving.server import HOST, free_port
 from benchmarks.load_generator import start_trivial_server
@@ -106,7 +106,7 @@ def trivial_server():
 
 
 def test_failed_requests_are_counted_apart_and_warm_up_is_excluded(trivial_server):
-    target = Target(trivial_server, "trivial", output_len=8)
+    target = Endpoint(trivial_server, "trivial", output_len=8)
     records = asyncio.run(run_load(target, ["hello"], "concurrency", [1, 2], per_level=10, warmup=2))
     assert [record.level for record in records[:2]] == [None, None] and all(r.ok for r in records[:2])
     assert len(records) == 22
@@ -122,7 +122,7 @@ def test_failed_requests_are_counted_apart_and_warm_up_is_excluded(trivial_serve
 
 
 def test_poisson_load_sends_every_request_open_loop(trivial_server):
-    target = Target(trivial_server.replace("/v1/completions", "/nowhere"), "trivial", output_len=4)
+    target = Endpoint(trivial_server.replace("/v1/completions", "/nowhere"), "trivial", output_len=4)
     records = asyncio.run(run_load(target, ["hello"], "rate", [50.0], per_level=12, warmup=0))
     assert len(records) == 12 and all(record.error == "HTTP 404: Not Found" for record in records)
     with pytest.raises(RuntimeError, match="every request to transformers serve failed"):
@@ -130,13 +130,13 @@ def test_poisson_load_sends_every_request_open_loop(trivial_server):
 
 
 def test_a_request_to_a_closed_port_is_an_error_not_an_exception():
-    target = Target(f"http://{HOST}:{free_port()}/v1/completions", "none", output_len=4)
+    target = Endpoint(f"http://{HOST}:{free_port()}/v1/completions", "none", output_len=4)
     records = asyncio.run(run_load(target, ["hello"], "concurrency", [2], per_level=3, warmup=0))
     assert len(records) == 3 and all(record.error and "Connect" in record.error for record in records)
 
 
 def test_goodput_and_energy_are_constraints():
-    from autotune.analysis.constraints import parse_constraint
+    from autotune.figures.constraints import parse_constraint
 
     assert str(parse_constraint("goodput>=2")) == "goodput_req_s>=2"
     assert str(parse_constraint("energy<=500mJ")) == "energy_j_per_token<=0.5"

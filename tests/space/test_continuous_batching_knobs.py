@@ -14,7 +14,7 @@ from autotune.paths import PACKAGED_SPACE
 from autotune.process.results import Outcome
 from autotune.profiles import PROFILES
 from autotune.space import KNOBS, Plan, Target, build_plan, load_space
-from autotune.worker import compat
+from autotune.worker import compat, workload
 from autotune.worker.failures import UnsupportedError, classify
 from tests.conftest import run_main
 
@@ -101,10 +101,11 @@ def test_an_out_of_memory_rules_out_only_what_needs_at_least_as_much():
 
 def test_continuous_batching_runs_the_paged_form_of_the_loaded_attention():
     for loaded, running in (("eager", "paged|eager"), ("sdpa", "sdpa"), ("sdpa", "paged|sdpa")):
-        compat.check_attention_kept(loaded, running)
+        workload.check_attention_kept(loaded, running)
     with pytest.raises(UnsupportedError, match="switched continuous batching from sdpa attention to flash") as error:
-        compat.check_attention_kept("sdpa", "flash_attention_2")
-    assert classify(error.value, CONTINUOUS).outcome == Outcome.UNSUPPORTED
+        workload.check_attention_kept("sdpa", "flash_attention_2")
+    classified = classify(error.value, CONTINUOUS)
+    assert (classified.outcome, classified.knob) == (Outcome.UNSUPPORTED, None)  # sdpa runs without it
 
 
 @dataclass
@@ -133,7 +134,7 @@ def test_without_auto_switch_to_flash_the_attention_is_pinned_as_paged_and_resto
 def test_the_manager_gets_the_page_size_and_gives_the_attention_back(cache_dir):
     from transformers import AutoModelForCausalLM
 
-    from autotune.process.results import WorkloadSpec
+    from autotune.specs import WorkloadSpec
     from autotune.worker.demo_model import ensure_demo_model
     from autotune.worker.workload import ContinuousWorkload
 

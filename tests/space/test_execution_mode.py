@@ -7,10 +7,10 @@ import ast
 import json
 
 from autotune.paths import PACKAGED_SPACE, demo_model_path
-from autotune.process.results import ModelSpec, WorkloadSpec
 from autotune.report.snippets import json_snippet, python_snippet, serve_command
 from autotune.space import Target, build_plan, load_space
 from autotune.space.plan import Call, Plan
+from autotune.specs import ModelSpec, WorkloadSpec
 
 BASE = {"dtype": "float32", "attn_implementation": "sdpa", "quantization": "none", "batching": "generate"}
 

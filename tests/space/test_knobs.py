@@ -9,16 +9,16 @@ import pytest
 
 from autotune.cli.printers import knobs_line
 from autotune.paths import PACKAGED_SPACE
-from autotune.process.results import Outcome, WorkloadSpec
+from autotune.process.results import Outcome
 from autotune.report.snippets import json_snippet, python_snippet
-from autotune.search import expected_duration_s
 from autotune.search.forecast import Forecaster
+from autotune.search.loop import expected_duration_s
 from autotune.search.prepare import _with_defaults
 from autotune.search.strategy import ruled_out
 from autotune.space import KNOBS, Call, Plan, Ref, Target, build_plan, load_space, parse_space
 from autotune.space.knobs import knob_defaults, short_name
 from autotune.study import TrialRecord
-from autotune.worker.failures import _COMMON_VALUES, classify
+from autotune.worker.failures import classify
 
 BASELINE = {"dtype": "bfloat16", "attn_implementation": "sdpa", "quantization": "none", "batching": "generate"}
 
@@ -100,7 +100,7 @@ def test_trials_that_compile_batch_and_quantize_alike_are_expected_to_take_alike
 @pytest.mark.parametrize("name", [name for name, knob in KNOBS.items() if knob.failure_words])
 def test_each_knobs_failure_words_blame_it_when_it_is_set_off_its_default(name):
     knob = KNOBS[name]
-    unusual = next(value for value in knob.choices or () if value not in _COMMON_VALUES)
+    unusual = next(value for value in knob.choices or () if value not in knob.usual_values())
     for word in knob.failure_words:
         classified = classify(ImportError(f"this needs the {word} package"), {**BASELINE, name: unusual})
         assert (classified.outcome, classified.knob) == (Outcome.UNSUPPORTED, name), word
@@ -111,7 +111,7 @@ def test_each_knobs_failure_words_blame_it_when_it_is_set_off_its_default(name):
 def test_a_refusal_blames_its_knob_whatever_the_value():
     refusal = ValueError("GPTJForCausalLM does not support an attention implementation through sdpa yet")
     refusing = [name for name, knob in KNOBS.items() if knob.refusals]
-    assert refusing == ["attn_implementation", "use_kernels", "kv_cache_backend"]
+    assert refusing == ["attn_implementation", "kv_cache_backend"]
     assert classify(refusal, BASELINE).knob == "attn_implementation"
     assert classify(refusal, {"dtype": "float32"}).knob is None  # the knob is not set: nothing to exclude
 
@@ -173,12 +173,13 @@ def test_a_context_from_the_plan_is_the_real_one_and_an_enum_member_resolves():
 
 def test_continuous_batching_refuses_a_plan_with_contexts_it_cannot_reach():
     from autotune.worker.failures import UnsupportedError
-    from autotune.worker.workload import make_workload
+    from autotune.worker.tasks import refuse_what_cannot_run
 
-    plan = build_plan({**BASELINE, "batching": "continuous"}, Target("cpu"))
+    config = {**BASELINE, "batching": "continuous"}
+    plan = build_plan(config, Target("cpu"))
     plan.contexts.append(MATH_ONLY)
     with pytest.raises(UnsupportedError, match="its own thread") as refused:
-        make_workload(None, plan, [[1, 2]], WorkloadSpec(), pad_id=0)
+        refuse_what_cannot_run(config, plan)
     assert refused.value.combination  # no single knob value is to blame
 
 

@@ -14,7 +14,6 @@ from autotune.process.results import Outcome
 from autotune.profiles import PROFILES
 from autotune.report.snippets import python_snippet, serve_command
 from autotune.space import KNOBS, Call, Plan, Target, build_plan, load_space
-from autotune.worker import compat
 from autotune.worker.failures import UnsupportedError, classify
 from tests.conftest import run_cli, run_main
 
@@ -138,23 +137,21 @@ def test_memory_orders_four_bits_below_eight_below_none():
 # ---------------------------------------------------------------------------------------- missing packages
 
 
-@pytest.mark.parametrize(
-    ("value", "module", "pip"),
-    [("torchao-int8", "torchao", "torchao"), ("quanto-float8", "optimum.quanto", "optimum-quanto")],
-)
-def test_a_missing_quantization_package_is_unsupported_with_what_to_install(monkeypatch, value, module, pip):
-    installed = compat._installed
-    monkeypatch.setattr(compat, "_installed", lambda name: name != module and installed(name))
+@pytest.mark.parametrize(("value", "pip"), [("torchao-int8", "torchao"), ("quanto-float8", "optimum-quanto")])
+def test_a_missing_quantization_package_is_unsupported_with_what_to_install(monkeypatch, value, pip):
+    from autotune.worker import tasks
+
+    installed = tasks.installed_version
+    monkeypatch.setattr(tasks, "installed_version", lambda wanted: None if wanted.package == pip else installed(wanted))
     config = {**BASELINE, "quantization": value}
     with pytest.raises(
         UnsupportedError, match=rf"needs {pip}, which is not installed: pip install \"autotune\[quant\]\"$"
     ) as refused:
-        compat.adapt_plan(_plan(config))
+        tasks.refuse_what_cannot_run(config, _plan(config))
     classified = classify(refused.value, config)
-    assert classified.outcome == Outcome.UNSUPPORTED and classified.knob == "quantization"
-    assert compat.adapt_plan(_plan({**BASELINE, "quantization": "bnb-8bit"})) == _plan(
-        {**BASELINE, "quantization": "bnb-8bit"}
-    )
+    assert (classified.outcome, classified.knob, classified.certain) == (Outcome.UNSUPPORTED, "quantization", True)
+    bnb = {**BASELINE, "quantization": "bnb-8bit"}
+    tasks.refuse_what_cannot_run(bnb, _plan(bnb))  # bitsandbytes is installed: nothing to refuse
 
 
 def test_torchao_int4_s_cpu_failure_blames_the_quantization_value():

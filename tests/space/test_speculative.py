@@ -55,11 +55,14 @@ def test_the_plan_round_trips_and_the_snippet_loads_the_draft():
 
 
 def test_assistant_without_a_draft_model_is_unsupported_with_what_to_give():
-    from autotune.worker.compat import adapt_plan
+    from autotune.worker.failures import classify
+    from autotune.worker.tasks import refuse_what_cannot_run
 
-    plan = build_plan({**BASE, "speculative": "assistant"}, Target("cpu"))
-    with pytest.raises(UnsupportedError, match="give --assistant-model"):
-        adapt_plan(Plan.from_json(plan.to_json()))
+    config = {**BASE, "speculative": "assistant"}
+    plan = build_plan(config, Target("cpu"))
+    with pytest.raises(UnsupportedError, match="give --assistant-model") as refused:
+        refuse_what_cannot_run(config, Plan.from_json(plan.to_json()))
+    assert classify(refused.value, config).certain  # excluded for the study: no draft model will appear
 
 
 def test_the_space_gives_tokens_only_to_a_method_and_forbids_continuous_batching():

@@ -11,16 +11,17 @@ import psutil
 import pytest
 
 from autotune.paths import PACKAGED_SPACE
-from autotune.process.results import Candidate, ModelSpec, Outcome, TaskSpec
+from autotune.process.results import Candidate, Outcome, TaskSpec
 from autotune.process.runner import run_task
 from autotune.profiles import PROFILES, visible_gpu_count
 from autotune.report.snippets import serve_command
-from autotune.search import baseline_config
+from autotune.search.prepare import baseline_config
 from autotune.space import Call, Plan, Target, build_plan, load_space
+from autotune.specs import ModelSpec
 
 BASE = {"dtype": "float32", "attn_implementation": "sdpa", "quantization": "none", "batching": "generate"}
 SPACE = load_space(PACKAGED_SPACE)
-RANK_MODULE = "autotune.worker.tensor_parallel"
+RANK_MODULE = "autotune.worker.rank"
 
 
 def test_two_ranks_load_with_a_distributed_config_and_one_is_the_baseline():

@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 
 from autotune.paths import PACKAGED_SPACE
-from autotune.process.results import ModelSpec, Outcome
+from autotune.process.results import Outcome
 from autotune.profiles import PROFILES
 from autotune.report.snippets import python_snippet, serve_command
-from autotune.search import baseline_config
+from autotune.search.prepare import baseline_config
 from autotune.space import Plan, Target, build_plan, load_space
+from autotune.specs import ModelSpec
 
 BASE = {"dtype": "float32", "attn_implementation": "eager", "quantization": "none", "batching": "generate"}
 SPACE = load_space(PACKAGED_SPACE)
@@ -39,8 +40,8 @@ def test_the_snippet_loads_with_use_kernels_and_serve_says_it_has_no_flag():
 def test_the_worker_check_blames_use_kernels_even_beside_a_rare_attention():
     from autotune.worker.failures import UnsupportedError, classify
 
-    classified = classify(UnsupportedError(NO_KERNEL_ON_CPU), {**BASE, "use_kernels": "on"})
-    assert (classified.outcome, classified.knob) == (Outcome.UNSUPPORTED, "use_kernels")
+    classified = classify(UnsupportedError(NO_KERNEL_ON_CPU, knob="use_kernels"), {**BASE, "use_kernels": "on"})
+    assert (classified.outcome, classified.knob, classified.certain) == (Outcome.UNSUPPORTED, "use_kernels", True)
 
 
 def test_a_model_whose_layers_all_fell_back_is_unsupported_with_the_reason(cache_dir: Path):

@@ -11,7 +11,7 @@ from pathlib import Path
 import optuna
 
 from autotune import study as studies
-from autotune.analysis.metrics import OBJECTIVES
+from autotune.figures.metrics import OBJECTIVES
 from autotune.process.results import FoundReference, Outcome, TaskDetails, TaskResult
 from autotune.report.data import collect, environment
 from autotune.study import SETTINGS_ATTR, PreparedFacts, StudySettings

@@ -8,11 +8,9 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-from packaging.version import Version
 
 from autotune.process.results import Outcome
-from autotune.space import Target, build_plan
-from autotune.space.plan import Plan
+from autotune.space import Target, build_plan, rules
 from autotune.worker import compat, workload
 from autotune.worker.failures import UnsupportedError, classify
 from autotune.worker.measurement import memory
@@ -80,56 +78,50 @@ def test_a_plain_error_is_an_error_and_out_of_memory_is_oom():
     assert classify(RuntimeError("CUDA error: out of memory"), FLASH).outcome == Outcome.OOM
 
 
-# ------------------------------------------------------------------------------- version adaptation
+# ------------------------------------------------------------------------------- version facts
 
 
-def _installed(monkeypatch, version: str, quanto: bool = False, hqq: bool = False) -> None:
-    import transformers.utils.import_utils as import_utils
-
-    monkeypatch.setattr(compat, "transformers_version", lambda: Version(version))
-    monkeypatch.setattr(import_utils, "is_optimum_quanto_available", lambda: quanto)
-    monkeypatch.setattr(import_utils, "is_hqq_available", lambda *args, **kwargs: hqq)
+def _installed(version: str, quanto: bool = False, hqq: bool = False):
+    """What rules.installation_problem asks of the environment: a transformers version and which packages import."""
+    versions = {"transformers": version, "optimum-quanto": "0.2.7" if quanto else None, "hqq": "0.2.8" if hqq else None}
+    return lambda requirement: versions.get(requirement.package, "1.0")
 
 
-def _quantized_plan(backend: str = "fp8") -> Plan:
-    return build_plan({**QUANTIZED_CACHE, "kv_cache_backend": backend}, Target("cuda"))
+def _refused(config: dict, version: str, **packages: bool):
+    return rules.installation_problem(config, _installed(version, **packages))
 
 
-def test_fp8_kv_cache_runs_as_planned_where_transformers_has_it(monkeypatch):
-    _installed(monkeypatch, "5.22.2")
-    assert compat.adapt_plan(_quantized_plan()).generate["cache_config"] == {"backend": "fp8"}
+def test_fp8_kv_cache_runs_where_transformers_has_it():
+    assert _refused({**QUANTIZED_CACHE, "kv_cache_backend": "fp8"}, "5.22.2") is None
 
 
-def test_a_kv_cache_backend_this_transformers_lacks_is_unsupported_and_blamed_on_the_backend(monkeypatch):
+def test_a_kv_cache_backend_this_transformers_lacks_is_refused_and_blamed_on_the_backend():
     """The backend is a knob: another one is never measured in its place."""
-    _installed(monkeypatch, "5.17.0", quanto=True, hqq=True)
-    with pytest.raises(UnsupportedError, match=r"no fp8 KV-cache backend .* upgrade transformers") as refused:
-        compat.adapt_plan(_quantized_plan("fp8"))
-    assert classify(refused.value, {**QUANTIZED_CACHE, "kv_cache_backend": "fp8"}).knob == "kv_cache_backend"
-    assert compat.adapt_plan(_quantized_plan("hqq")).generate["cache_config"] == {"backend": "hqq", "nbits": 4}
+    config = {**QUANTIZED_CACHE, "kv_cache_backend": "fp8"}
+    refused = _refused(config, "5.17.0", quanto=True, hqq=True)
+    assert refused is not None and (refused.knob, refused.value) == ("kv_cache_backend", "fp8")
+    assert refused.message.endswith(
+        "transformers 5.17.0 has no fp8 KV-cache backend (it has from 5.22): upgrade transformers"
+    )
+    assert _refused({**QUANTIZED_CACHE, "kv_cache_backend": "hqq"}, "5.17.0", quanto=True, hqq=True) is None
 
 
 @pytest.mark.parametrize(("backend", "package"), [("quanto", "optimum-quanto"), ("hqq", "hqq")])
-def test_a_kv_cache_backend_without_its_package_is_unsupported_with_what_to_install(monkeypatch, backend, package):
-    _installed(monkeypatch, "5.22.2")
-    with pytest.raises(
-        UnsupportedError, match=rf"needs {package}, which is not installed: pip install \"autotune\[quant\]\"$"
-    ) as refused:
-        compat.adapt_plan(_quantized_plan(backend))
-    assert classify(refused.value, {**QUANTIZED_CACHE, "kv_cache_backend": backend}).knob == "kv_cache_backend"
+def test_a_kv_cache_backend_without_its_package_is_refused_with_what_to_install(backend, package):
+    refused = _refused({**QUANTIZED_CACHE, "kv_cache_backend": backend}, "5.22.2")
+    assert refused is not None and refused.knob == "kv_cache_backend"
+    assert refused.message.endswith(f'needs {package}, which is not installed: pip install "autotune[quant]"')
 
 
 FLEX_STATIC = {"dtype": "bfloat16", "attn_implementation": "flex_attention", "cache_implementation": "static"}
 
 
-def test_flex_attention_with_a_static_cache_is_refused_where_generate_breaks_it_blaming_neither_value(monkeypatch):
-    plan = build_plan({**FLEX_STATIC, "compile": "off"}, Target("cpu"))
-    _installed(monkeypatch, "5.17.0")
-    assert compat.adapt_plan(plan) == plan
-    _installed(monkeypatch, "5.22.2")
-    with pytest.raises(UnsupportedError, match="use a dynamic cache with flex_attention") as refused:
-        compat.adapt_plan(plan)
-    classified = classify(refused.value, FLEX_STATIC)
+def test_flex_attention_with_a_static_cache_is_refused_where_generate_breaks_it_blaming_neither_value():
+    assert _refused(FLEX_STATIC, "5.17.0") is None
+    refused = _refused(FLEX_STATIC, "5.22.2")
+    assert refused is not None and "use a dynamic cache with flex_attention" in refused.message
+    assert refused.knob is None
+    classified = classify(UnsupportedError(refused.message, combination=True), FLEX_STATIC)
     assert classified.outcome == Outcome.UNSUPPORTED and classified.knob is None
 
 
@@ -203,13 +195,12 @@ def test_nvml_peak_reports_nothing_where_nvml_is_missing(monkeypatch):
 
 
 def test_cuda_graph_compile_modes_and_offloaded_caches_need_cuda_and_compile_needs_no_switch_there():
-    from autotune.space import KNOBS
 
-    assert KNOBS["compile"].needs("reduce-overhead").cuda
-    assert KNOBS["compile"].needs("max-autotune").cuda
-    assert not KNOBS["compile"].needs("default").cuda
-    assert KNOBS["cache_implementation"].needs("offloaded").cuda
-    assert KNOBS["cache_implementation"].needs("offloaded_static").cuda
+    assert rules.needs_of("compile", "reduce-overhead").cuda
+    assert rules.needs_of("compile", "max-autotune").cuda
+    assert not rules.needs_of("compile", "default").cuda
+    assert rules.needs_of("cache_implementation", "offloaded").cuda
+    assert rules.needs_of("cache_implementation", "offloaded_static").cuda
     config = {"cache_implementation": "static", "compile": "reduce-overhead"}
     assert build_plan(config, Target("cuda")).generate["compile_config"].attrs == {}
     assert build_plan(config, Target("cpu")).generate["compile_config"].attrs == {"_compile_all_devices": True}
@@ -242,7 +233,8 @@ class FakeCuda:
 
 
 def _spec(device: str, cap: int | None):
-    from autotune.process.results import ModelSpec, TaskSpec
+    from autotune.process.results import TaskSpec
+    from autotune.specs import ModelSpec
 
     return TaskSpec("trial", ModelSpec("demo"), device, "/tmp", memory_cap_bytes=cap)
 

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from autotune.process.results import WorkloadSpec
 from autotune.space import Target, build_plan
+from autotune.specs import WorkloadSpec
 from autotune.worker.measurement.figures import (
     broken_reason,
     cost_per_million_tokens,

@@ -38,11 +38,6 @@ class EnergyCounter:
             return None
 
 
-def has_energy_counter(device: str) -> bool:
-    """Whether `device` reports energy (NVML only: the study process checks it without torch)."""
-    return EnergyCounter(device)._read_mj() is not None
-
-
 def _nvml_handle(index: int) -> Any:
     try:
         import pynvml

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autotune.analysis.stats import Summary
+from autotune.figures.stats import Summary
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from autotune.data import EVAL_TEXT
-from autotune.process.results import QualitySpec
+from autotune.specs import QualitySpec
 from autotune.worker.failures import BrokenOutputError
 
 

@@ -2,7 +2,7 @@ import itertools
 
 import pytest
 
-from autotune.analysis.stats import Summary, percentile
+from autotune.figures.stats import Summary, percentile
 from autotune.units import format_bytes, parse_duration
 from autotune.worker.measurement.timing import repeat_until
 

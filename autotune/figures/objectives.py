@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from autotune.analysis.constraints import ALIASES
-from autotune.analysis.metrics import METRICS, OBJECTIVES, Metric
 from autotune.errors import UserError
+from autotune.figures.constraints import ALIASES
+from autotune.figures.metrics import METRICS, OBJECTIVES, Metric
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ def check_available(objectives: Sequence[str], workload: str, device_kind: str, 
 
 
 @dataclass(frozen=True)
-class Goal:
+class SearchGoal:
     """What a search optimises and under which bounds, after a preset and the user's own flags."""
 
     objectives: tuple[str, ...]  # empty: none asked (a new study gets the default three, a resumed one its own)
@@ -97,15 +97,15 @@ class Goal:
     constraints: tuple[str, ...]
 
 
-def goal_from_flags(
+def search_goal(
     preset: str | None, objectives: str | None, workload_given: bool, constraints: Sequence[str]
-) -> Goal:
+) -> SearchGoal:
     """The preset's choices, each replaced by what the user gave explicitly."""
     chosen = preset_named(preset) if preset is not None else None
     names = parse_objectives(objectives) if objectives is not None else ()
     if chosen is None:
-        return Goal(names, None, tuple(constraints))
-    return Goal(
+        return SearchGoal(names, None, tuple(constraints))
+    return SearchGoal(
         names or chosen.objectives,
         None if workload_given else chosen.workload,
         tuple(constraints) if constraints else chosen.constraints,

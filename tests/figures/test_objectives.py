@@ -5,38 +5,38 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.analysis.metrics import METRICS, OBJECTIVES, objectives_named
-from autotune.analysis.objectives import PRESETS, check_available, goal_from_flags, parse_objectives
 from autotune.errors import StudyMismatchError, UserError
+from autotune.figures.metrics import METRICS, OBJECTIVES, objectives_named
+from autotune.figures.objectives import PRESETS, check_available, parse_objectives, search_goal
 from autotune.search.strategy import trade_offs
 from autotune.study import StudySettings
 
 
 def test_each_preset_sets_its_objectives_workload_and_constraints():
-    assert goal_from_flags("latency", None, False, []) == goal_from_flags("LATENCY", None, False, [])
-    latency = goal_from_flags("latency", None, False, [])
+    assert search_goal("latency", None, False, []) == search_goal("LATENCY", None, False, [])
+    latency = search_goal("latency", None, False, [])
     assert (latency.objectives, latency.workload, latency.constraints) == (
         ("tpot_s", "ttft_s"),
         "latency",
         ("kl<=0.01",),
     )
-    throughput = goal_from_flags("throughput", None, False, [])
+    throughput = search_goal("throughput", None, False, [])
     assert throughput.objectives == ("throughput_tok_s", "peak_memory_gb") and throughput.workload == "throughput"
-    balanced = goal_from_flags("balanced", None, False, [])
+    balanced = search_goal("balanced", None, False, [])
     assert balanced.objectives == tuple(metric.name for metric in OBJECTIVES) and balanced.constraints == ()
-    memory = goal_from_flags("memory", None, False, [])
+    memory = search_goal("memory", None, False, [])
     assert memory.objectives[0] == "peak_memory_gb" and "kl_divergence" in memory.objectives
     for preset in PRESETS.values():  # every objective of a preset is a metric with a direction
         assert all(METRICS[name].direction for name in preset.objectives)
 
 
 def test_the_users_flags_override_the_presets_choices():
-    goal = goal_from_flags("latency", "ttft,energy", True, ["top1>=99%"])
+    goal = search_goal("latency", "ttft,energy", True, ["top1>=99%"])
     assert goal.objectives == ("ttft_s", "energy_j_per_token")  # --objectives
     assert goal.workload is None  # --workload given: the preset leaves it alone
     assert goal.constraints == ("top1>=99%",)  # --constraint replaces the preset's
-    assert goal_from_flags(None, None, False, []) == goal_from_flags(None, None, True, [])
-    assert goal_from_flags(None, None, False, []).objectives == ()  # no preset: the study's own or the default
+    assert search_goal(None, None, False, []) == search_goal(None, None, True, [])
+    assert search_goal(None, None, False, []).objectives == ()  # no preset: the study's own or the default
 
 
 def test_objectives_are_named_as_constraints_name_metrics():
@@ -55,7 +55,7 @@ def test_an_unknown_or_repeated_objective_is_bad_input(text, message):
 
 def test_an_unknown_preset_is_bad_input():
     with pytest.raises(UserError, match="'fast' is not a preset: use latency, throughput, balanced, memory"):
-        goal_from_flags("fast", None, False, [])
+        search_goal("fast", None, False, [])
 
 
 def test_an_objective_the_device_or_workload_cannot_produce_is_refused():

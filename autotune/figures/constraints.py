@@ -2,7 +2,7 @@
 
 One parser serves `autotune search --constraint` (passed to Optuna with `trial.set_constraint`, so
 the sampler and `study.best_trials` keep to the feasible region) and `autotune best` (which picks
-under them). A constraint is held in the metric's own unit (`METRICS` in autotune/analysis/metrics.py):
+under them). A constraint is held in the metric's own unit (`METRICS` in autotune/figures/metrics.py):
 `memory<=20GB` becomes `peak_memory_gb <= 20`, `ttft_ms<=50` becomes `ttft_s <= 0.05`.
 """
 
@@ -14,8 +14,8 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from autotune.analysis.metrics import METRICS, Metric
 from autotune.errors import UserError
+from autotune.figures.metrics import METRICS, Metric
 
 # Names users type -> (metric, the unit a bare number is in).
 ALIASES: dict[str, tuple[str, str]] = {

@@ -7,8 +7,8 @@ import pytest
 from optuna.samplers._tpe.sampler import _split_trials
 
 from autotune import study as studies
-from autotune.analysis.constraints import Constraint, parse_constraint, parse_constraints
 from autotune.errors import StudyMismatchError, UserError
+from autotune.figures.constraints import Constraint, parse_constraint, parse_constraints
 from autotune.process.results import Outcome, TaskResult
 from tests import fakes
 

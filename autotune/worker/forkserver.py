@@ -18,6 +18,8 @@ import threading
 import time
 from pathlib import Path
 
+from autotune.process.life import die_with_parent
+
 
 def _preload() -> None:
     """Import what every trial imports, without running anything (no CUDA, no thread pools)."""
@@ -31,7 +33,7 @@ def _preload() -> None:
 
 def _child(request: dict, born: float) -> None:
     """In the forked process: become a session leader, log to the trial's file, run the task, exit."""
-    from autotune.worker.__main__ import die_with_parent, run
+    from autotune.worker.__main__ import run
 
     code = 1
     try:
@@ -59,8 +61,6 @@ def _send(message: dict) -> None:
 
 
 def main() -> None:
-    from autotune.worker.__main__ import die_with_parent
-
     die_with_parent()
     _preload()
     _send({"ready": True, "pid": os.getpid()})

@@ -1,4 +1,4 @@
-"""The fork server (autotune.process.forkserver) seen through the runner: a real server forking real workers.
+"""The fork server (autotune.worker.forkserver) seen through the runner: a real server forking real workers.
 
 What a worker's failure becomes is in test_runner.py; here, what happens to the server and the processes.
 """

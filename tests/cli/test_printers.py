@@ -1,0 +1,31 @@
+"""What the commands print after a search: the front as changes from the baseline, the report, the artifacts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from autotune.cli.printers import changes_line, out, print_finished
+from autotune.search.finish import finish
+from autotune.search.options import SearchSummary
+from tests import fakes
+
+
+def test_a_configuration_is_shown_as_its_changes_from_the_baseline():
+    baseline = fakes.BASELINE
+    assert changes_line(fakes.config("bfloat16", quantization="bnb-4bit"), baseline) == "quant=bnb-4bit"
+    assert changes_line(dict(baseline), baseline) == "baseline"
+
+
+def test_after_a_search_the_front_the_report_and_the_artifacts_are_printed(tmp_path: Path):
+    study, url = fakes.known_study(tmp_path / "known.db")
+    summary = SearchSummary(study.study_name, url, 8, "budget used up", 95.0, {})
+    finished = finish(summary, tmp_path / "reports" / "known.html", None)
+    assert finished.report.is_file() and finished.artifacts == str(tmp_path / "known.artifacts")
+    with out.capture() as captured:
+        print_finished(finished)
+    printed = captured.get()
+    assert "baseline: dtype=bfloat16 attn=sdpa quant=none batching=generate cache=dynamic" in printed
+    rows = [line for line in printed.splitlines() if line.startswith("│ 3 ")]  # the compiled trial
+    assert rows and "cache=static compile=" in rows[0] and "attn=sdpa" not in rows[0]
+    assert f"report: {finished.report}" in printed
+    assert f"stored as Optuna artifacts in {tmp_path / 'known.artifacts'}" in printed

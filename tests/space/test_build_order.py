@@ -1,0 +1,120 @@
+"""The plan is built in the order each knob states (`after`), never in the order the handlers are written: every
+configuration of the default space builds the same plan under a shuffled registry."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from autotune.paths import PACKAGED_SPACE
+from autotune.space import KNOBS, Knob, Plan, Target, build_plan, load_space
+from autotune.space.knobs import build_order
+
+SHUFFLES = 3
+
+
+@contextmanager
+def registry_in_order(names: list[str]) -> Iterator[None]:
+    """KNOBS reordered for the block: what reordering the classes of knobs.py would do."""
+    original = dict(KNOBS)
+    KNOBS.clear()
+    KNOBS.update({name: original[name] for name in names})
+    try:
+        yield
+    finally:
+        KNOBS.clear()
+        KNOBS.update(original)
+
+
+def unordered(plan: Plan) -> tuple:
+    """The plan, with the entries independent knobs append to its lists (serve flags, contexts, not-servable
+    notes) taken as sets: only their written order follows the registry, never what runs."""
+    flags: list[tuple[str, ...]] = []
+    for token in plan.serve_flags:
+        if token.startswith("--"):
+            flags.append((token,))
+        else:
+            flags[-1] += (token,)
+    return (
+        plan.load,
+        plan.generate,
+        plan.batching,
+        plan.continuous,
+        plan.workload,
+        sorted(flags),
+        sorted(plan.not_servable),
+        sorted(map(repr, plan.contexts)),
+    )
+
+
+@pytest.fixture(scope="module")
+def configurations() -> list[dict]:
+    return list(load_space(PACKAGED_SPACE).configurations())  # about half a million
+
+
+@pytest.mark.slow  # 2 targets x 4 orders x ~500,000 plans: about half a minute each on 2 CPU cores
+@pytest.mark.parametrize("device_type", ["cpu", "cuda"])
+def test_every_configuration_of_the_default_space_builds_the_same_plan_under_a_shuffled_registry(
+    device_type, configurations
+):
+    target = Target(device_type, requests=1, tokens_per_request=192, assistant_model="draft")
+    expected = [unordered(build_plan(config, target)) for config in configurations]
+    rng = random.Random(32)
+    for _ in range(SHUFFLES):
+        names = list(KNOBS)
+        rng.shuffle(names)
+        with registry_in_order(names):
+            differing = [
+                config
+                for config, plan in zip(configurations, expected, strict=True)
+                if unordered(build_plan(config, target)) != plan
+            ]
+        assert differing[:3] == [], f"registry order {names} changes the plan"
+
+
+def test_a_knob_is_applied_after_the_knobs_it_names():
+    order = build_order(KNOBS)
+    for name, knob in KNOBS.items():
+        assert all(order.index(other) < order.index(name) for other in knob.after), name
+
+
+class _Loop(Knob):
+    name = "loop_a"
+    after = ("loop_b",)
+
+
+class _LoopBack(Knob):
+    name = "loop_b"
+    after = ("loop_a",)
+
+
+class _Unknown(Knob):
+    name = "unknown_after"
+    after = ("no_such_knob",)
+
+
+def test_a_cycle_or_an_unknown_name_in_after_is_an_error():
+    with pytest.raises(ValueError, match="cycle"):
+        build_order({"loop_a": _Loop(), "loop_b": _LoopBack()})
+    with pytest.raises(ValueError, match="no_such_knob"):
+        build_order({**KNOBS, "unknown_after": _Unknown()})
+
+
+def test_an_order_missed_in_after_shows_as_another_plan():
+    """The shuffle test has teeth: without `after`, compile applied before the cache keeps disable_compile."""
+    config = {"cache_implementation": "static", "compile": "default"}
+    target = Target("cuda")
+    names = [name for name in KNOBS if name != "cache_implementation"] + ["cache_implementation"]
+    compile_knob = KNOBS["compile"]
+    original_after = type(compile_knob).after
+    type(compile_knob).after = ()
+    try:
+        with registry_in_order(names):
+            careless = build_plan(config, target)
+    finally:
+        type(compile_knob).after = original_after
+    assert careless.generate.get("disable_compile") is True
+    assert "disable_compile" not in build_plan(config, target).generate
