@@ -10,8 +10,8 @@ import pytest
 
 from autotune.paths import PACKAGED_SPACE
 from autotune.profiles import PROFILES
-from autotune.space import Target, build_plan, load_space
-from autotune.worker.compat import depends_on_version
+from autotune.space import load_space
+from autotune.space.rules import depends_on_version
 from benchmarks.conformance import Expected, Result, cases, expected_path, figure_problems, load_expected, mismatch
 from tests.conftest import REPO, run_cli
 
@@ -64,9 +64,9 @@ def test_the_floor_runs_the_cases_whose_path_depends_on_the_version_on_every_run
             "quantization=bnb-4bit", "use_kernels=on"} <= dependent  # fmt: skip
     assert not dependent & {"dtype=float16", "attn_implementation=eager", "compile=default", "sdpa_backend=math"}
     flex_static = {"dtype": "float32", "attn_implementation": "flex_attention", "cache_implementation": "static"}
-    assert depends_on_version(build_plan(flex_static, Target("cpu")))  # refused after 5.17 (compat.py)
+    assert depends_on_version(flex_static)  # refused after 5.17 (rules.BROKEN_TOGETHER)
     hub_attention = {"dtype": "bfloat16", "attn_implementation": "kernels-community/flash-attn2"}
-    assert depends_on_version(build_plan(hub_attention, Target("cuda")))
+    assert depends_on_version(hub_attention)
 
 
 def test_an_outcome_other_than_the_one_written_down_is_one_line_naming_the_case_and_version() -> None:
