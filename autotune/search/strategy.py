@@ -26,6 +26,7 @@ import importlib.util
 import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from enum import IntEnum
 from functools import cached_property
 
 import numpy as np
@@ -290,19 +291,34 @@ class Scored:
     planned: Planned
     forecast: Forecast
     gain: float  # hypervolume its hopeful figures would add to what was measured
-    loses_lead: bool  # expected to do worse than the baseline on the study's first objective
+    tier: int  # see Tier
     warm_up: bool
 
     def key(self) -> tuple:
-        """Not expected to lose on the first objective first; then what it could add per second; then the
-        warm-up changes that could add nothing, cheapest first."""
+        """By tier; then what it could add per second; then the warm-up changes that could add nothing, cheapest
+        first."""
         rate = self.gain / max(self.forecast.seconds, 1e-9)
-        return (self.loses_lead, self.gain <= GAIN_FLOOR, -rate, self.forecast.seconds)
+        return (self.tier, self.gain <= GAIN_FLOOR, -rate, self.forecast.seconds)
 
 
-def rank(forecaster: Forecaster, candidates: Iterable[tuple[Planned, bool]]) -> list[Scored]:
-    """Candidates (planned, is a warm-up change) in the order they should run: see Scored.key. A composition or
-    predicted change that could add nothing to the front is left out; a warm-up change never is."""
+class Tier(IntEnum):
+    """The order of what follows the recommended stacks that run first."""
+
+    LEAD_SIBLING = 0  # another value of a knob the first objective's stack sets, expected to win on that objective
+    WAITING_STACK = 1  # a stack recommended for another objective, expected to lose on the first one (4-bit weights)
+    OTHER = 2
+    LOSES_LEAD = 3  # expected to do worse than the baseline on the study's first objective
+
+
+def rank(
+    forecaster: Forecaster,
+    candidates: Iterable[tuple[Planned, bool]],
+    lead_siblings: frozenset[str] = frozenset(),
+    waiting_stacks: frozenset[str] = frozenset(),
+) -> list[Scored]:
+    """Candidates (planned, is a warm-up change) in the order they should run: see Scored.key and Tier. A composition
+    or predicted change that could add nothing to the front is left out; a warm-up change never is. The two sets hold
+    configuration keys (next_queued says which)."""
     objectives = forecaster.objectives
     measured = [figures for _, figures in forecaster.measured.values()]
     raw = raw_losses(measured, objectives) if measured else np.empty((0, len(objectives)))
@@ -315,9 +331,23 @@ def rank(forecaster: Forecaster, candidates: Iterable[tuple[Planned, bool]]) -> 
         gain = _hypervolume_gain(raw, raw_losses([forecast.hopeful], objectives))
         if gain <= GAIN_FLOOR and not warm_up:
             continue
-        loses = _loses(objectives[0], forecast.figures, baseline)
-        scored.append(Scored(planned, forecast, gain, loses, warm_up))
+        key = config_key(planned.config)
+        if key in lead_siblings and _wins(objectives[0], forecast.figures, baseline):
+            tier = Tier.LEAD_SIBLING
+        elif key in waiting_stacks:
+            tier = Tier.WAITING_STACK
+        else:
+            tier = Tier.LOSES_LEAD if _loses(objectives[0], forecast.figures, baseline) else Tier.OTHER
+        scored.append(Scored(planned, forecast, gain, tier, warm_up))
     return sorted(scored, key=Scored.key)
+
+
+def _wins(metric: Metric, figures: Mapping[str, float], baseline: Mapping[str, float]) -> bool:
+    value, base = figures.get(metric.name), baseline.get(metric.name)
+    if value is None or base is None or family(metric) == "kl" or not base:
+        return False
+    ratio = value / base
+    return ratio > 1 + LOSS_MARGIN if metric.direction == "maximize" else ratio < 1 - LOSS_MARGIN
 
 
 def _loses(metric: Metric, figures: Mapping[str, float], baseline: Mapping[str, float]) -> bool:
@@ -388,7 +418,8 @@ def next_queued(
         ((planned, False) for planned in promising_neighbours(forecaster, front)),
     )
     fresh = _unique(c for c in candidates if config_key(c[0].config) not in taken and not skip(c[0].config))
-    for scored in rank(forecaster, fresh):
+    siblings = _lead_siblings(situation.stacks(), warm_up, waiting, baseline)
+    for scored in rank(forecaster, fresh, siblings, frozenset(config_key(s.config) for s in waiting)):
         if seconds_left is None or scored.forecast.seconds <= seconds_left:
             return scored.planned
         passed_over(scored.planned, scored.forecast.seconds)
@@ -403,6 +434,19 @@ def _stacks_first(situation: Situation, forecaster: Forecaster) -> tuple[list[Pl
     lead = situation.objectives[0]
     losing = [s for s in stacks if _loses(lead, forecaster.forecast(s.config).figures, baseline)]  # type: ignore[union-attr]
     return [s for s in stacks if s not in losing], losing
+
+
+def _lead_siblings(
+    stacks: list[Planned], warm_up: list[Planned], waiting: list[Planned], baseline: Config
+) -> frozenset[str]:
+    """Keys of the warm-up changes that only touch knobs the first objective's stacks set (the other compile modes,
+    another half precision, another flash attention): they run before the stacks that wait (Tier)."""
+    knobs = {name for stack in stacks if stack not in waiting for name in _changed(stack.config, baseline)}
+    return frozenset(config_key(p.config) for p in warm_up if _changed(p.config, baseline) <= knobs)
+
+
+def _changed(config: Config, baseline: Config) -> set[str]:
+    return {name for name in config.keys() | baseline.keys() if config.get(name) != baseline.get(name)}
 
 
 def _unique(candidates: Iterable[tuple[Planned, bool]]) -> list[tuple[Planned, bool]]:

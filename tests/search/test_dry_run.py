@@ -77,6 +77,21 @@ def test_every_compile_value_runs_before_a_quantization_expected_to_lose_on_spee
     assert max(compiled) < min(losers)
 
 
+@pytest.mark.parametrize("preset", [name for name, preset in PRESETS.items() if "peak_memory_gb" in preset.objectives])
+@pytest.mark.parametrize("profile", GPU_PROFILES)
+def test_the_memory_stack_follows_the_compile_modes_when_memory_is_an_objective(profile, preset):
+    """Memory is an objective but not the first: 4-bit weights wait for the other compile modes (which the priors
+    expect to win on speed), not for everything else the space holds."""
+    run = planned(profile, preset, trials=8)
+    whys = [trial.why for trial in run.trials]
+    memory = next(n for n, why in enumerate(whys) if why.startswith("recommended for memory: "))
+    compiled = [n for n, t in enumerate(run.trials) if t.config.get("compile", "off") != "off"]
+    if PRESETS[preset].objectives[0] == "peak_memory_gb":
+        assert memory == 2
+    else:
+        assert len(compiled) == len(_runnable(profile, "compile")) - 1 and max(compiled) < memory <= 5
+
+
 def test_a_dry_run_lists_as_many_trials_as_asked_with_their_expected_time():
     run = planned("h100", "balanced", trials=12)
     assert len(run.trials) == 12 and not run.sampler_next  # the strategy had more to plan
