@@ -23,7 +23,8 @@ from typing import Protocol
 
 from packaging.version import Version
 
-from autotune.extras import Package, installed, why_missing
+from autotune import extras
+from autotune.extras import Package
 from autotune.space.knobs import KNOBS, Needs, Requires, Target, Value
 from autotune.space.plan import Plan
 
@@ -107,13 +108,13 @@ def why_not_installed(knob: str, value: Value) -> str | None:
     """Why the value is not searched here: the line naming the package it needs and the extra that installs it,
     where that package cannot be found (found without importing it); else None. Versions: the trial worker's."""
     package = missing_package(knob, value)
-    return why_missing(f"{knob}={value}", [package]) if package else None
+    return extras.why_missing(f"{knob}={value}", [package]) if package else None
 
 
 def missing_package(knob: str, value: Value) -> Package | None:
     """The package the value needs that cannot be found here, or None."""
     requirement = _requires(knob).get(value)
-    if requirement is None or installed(_package(requirement).module):
+    if requirement is None or extras.installed(_package(requirement).module):
         return None
     return _package(requirement)
 
