@@ -61,7 +61,7 @@ def test_gpu_proof_on_the_demo_model(tmp_path: Path, cli_env: dict[str, str]) ->
     space.write_text(SMALL_SPACE)
     out = tmp_path / "proof"
     command = [sys.executable, str(REPO / "benchmarks" / "gpu_proof.py"), "--model", "demo", "--device", "cpu",
-               "--out", str(out), "--budget", "2m", "--space", str(space),
+               "--out", str(out), "--budget", "1m", "--space", str(space),
                "--batch-size", "2", "--input-len", "32", "--output-len", "16"]  # fmt: skip
     completed = subprocess.run(command, cwd=tmp_path, env=cli_env, capture_output=True, text=True, timeout=900)
     assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-4000:]
