@@ -17,7 +17,7 @@ class Tolerances:
     kl: float
 
 
-# Run-to-run noise measured on this project's machines (README, "Comparing studies"): CPU throughput
+# Run-to-run noise measured on this project's machines (docs/deploy.md, "The nightly job"): CPU throughput
 # swings about ±20% between runs on a shared VM and CPU peak memory (process RSS) about 10%; on a GPU,
 # throughput within a few percent and allocator peaks are nearly exact. KL is deterministic per stack.
 DEFAULT_TOLERANCES = {

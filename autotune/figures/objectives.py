@@ -3,7 +3,7 @@
 A preset is what a user means by one word: the objectives (in the order Optuna stores their values;
 the first one sorts the front and leads the strategy), the workload that measures them, and the
 constraints that keep quality. Flags the user gives override the preset's: `--workload` its workload,
-`--constraint` its constraints, `--objectives` its objectives. README ("Objectives") says why each is so.
+`--constraint` its constraints, `--objectives` its objectives. docs/usage.md ("Objectives") says why each is so.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ class Preset:
     constraints: tuple[str, ...]  # as `--constraint` reads them
 
 
-QUALITY_KEPT = "kl<=0.01"  # nats/token; lower-precision dtypes stay far under it (README, "Objectives")
+QUALITY_KEPT = "kl<=0.01"  # nats/token; lower-precision dtypes stay far under it (docs/usage.md, "Objectives")
 
 PRESETS: dict[str, Preset] = {
     preset.name: preset

@@ -231,7 +231,7 @@ class DtypeKnob(Knob):
         """Against float32 (the default depends on the checkpoint)."""
         if value == "float32":
             return Expectation(spread=0.2)
-        # half the weight bytes [optims]; KL as measured on the demo model (README, Objectives)
+        # half the weight bytes [optims]; KL as measured on the demo model (docs/usage.md, Objectives)
         kl = 1e-4 if value == "bfloat16" else 2e-5
         if device == "cuda":
             return Expectation(speed=1.8, memory=0.55, kl=kl)  # "large speed/memory wins on GPUs" [perf]

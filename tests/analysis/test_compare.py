@@ -113,5 +113,5 @@ def test_memory_that_moved_says_memory_with_signs_that_match(tmp_path: Path, cli
 
 def test_a_cpu_study_gets_tolerances_above_cpu_noise(tmp_path):
     cpu, gpu = DEFAULT_TOLERANCES["cpu"], DEFAULT_TOLERANCES["cuda"]
-    assert cpu.memory > 0.10 and cpu.throughput > 0.20  # the run-to-run noise measured on CPU (README)
+    assert cpu.memory > 0.10 and cpu.throughput > 0.20  # the run-to-run noise measured on CPU (docs/deploy.md)
     assert gpu == Tolerances(0.05, 0.05, 0.10)
