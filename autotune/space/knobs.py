@@ -390,7 +390,10 @@ class QuantizationKnob(Knob):
         backend, _, kind = str(value).partition("-")
         memory, kl = (0.35, 1e-2) if "4" in kind else (0.55, 1e-3)  # 4bit, int4
         speed = _QUANTIZED_SPEED[device].get(backend, 0.5)
-        return Expectation(speed=speed, memory=memory, kl=kl, time=1.3)  # quantizing while loading takes time
+        # Quantizing while loading takes time. quanto-int4 on a CPU: still warming up after 34 s where a plain trial
+        # took 4 s (the 3-minute demo search, 2026-11-25); int8 weights took about a plain trial's time [cpu].
+        time = 10.0 if (value == "quanto-int4" and device == "cpu") else 1.3
+        return Expectation(speed=speed, memory=memory, kl=kl, time=time)
 
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         if value == "none":
