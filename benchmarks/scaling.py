@@ -6,7 +6,7 @@ fixed wall time (`--budget`), worker i pinned to core i with every process it st
 is inherited) and one torch thread (OMP_NUM_THREADS=1). A trial counts when it ended with an outcome of
 its own inside the time: not one the budget stopped, not one skipped before launch.
 
-    python benchmarks/scaling.py --seconds 180
+    python benchmarks/scaling.py --seconds 120
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def count(name: str, url: str, workers: int, started: float, seconds: float) -> 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=180, help="wall time of each run")
+    parser.add_argument("--seconds", type=float, default=120, help="wall time of each run")
     parser.add_argument("--workers", default="1,2", help="the runs: numbers of workers")
     parser.add_argument("--batch-size", default="2")
     parser.add_argument("--input-len", default="16")
