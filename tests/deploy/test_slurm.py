@@ -139,7 +139,7 @@ def check_nothing_lost(study: optuna.Study, doomed: int, victim: int) -> None:
     # Measured, or skipped with its reason when one of its values was excluded meanwhile (another worker's trial met a
     # typed refusal of it): decided either way, never lost.
     assert retry.outcome or retry.skipped, f"the retry #{retry.number} was neither measured nor skipped"
-    assert retries[0].user_attrs["owner"]["pid"] != victim  # the other worker measured it
+    assert retries[0].user_attrs["owner"]["pid"] != victim  # the other worker took it
     # Both workers ran trials to their end (the victim's may all be pruned or refused: which, the sampler decides).
     ended_by = {_owner(trial) for trial in trials if trial.number != doomed}
     assert victim in ended_by and len(ended_by) == 3, "trials from the creating search and from both workers"

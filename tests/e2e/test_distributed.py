@@ -104,7 +104,8 @@ def test_three_workers_share_a_postgresql_study_and_survive_one_killed(
     # Measured, or skipped with its reason when one of its values was excluded meanwhile (another worker's trial met a
     # typed refusal of it): decided either way, never lost.
     assert retry.outcome or retry.skipped, f"the retry #{retry.number} was neither measured nor skipped"
-    assert retry.pid is not None and retries[0].user_attrs["owner"]["pid"] != victim.pid  # another worker took it
+    assert retry.pid is not None or retry.skipped  # a measured retry ran in a trial process
+    assert retries[0].user_attrs["owner"]["pid"] != victim.pid  # another worker took it
     keys = measured_keys(study)
     assert len(keys) == len(set(keys)), "a configuration was measured twice"
     assert len(keys) == 1 + 3 + 3  # the search's trial, then three by each surviving worker
