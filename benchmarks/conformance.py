@@ -2,6 +2,7 @@
 the outcome written down for the installed transformers.
 
     python benchmarks/conformance.py [--space SPACE] [--cases all|version-dependent] [--case LABEL] [--write-expected]
+    python benchmarks/conformance.py --gpu h100 --table OUT/conformance-h100.md   # on a GPU: its CUDA values
 
 For the installed transformers, measures the demo model on the transformers defaults (the baseline) and on the
 baseline with one knob changed, for every value of the space that the cpu profile does not prune (the strategy's
@@ -20,6 +21,11 @@ case, the transformers version, the outcome and the message, and the exit status
 (`autotune.space.rules.depends_on_version`): CI runs those on the lowest supported transformers on every run, and
 all of them when the sources that decide it changed (Makefile: conformance-floor). `--write-expected` writes the file
 of the installed version from this run (read it before committing it).
+
+`--gpu PROFILE` runs the same cases for a GPU profile on its device: every value that profile does not prune. Their
+expected outcomes live in expected-<version>-<profile>.yaml; where none is written down, the run records the outcomes
+(the table, exit status 1 only for a case that ended neither ok nor unsupported). `--table FILE` writes the results as
+a Markdown table.
 """
 
 from __future__ import annotations
@@ -67,13 +73,14 @@ class Case:
     label: str
     config: Config
     on_a_batch: bool = False  # run on a batch even where a knob refuses one: its refusal is what is checked
+    device_type: str = "cpu"
 
     @property
     def one_prompt_at_a_time(self) -> bool:
         """A value of this configuration is never run on a batch (its knob says why)."""
         if self.on_a_batch:
             return False
-        batch = Target(device_type="cpu", requests=BATCH)
+        batch = Target(device_type=self.device_type, requests=BATCH)
         return any(name in KNOBS and workload_problem(name, value, batch) for name, value in self.config.items())
 
     @property
@@ -123,24 +130,25 @@ class Result:
         return f"{self.metrics.get('throughput_tok_s', 0):.0f} tok/s{shape}"
 
 
-def cases(space_path: Path) -> list[Case]:
-    """The baseline, then the baseline with one knob changed for each value the cpu profile runs, then the batch
+def cases(space_path: Path, profile_name: str = "cpu") -> list[Case]:
+    """The baseline, then the baseline with one knob changed for each value the profile runs, then the batch
     refusal of speculative decoding."""
-    profile = PROFILES["cpu"]
+    profile = PROFILES[profile_name]
     space = load_space(space_path).prune(profile.why_not_value)
     baseline = baseline_config(space, DEMO_CHECKPOINT_DTYPE, profile, "throughput")
-    changed = [_exact(Case(planned.why.removeprefix("warm-up: "), planned.config))
+    on = profile.device_type
+    changed = [_exact(Case(planned.why.removeprefix("warm-up: "), planned.config, device_type=on))
                for planned in warm_up_set(space, baseline)]  # fmt: skip
     refused = [case for case in changed if case.label.startswith("speculative=prompt_lookup")][:1]
     on_a_batch = [replace(case, label=f"{case.label} on a batch of {BATCH}", on_a_batch=True) for case in refused]
-    return [Case("baseline (transformers defaults)", baseline), *changed, *on_a_batch]
+    return [Case("baseline (transformers defaults)", baseline, device_type=on), *changed, *on_a_batch]
 
 
 def _exact(case: Case) -> Case:
     """A case of speculative decoding or tensor parallelism runs in float32: exact against the reference's tokens."""
     if case.config.get("speculative", "none") == "none" and case.config.get("tp_size", 1) == 1:
         return case
-    return Case(f"{case.label} (float32)", {**case.config, "dtype": "float32"})
+    return replace(case, label=f"{case.label} (float32)", config={**case.config, "dtype": "float32"})
 
 
 def figure_problems(case: Case, metrics: dict[str, float]) -> list[str]:
@@ -187,10 +195,10 @@ def leftovers() -> list[str]:
     return [f"{process.pid} ({' '.join(process.cmdline()[:4])})" for process in alive]
 
 
-def measure(case: Case, space_path: Path, timeout_s: float) -> Result:
+def measure(case: Case, space_path: Path, timeout_s: float, profile: str = "cpu") -> Result:
     request = SearchRequest(
         ModelSpec("demo"),
-        HardwareSpec("cpu", "cpu"),
+        HardwareSpec(profile),
         case.workload,
         budget=BudgetSpec(trial_timeout_s=timeout_s),
         space_path=space_path,
@@ -218,8 +226,9 @@ def _wait_for_no_leftovers(timeout_s: float) -> list[str]:
     return left
 
 
-def expected_path(transformers: str) -> Path:
-    return EXPECTED_DIR / f"expected-{transformers}.yaml"
+def expected_path(transformers: str, profile: str = "cpu") -> Path:
+    suffix = "" if profile == "cpu" else f"-{profile}"
+    return EXPECTED_DIR / f"expected-{transformers}{suffix}.yaml"
 
 
 def load_expected(path: Path) -> dict[str, Expected]:
@@ -227,12 +236,13 @@ def load_expected(path: Path) -> dict[str, Expected]:
     return {label: Expected.from_yaml(value) for label, value in (document.get("cases") or {}).items()}
 
 
-def mismatch(result: Result, expected: Expected | None, transformers: str) -> str | None:
+def mismatch(result: Result, expected: Expected | None, transformers: str, profile: str = "cpu") -> str | None:
     """One line when the outcome is not the one written down, else None."""
     where = f"{result.case.label} on transformers {transformers}"
     got = f"got {result.outcome}: {result.message}" if result.message else f"got {result.outcome}"
     if expected is None:
-        return f"{where}: no expected outcome written down ({got}); add it to {expected_path(transformers).name}"
+        file = expected_path(transformers, profile).name
+        return f"{where}: no expected outcome written down ({got}); add it to {file}"
     if result.outcome != expected.outcome:
         return f"{where}: expected {expected}, {got}"
     if expected.outcome == "unsupported" and expected.words not in result.message:
@@ -240,12 +250,29 @@ def mismatch(result: Result, expected: Expected | None, transformers: str) -> st
     return None
 
 
-def write_expected(results: list[Result], transformers: str) -> Path:
-    path = expected_path(transformers)
+def recorded_failure(result: Result) -> str | None:
+    """Where no outcome is written down (a GPU profile's first run): only a case that ended neither ok nor
+    unsupported is a failure."""
+    if result.outcome in ("ok", "unsupported"):
+        return None
+    return f"{result.case.label}: {result.outcome}: {result.message}"
+
+
+def write_table(results: list[Result], path: Path, title: str) -> None:
+    """The results as a Markdown table: case, outcome, figures or message, seconds."""
+    rows = [f"| {r.case.label} | {r.outcome} | {r.summary.replace('|', '/')} | {r.seconds:.0f} |" for r in results]
+    head = [f"# {title}", "", "| case | outcome | throughput or message | s |", "|---|---|---|---|"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(head + rows) + "\n")
+
+
+def write_expected(results: list[Result], transformers: str, profile: str = "cpu") -> Path:
+    path = expected_path(transformers, profile)
     path.parent.mkdir(parents=True, exist_ok=True)
     kept = {r.case.label: Expected(r.outcome, r.message if r.outcome == "unsupported" else "") for r in results}
+    where = "CPU, the cpu profile" if profile == "cpu" else f"the {profile} profile"
     header = (
-        f"# Conformance on transformers {transformers} (torch {version('torch')}, CPU, the cpu profile): what each\n"
+        f"# Conformance on transformers {transformers} (torch {version('torch')}, {where}): what each\n"
         "# case of benchmarks/conformance.py must end as. ok, or {unsupported: words its message must contain}.\n"
         "# Any other outcome fails CI. Written by --write-expected; trimmed to the words that matter by hand.\n"
     )
@@ -263,35 +290,44 @@ def main() -> int:
     parser.add_argument("--cases", choices=("all", "version-dependent"), default="all")
     parser.add_argument("--case", action="append", default=[], help="run this case only (repeatable)")
     parser.add_argument("--write-expected", action="store_true", help="write the expected outcomes from this run")
+    parser.add_argument("--gpu", default="cpu", choices=sorted(PROFILES), help="the hardware profile (default cpu)")
+    parser.add_argument("--table", type=Path, help="also write the results to this Markdown file")
     args = parser.parse_args()
     timeout_s = parse_duration(args.timeout, "--timeout")
     transformers = version("transformers")
-    planned = cases(args.space)
+    planned = cases(args.space, args.gpu)
     unknown = [label for label in args.case if label not in {case.label for case in planned}]
     if unknown:
         print(f"conformance: no case named {', '.join(map(repr, unknown))}", file=sys.stderr)
         return 2
     wanted = [case for case in planned if not args.case or case.label in args.case]
     selected = wanted if args.cases == "all" else [case for case in wanted if _version_dependent(case, planned)]
-    path = expected_path(transformers)
+    path = expected_path(transformers, args.gpu)
+    recording = args.gpu != "cpu" and not path.exists() and not args.write_expected
     expected = {} if args.write_expected or not path.exists() else load_expected(path)
     where = "not checked (writing them)" if args.write_expected else str(path.relative_to(REPO))
+    where = f"none written for {args.gpu} ({path.name}): recording them" if recording else where
     which = ", ".join(filter(None, ["named by --case" if args.case else "", args.cases if args.cases != "all" else ""]))
     which = which or "all"
-    print(f"conformance: transformers {transformers}, torch {version('torch')}, cpu profile, "
+    print(f"conformance: transformers {transformers}, torch {version('torch')}, {args.gpu} profile, "
           f"{len(selected)} of {len(planned)} cases ({which}); expected outcomes: {where}")  # fmt: skip
     started = time.monotonic()
     print(f"demo model and draft ready ({build_demo_models():.0f} s)", flush=True)
     results, failures = [], []
     for case in selected:
-        result = measure(case, args.space, timeout_s)
+        result = measure(case, args.space, timeout_s, args.gpu)
         results.append(result)
-        wrong = None if args.write_expected else mismatch(result, expected.get(case.label), transformers)
+        if args.table:
+            write_table(results, args.table, f"Conformance: transformers {transformers}, {args.gpu} profile")
+        if recording:
+            wrong = recorded_failure(result)
+        else:
+            wrong = None if args.write_expected else mismatch(result, expected.get(case.label), transformers, args.gpu)
         failures += [wrong] if wrong else []
         mark = "!!" if wrong else "  "
         print(f"{mark} {case.label:<44} {result.outcome:<12} {result.summary}  ({result.seconds:.0f} s)", flush=True)
     if args.write_expected:
-        return _written(results, transformers)
+        return _written(results, transformers, args.gpu)
     if len(selected) == len(planned):  # a full run also finds expectations of cases that no longer exist
         labels = {case.label for case in planned}
         stale = [label for label in expected if label not in labels]
@@ -305,7 +341,7 @@ def main() -> int:
     return 1 if failures else 0
 
 
-def _written(results: list[Result], transformers: str) -> int:
+def _written(results: list[Result], transformers: str, profile: str) -> int:
     runner.FORK_SERVER._stop()
     failed = [result for result in results if result.outcome not in ("ok", "unsupported")]
     for result in failed:
@@ -313,7 +349,7 @@ def _written(results: list[Result], transformers: str) -> int:
     if failed:
         print("conformance: nothing written: every case must end ok or unsupported")
         return 1
-    print(f"conformance: wrote {write_expected(results, transformers).relative_to(REPO)}")
+    print(f"conformance: wrote {write_expected(results, transformers, profile).relative_to(REPO)}")
     return 0
 
 
