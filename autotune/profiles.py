@@ -303,7 +303,7 @@ def hardware_for(profile: GpuProfile, device: str | None, detected: DetectedDevi
             f"profile {profile.name} needs a CUDA GPU, but none was found here; "
             "use --gpu cpu or run on a machine with a GPU"
         )
-    if device is None:
+    if device is None or device == "cuda":  # torch.cuda.set_device needs an index: plain cuda is the first GPU
         device = "cpu" if profile.kind == "cpu" else "cuda:0"
     return ResolvedHardware(profile, device, detected, _mismatch_note(profile, detected))
 

@@ -137,6 +137,13 @@ def test_auto_on_an_l40s_is_the_l40s_with_nvmls_memory_and_bandwidth(monkeypatch
     assert hardware.bandwidth_gb_s == pytest.approx(864.1, abs=0.05) and hardware.device == "cuda:0"
 
 
+def test_device_cuda_is_the_first_gpu_with_its_index(monkeypatch):
+    """torch.cuda.set_device refuses a bare "cuda" (seen on an H200 with `--device cuda`)."""
+    _machine_with(monkeypatch, CARD["NVIDIA L40S"])
+    assert resolve_hardware("auto", "cuda").device == "cuda:0"
+    assert resolve_hardware("auto", "cuda:0").device == "cuda:0"
+
+
 def test_naming_the_card_in_the_machine_takes_nvmls_figures_and_says_nothing(monkeypatch):
     _machine_with(monkeypatch, CARD["NVIDIA H100 80GB HBM3"])  # the SXM card
     hardware = resolve_hardware("h100", None)

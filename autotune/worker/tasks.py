@@ -116,11 +116,12 @@ def _configure(spec: TaskSpec) -> None:
     if spec.device.startswith("cuda"):
         if not torch.cuda.is_available():
             raise RuntimeError(f"device {spec.device} requested, but torch sees no CUDA device")
-        torch.cuda.set_device(torch.device(spec.device))
+        device = torch.device("cuda", torch.device(spec.device).index or 0)  # set_device refuses a bare cuda
+        torch.cuda.set_device(device)
         if spec.memory_cap_bytes:
-            total = torch.cuda.get_device_properties(torch.device(spec.device)).total_memory
+            total = torch.cuda.get_device_properties(device).total_memory
             if spec.memory_cap_bytes < total:
-                torch.cuda.set_per_process_memory_fraction(spec.memory_cap_bytes / total, torch.device(spec.device))
+                torch.cuda.set_per_process_memory_fraction(spec.memory_cap_bytes / total, device)
 
 
 # ------------------------------------------------------------------------------------------ prepare
