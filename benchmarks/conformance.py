@@ -252,8 +252,8 @@ def mismatch(result: Result, expected: Expected | None, transformers: str, profi
 
 def recorded_failure(result: Result) -> str | None:
     """Where no outcome is written down (a GPU profile's first run): only a case that ended neither ok nor
-    unsupported is a failure."""
-    if result.outcome in ("ok", "unsupported"):
+    unsupported, nor was refused before it ran (its package not installed on that machine), is a failure."""
+    if result.outcome in ("ok", "unsupported", "refused"):
         return None
     return f"{result.case.label}: {result.outcome}: {result.message}"
 

@@ -506,6 +506,11 @@ ENVIRONMENT_KEYS = ("device", "device_name", "driver", "cuda", "compute_capabili
 ALWAYS_SHOWN = ("driver", "torch", "transformers", "bitsandbytes", "kernels")
 
 
+def _absent(key: str, environment: dict[str, Any]) -> str:
+    """A package the worker looked for and did not find is not installed; anything else was not recorded."""
+    return "not installed" if key in environment and key != "driver" else "not recorded"
+
+
 def environment_rows(ev: Evidence) -> list[list[str]]:
     environment = ev.settings.prepared.environment
     rows = []
@@ -515,7 +520,7 @@ def environment_rows(ev: Evidence) -> list[list[str]]:
             continue
         if key == "device_memory_bytes" and value is not None:
             value = format_bytes(value)
-        rows.append([key, "not recorded" if value is None else str(value)])
+        rows.append([key, str(value) if value is not None else _absent(key, environment)])
     profile = ev.settings.profile
     rows.append(["profile", f"{profile['name']}: {profile['description']}, {profile['bandwidth_gb_s']} GB/s peak"])
     if ev.settings.prepared.hardware_note:
