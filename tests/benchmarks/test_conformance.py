@@ -12,7 +12,17 @@ from autotune.paths import PACKAGED_SPACE
 from autotune.profiles import PROFILES
 from autotune.space import load_space
 from autotune.space.rules import depends_on_version
-from benchmarks.conformance import Expected, Result, cases, expected_path, figure_problems, load_expected, mismatch
+from benchmarks.conformance import (
+    Expected,
+    Result,
+    cases,
+    expected_path,
+    figure_problems,
+    load_expected,
+    mismatch,
+    recorded_failure,
+    write_table,
+)
 from tests.conftest import REPO, run_cli
 
 DEFAULT_SPACE = PACKAGED_SPACE
@@ -34,6 +44,41 @@ def test_conformance_measures_every_value_the_cpu_profile_runs_once() -> None:
     assert len(keys) == len(set(keys))
     assert len({case.label for case in PLANNED}) == len(PLANNED)
     assert PLANNED[0].label.startswith("baseline")
+
+
+def test_on_a_gpu_profile_conformance_runs_every_value_that_profile_keeps_on_cuda() -> None:
+    """`--gpu h100`: the CUDA values (flash attention, the forced sdpa kernels, bitsandbytes, CUDA graphs) join the
+    cases, each on the profile's device kind, with their own expected file."""
+    on_gpu = cases(DEFAULT_SPACE, "h100")
+    runnable = load_space(DEFAULT_SPACE).prune(PROFILES["h100"].why_not_value)
+    for spec in runnable.knobs:
+        for value in spec.values:
+            assert any(case.config.get(spec.name) == value for case in on_gpu), f"{spec.name}={value}"
+    labels = {case.label for case in on_gpu}
+    assert {"sdpa_backend=efficient", "quantization=bnb-4bit", "attn_implementation=flash_attention_2"} <= labels
+    assert all(case.device_type == "cuda" for case in on_gpu) and len(on_gpu) > len(PLANNED)
+    assert expected_path("5.22.2", "h100").name == "expected-5.22.2-h100.yaml"
+    assert expected_path("5.22.2").name == "expected-5.22.2.yaml"
+
+
+def test_recording_a_gpu_run_fails_only_a_case_that_neither_ran_nor_was_refused_with_its_reason(tmp_path) -> None:
+    """Where no outcome is written down, a missing package (refused) or a knob transformers refuses (unsupported) is
+    what the machine can do; a crash or a timeout is a failure. The table holds every case with its message."""
+    case = BY_LABEL["dtype=float32"]
+    results = [
+        Result(case, "ok", "", {"throughput_tok_s": 583.0}, 14.0),
+        Result(case, "refused", 'needs torchao, which is not installed: pip install "autotune[quant]"'),
+        Result(case, "unsupported", "RuntimeError: No available kernel. Aborting execution."),
+        Result(case, "crashed", "the worker was killed by SIGSEGV"),
+    ]
+    assert [recorded_failure(result) for result in results[:3]] == [None, None, None]
+    assert recorded_failure(results[3]) == "dtype=float32: crashed: the worker was killed by SIGSEGV"
+    table = tmp_path / "conformance-h100.md"
+    write_table(results, table, "Conformance: transformers 5.22.2, h100 profile")
+    lines = table.read_text().splitlines()
+    assert lines[0] == "# Conformance: transformers 5.22.2, h100 profile" and len(lines) == 4 + len(results)
+    assert lines[4] == "| dtype=float32 | ok | 583 tok/s | 14 |"
+    assert "No available kernel" in lines[6] and lines[7].startswith("| dtype=float32 | crashed |")
 
 
 @pytest.mark.parametrize("constraints", ["constraints.txt", "constraints-floor.txt"])
