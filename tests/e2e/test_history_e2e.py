@@ -1,6 +1,10 @@
 """Five real nights of the demo model through deploy/nightly.sh (search with last night's front first,
 compare --format markdown, history), the fourth slowed for real by CPU-bound processes beside it; then
-`autotune history` on them: its table, its chart in Chromium, and the verdicts agreeing with compare's."""
+`autotune history` on them: its table, its chart in Chromium, and the verdicts agreeing with compare's.
+
+Every night runs on one core, and the slowed night's busy processes on that same core: the slowdown is then the
+busy processes' share of that core, whatever else runs on the others (the suite runs in two processes).
+"""
 
 from __future__ import annotations
 
@@ -37,10 +41,18 @@ class Nights:
     summary: str  # what it appended to $GITHUB_STEP_SUMMARY
 
 
+BUSY_PROCESSES = 2
+CORE = min(os.sched_getaffinity(0))  # where every night and the busy processes run
+
+
+def on_one_core() -> None:
+    os.sched_setaffinity(0, {CORE})  # inherited by nightly.sh's search, its fork server and trial workers
+
+
 @contextmanager
-def busy_cores() -> Iterator[None]:
-    """Twice as many CPU-bound processes as cores: a noisy neighbour that slows every trial for real."""
-    hogs = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) for _ in range(2 * (os.cpu_count() or 1))]
+def busy_core() -> Iterator[None]:
+    """CPU-bound processes on the nights' core: a noisy neighbour that leaves a trial a third of its core."""
+    hogs = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP], preexec_fn=on_one_core) for _ in range(BUSY_PROCESSES)]
     try:
         yield
     finally:
@@ -65,9 +77,9 @@ def nights(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> Nights:
     }
     statuses = {}
     for night in NIGHTS:
-        with busy_cores() if night == SLOW_NIGHT else nullcontext():
+        with busy_core() if night == SLOW_NIGHT else nullcontext():
             done = subprocess.run(["bash", str(NIGHTLY)], cwd=workdir, env={**env, "AUTOTUNE_NIGHT": night},
-                                  capture_output=True, text=True, timeout=900)  # fmt: skip
+                                  capture_output=True, text=True, timeout=900, preexec_fn=on_one_core)  # fmt: skip
         assert done.returncode in (0, 3), f"night {night}:\n{done.stdout}\n{done.stderr}"
         statuses[night] = done.returncode
     return Nights(workdir, env, statuses, summary.read_text())
