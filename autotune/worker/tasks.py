@@ -40,6 +40,7 @@ from autotune.space.plan import Plan
 from autotune.validate import context_problem, position_limit
 from autotune.worker.demo_model import demo_model_built, ensure_demo_draft
 from autotune.worker.environment import environment, installed_version
+from autotune.worker.extensions import build_library_extensions
 from autotune.worker.failures import BrokenOutputError, UnsupportedError, classify
 from autotune.worker.loading import import_first_call_modules, load_model, load_tokenizer
 from autotune.worker.measurement.energy import EnergyCounter, energy_figures
@@ -271,6 +272,7 @@ def _trial(spec: TaskSpec, phases: Phases) -> TaskResult:
         tokenizer = load_tokenizer(spec.model)
         for requirement in rules.requirements(spec.candidate.config):
             importlib.import_module(requirement.import_name)  # counts as process baseline, not as model memory
+        build_library_extensions(spec.device)
         import_first_call_modules()
         memory = PeakMemory(spec.device)
         model = load_model(spec.model, plan, spec.device)
