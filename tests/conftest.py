@@ -23,15 +23,21 @@ import optuna
 import pytest
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.paths import demo_draft_path, demo_model_path
 from autotune.process import phases
 from autotune.study import TrialRecord, open_storage, records
 
 REPO = Path(__file__).resolve().parents[1]
-DEMO_BUILD = (  # in a process of its own: this one does not import torch
-    "from autotune.paths import default_cache_dir; from autotune.worker.demo_model import ensure_demo_draft; "
-    "ensure_demo_draft(default_cache_dir())"
-)
+DEMO_BUILD = """
+from autotune.paths import default_cache_dir
+from autotune.worker.demo_model import ensure_demo_draft
+from autotune.worker.extensions import build_library_extensions
+ensure_demo_draft(default_cache_dir())
+try:
+    import optimum.quanto  # noqa: F401 - its C++ extension is compiled here, not in the first quanto trial's timeout
+except ImportError:
+    pass
+build_library_extensions("cpu")
+"""  # in a process of its own: this one does not import torch
 
 
 def _cuda_available() -> bool:
@@ -51,16 +57,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One autotune cache per test session, or AUTOTUNE_TEST_CACHE_DIR if set, with the demo model and its draft
-    built in it: a test that runs a trial with a short timeout must not spend it training the demo model, whichever
-    test runs first (or alone)."""
+    built in it (and optimum-quanto's C++ extension, where installed): a test that runs a trial with a short timeout
+    must not spend it training the demo model or compiling, whichever test runs first (or alone)."""
     configured = os.environ.get("AUTOTUNE_TEST_CACHE_DIR")
     path = Path(configured).resolve() if configured else tmp_path_factory.mktemp("autotune-cache")
     path.mkdir(parents=True, exist_ok=True)
     with (path / ".demo-build.lock").open("w") as lock:  # the other test process (pytest -n 2) waits, then finds them
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not all((built / "config.json").exists() for built in (demo_model_path(path), demo_draft_path(path))):
+        if not (path / ".built").exists():
             subprocess.run([sys.executable, "-c", DEMO_BUILD], env={**os.environ, "AUTOTUNE_CACHE_DIR": str(path)},
                            cwd=REPO, check=True, capture_output=True)  # fmt: skip
+            (path / ".built").touch()
     return path
 
 
