@@ -37,7 +37,7 @@ from autotune.process.results import Outcome
 from autotune.search.changes import Changes, describe, fill, with_value
 from autotune.search.forecast import Forecast, Forecaster, Measured, family
 from autotune.space import KNOBS, Config, SearchSpace, config_key
-from autotune.space.knobs import DeviceKind, Value
+from autotune.space.knobs import FLASH, RECIPES, DeviceKind, Recipe
 
 
 @dataclass(frozen=True)
@@ -62,64 +62,7 @@ def warm_up_set(space: SearchSpace, baseline: Config) -> list[Planned]:
 # ------------------------------------------------------------------------------- recommended stacks
 
 
-@dataclass(frozen=True)
-class Recipe:
-    """A stack the guides recommend for one aim: knobs and the values to try for each, in order of preference."""
-
-    aim: str
-    title: str
-    settings: tuple[tuple[str, tuple[Value, ...]], ...]
-    source: str
-    gpu_only: frozenset[str] = frozenset()  # knobs the recipe sets only on a GPU (elsewhere they keep the baseline's)
-
-
-FLASH = "<the best flash attention installed>"
 _FLASH_PACKAGES = {"flash_attention_3": "flash_attn_interface", "flash_attention_2": "flash_attn"}
-
-RECIPES: dict[str, Recipe] = {
-    recipe.aim: recipe
-    for recipe in (
-        Recipe(
-            "throughput",
-            "bf16 + static cache + torch.compile",
-            (
-                ("dtype", ("bfloat16", "float16")),
-                ("attn_implementation", (FLASH,)),
-                ("cache_implementation", ("static",)),
-                ("compile", ("reduce-overhead", "default")),
-            ),
-            "the guides' first recipe for decode speed, up to 4x (llm_optims); bf16 on Ampere and newer (perf)",
-            gpu_only=frozenset({"dtype", "attn_implementation"}),
-        ),
-        Recipe(
-            "latency",
-            "compiled static cache, one prompt at a time",
-            (
-                ("dtype", ("bfloat16", "float16")),
-                ("cache_implementation", ("static",)),
-                ("compile", ("reduce-overhead", "default")),
-            ),
-            "static cache + torch.compile for per-token latency (llm_optims, perf)",
-            gpu_only=frozenset({"dtype"}),
-        ),
-        Recipe(
-            "memory",
-            "4-bit NF4 weights, bf16 compute",
-            (
-                ("quantization", ("bnb-4bit", "torchao-int4", "quanto-int4", "bnb-8bit")),
-                ("dtype", ("bfloat16", "float16")),
-            ),
-            "the guides' way to fit a model: about a quarter of the weight memory (gpu-one, overview)",
-        ),
-        Recipe(
-            "serve",
-            "continuous batching",
-            (("batching", ("continuous",)), ("dtype", ("bfloat16", "float16"))),
-            "continuous batching keeps the GPU busy under concurrent requests (serving, overview)",
-            gpu_only=frozenset({"dtype"}),
-        ),
-    )
-}
 
 
 def aims(objectives: Sequence[Metric], workload: str) -> list[str]:

@@ -1,0 +1,157 @@
+"""Batching knobs: generate() on one padded batch or continuous batching, and continuous batching's own settings
+(tokens per forward pass, page size, CUDA graphs, async batching)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import ClassVar
+
+from autotune.space.knobs.base import (
+    NEUTRAL,
+    AutoOnOffKnob,
+    DeviceKind,
+    Expectation,
+    Knob,
+    Needs,
+    Recipe,
+    Target,
+    Value,
+    WholeNumberKnob,
+    declare_recipe,
+    register,
+)
+from autotune.space.plan import Plan
+
+
+@register
+class BatchingKnob(Knob):
+    name = "batching"
+    help = "generate(): one padded batch; continuous: generate_batch() with a paged cache"
+    choices = ("generate", "continuous")
+    default = "generate"
+
+    def expect(self, value: Value, device: DeviceKind) -> Expectation:
+        if value != "continuous":
+            return NEUTRAL
+        # "maximizes throughput by keeping the GPU busy" [overview, serving]; on CPU generate_batch ran slower [cpu]
+        return Expectation(speed=1.2 if device == "cuda" else 0.6, time=1.3)
+
+    def duration_group(self, value: Value | None) -> object:
+        return value
+
+    def apply(self, value: Value, plan: Plan, target: Target) -> None:
+        plan.batching = "continuous" if value == "continuous" else "generate"
+        if value != "continuous":
+            return
+        # Keep the attention backend the trial asked for instead of switching to flash.
+        plan.continuous["auto_switch_to_flash"] = False
+        plan.serve_flags.append("--continuous-batching")
+        size_paged_cache(plan, target, PAGE_SIZE)
+
+
+PAGE_SIZE = 32  # tokens per page of the paged KV cache, unless the page_size knob says otherwise
+SPARE_PAGES = 2
+
+
+def size_paged_cache(plan: Plan, target: Target, page_size: int) -> None:
+    """Size the paged cache for the workload's requests at this page size.
+
+    Unsized, it takes ~90% of free GPU memory (or sizes from RAM on CPU), and peak memory would say nothing.
+    """
+    pages_per_request = -(-target.tokens_per_request // page_size)
+    num_blocks = target.requests * pages_per_request + SPARE_PAGES
+    plan.continuous |= {"page_size": page_size, "num_blocks": num_blocks, "max_requests_per_batch": target.requests}
+    _set_flag(plan.serve_flags, "--cb-block-size", str(page_size))
+    _set_flag(plan.serve_flags, "--cb-num-blocks", str(num_blocks))
+
+
+def _set_flag(flags: list[str], flag: str, value: str) -> None:
+    if flag in flags:
+        flags[flags.index(flag) + 1] = value
+    else:
+        flags += [flag, value]
+
+
+@register
+class MaxBatchTokensKnob(WholeNumberKnob):
+    name = "max_batch_tokens"
+    help = "tokens per forward pass under continuous batching"
+    counts = "tokens per forward pass"
+
+    def memory_rank(self, value: Value) -> int | None:
+        return int(value)  # more tokens per forward pass, larger activations
+
+    def orders_memory(self) -> bool:
+        return True
+
+    def apply(self, value: Value, plan: Plan, target: Target) -> None:
+        plan.continuous["max_batch_tokens"] = value
+        plan.serve_flags += ["--cb-max-batch-tokens", str(value)]
+
+
+@register
+class PageSizeKnob(WholeNumberKnob):
+    name = "page_size"
+    help = (
+        "tokens per page of the paged KV cache under continuous batching (32 when unset); "
+        "the number of pages still comes from the workload"
+    )
+    short_name = "page"
+    after = ("batching",)  # resizes the paged cache batching sized with the default page
+    # transformers' own default (256) is never run: autotune always sizes the cache from the workload.
+    default = None
+    minimum = 4  # transformers refuses smaller pages (5.17 and 5.22)
+    counts = "tokens per page"
+
+    def memory_rank(self, value: Value) -> int | None:
+        return int(value)  # a request's last page is partly empty: larger pages waste more
+
+    def orders_memory(self) -> bool:
+        return True
+
+    def apply(self, value: Value, plan: Plan, target: Target) -> None:
+        size_paged_cache(plan, target, int(value))
+
+
+@register
+class CudaGraphKnob(AutoOnOffKnob):
+    name = "use_cuda_graph"
+    help = (
+        "CUDA graphs of continuous batching's forward passes; auto: transformers turns them on only for "
+        "attention that needs no mask (flash)"
+    )
+    short_name = "cuda_graph"
+    failure_words = ("graph",)
+    speed_on_cuda = 1.3  # no kernel-launch overhead per forward pass, as compile's CUDA-graph modes [perf]
+    needs: ClassVar[Mapping[Value, Needs]] = {
+        "on": Needs(cuda=True, why="CUDA graphs need CUDA: elsewhere transformers turns them off, a no-op"),
+        "off": Needs(cuda=True, why="off differs from auto only on CUDA: elsewhere graphs are never used"),
+    }
+    serve_switch = ("--cb-use-cuda-graph", "--no-cb-use-cuda-graph")
+
+
+@register
+class AsyncBatchingKnob(AutoOnOffKnob):
+    name = "use_async_batching"
+    help = (
+        "continuous batching prepares the next batch while the GPU runs this one (twice the batch buffers); "
+        "auto: transformers turns it on with CUDA graphs and flash attention"
+    )
+    short_name = "async"
+    failure_words = ("async",)
+    speed_on_cuda = 1.1  # the next batch prepared while this one runs
+    needs: ClassVar[Mapping[Value, Needs]] = {
+        "on": Needs(cuda=True, why="async batching needs a CUDA or XPU device: transformers refuses it elsewhere"),
+        "off": Needs(cuda=True, why="off differs from auto only on CUDA: elsewhere async batching is never used"),
+    }
+
+
+declare_recipe(
+    Recipe(
+        "serve",
+        "continuous batching",
+        (("batching", ("continuous",)), ("dtype", ("bfloat16", "float16"))),
+        "continuous batching keeps the GPU busy under concurrent requests (serving, overview)",
+        gpu_only=frozenset({"dtype"}),
+    )
+)

@@ -1,0 +1,61 @@
+"""How the forward pass and the trial run: hub kernels for layers, the grad mode around generate(), the workload."""
+
+from __future__ import annotations
+
+from autotune.space.knobs.base import NEUTRAL, DeviceKind, Expectation, Knob, Target, Value, register
+from autotune.space.plan import Call, Plan
+
+
+@register
+class UseKernelsKnob(Knob):
+    name = "use_kernels"
+    help = "hub kernels (the kernels package) for the layers transformers maps to one, e.g. RMSNorm on CUDA"
+    short_name = "kernels"
+    choices = ("off", "on")
+    default = "off"
+
+    def expect(self, value: Value, device: DeviceKind) -> Expectation:
+        if value == "on" and device == "cuda":
+            return Expectation(speed=1.05, spread=0.2)  # fused kernels for mapped layers [overview]
+        return NEUTRAL
+
+    def apply(self, value: Value, plan: Plan, target: Target) -> None:
+        if value == "off":
+            return
+        plan.load["use_kernels"] = True
+        plan.not_servable.append("use_kernels=on (serve loads the model without hub kernels)")
+
+
+@register
+class ExecutionModeKnob(Knob):
+    name = "execution_mode"
+    help = "no_grad: generate() as it is (it runs under torch.no_grad); inference_mode: inside torch.inference_mode()"
+    choices = ("no_grad", "inference_mode")
+    default = "no_grad"  # generate() as it is
+
+    def expect(self, value: Value, device: DeviceKind) -> Expectation:
+        if value == "inference_mode":
+            return Expectation(speed=1.05, spread=0.15)  # 5-17% on CPU (api-facts, optimum-benchmark) [perf]
+        return NEUTRAL
+
+    def apply(self, value: Value, plan: Plan, target: Target) -> None:
+        if value == "inference_mode":
+            plan.contexts.append(Call("torch.inference_mode"))
+            plan.not_servable.append("execution_mode=inference_mode (serve calls generate() as it is)")
+
+
+@register
+class WorkloadKnob(Knob):
+    name = "workload"
+    help = (
+        "how a trial is measured: throughput (a batch of prompts), latency (one prompt at a time), "
+        "or serve (transformers serve under load)"
+    )
+    choices = ("throughput", "latency", "serve")
+
+    def usual_values(self) -> tuple[Value, ...]:
+        return self.choices  # the study's workload, whichever it is
+
+    def apply(self, value: Value, plan: Plan, target: Target) -> None:
+        """How the configuration is measured; what is deployed stays the same."""
+        plan.workload = value  # type: ignore[assignment] - accepts() allows only WorkloadKind values
