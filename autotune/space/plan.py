@@ -60,6 +60,7 @@ class Plan:
     not_servable: list[str] = field(default_factory=list)
     contexts: list[Call] = field(default_factory=list)  # context managers generate() runs inside, outermost first
     workload: WorkloadKind | None = None  # how the trial measures it; None in plans stored before it was here
+    worker_hooks: dict[str, str] = field(default_factory=dict)  # knob -> the worker module it needs (worker/hooks.py)
 
     @property
     def quantized_kv_cache(self) -> bool:
@@ -71,7 +72,8 @@ class Plan:
         return "compile_config" in self.generate
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        hooks = {"worker_hooks": dict(self.worker_hooks)} if self.worker_hooks else {}
+        return hooks | {
             "contexts": encode(self.contexts),
             "load": encode(self.load),
             "generate": encode(self.generate),
@@ -93,6 +95,7 @@ class Plan:
             not_servable=list(data.get("not_servable", [])),
             contexts=decode(data["contexts"]) if "contexts" in data else _contexts_before_they_were_general(data),
             workload=data.get("workload"),
+            worker_hooks=dict(data.get("worker_hooks", {})),
         )
 
 

@@ -1,4 +1,5 @@
-"""use_kernels: transformers swaps a layer's forward for a hub kernel, or silently keeps its own.
+"""The worker hook of use_kernels (autotune/worker/hooks.py): transformers swaps a layer's forward for a hub kernel,
+or silently keeps its own.
 
 from_pretrained(use_kernels=True) kernelizes with every fallback on: a layer with no kernel mapped for the
 device, or whose kernel cannot be fetched (offline), keeps its original forward without a word. A trial
@@ -11,10 +12,8 @@ from typing import Any
 
 from autotune.worker.failures import UnsupportedError
 
-KNOB = "use_kernels"
 
-
-def require_kernels_package() -> None:
+def before_load(knob: str) -> None:
     """The installed transformers must accept the installed kernels package (it pins a narrow range)."""
     from transformers.utils import import_utils
 
@@ -23,24 +22,24 @@ def require_kernels_package() -> None:
     low = getattr(import_utils, "KERNELS_MIN_VERSION", None)
     high = getattr(import_utils, "KERNELS_MAX_VERSION", None)
     wanted = f"kernels>={low},<{high}" if low and high else "kernels"
-    message = f"use_kernels needs a kernels package this transformers accepts: pip install '{wanted}'"
-    raise UnsupportedError(message, knob=KNOB)
+    message = f"{knob} needs a kernels package this transformers accepts: pip install '{wanted}'"
+    raise UnsupportedError(message, knob=knob)
 
 
-def require_hub_kernel_layers(model: Any) -> None:
+def after_load(model: Any, knob: str) -> None:
     """Raise `unsupported` unless at least one layer of the loaded model runs a hub kernel."""
     capable = [module for module in model.modules() if hasattr(type(module), "kernel_layer_name")]
     if any(_runs_hub_kernel(module) for module in capable):
         return
     if not capable:
         message = "no hub kernel could be fetched for any layer: this model has no layer that takes one"
-        raise UnsupportedError(message, knob=KNOB)
+        raise UnsupportedError(message, knob=knob)
     names = sorted({str(type(module).kernel_layer_name) for module in capable})
     device_type = model.device.type
     raise UnsupportedError(
         f"no hub kernel could be fetched for any layer: 0 of {len(capable)} kernel-capable layers "
         f"({', '.join(names)}) run one on {device_type}; {_why_none(names, device_type)}",
-        knob=KNOB,
+        knob=knob,
     )
 
 

@@ -9,7 +9,7 @@ import torch
 
 from autotune.space.plan import Call, Plan, Ref
 from autotune.specs import ModelSpec
-from autotune.worker.hub_kernels import require_hub_kernel_layers, require_kernels_package
+from autotune.worker import hooks
 
 
 def materialize(value: Any) -> Any:
@@ -59,8 +59,7 @@ def import_first_call_modules() -> None:
 def load_model(model: ModelSpec, plan: Plan, device: str) -> torch.nn.Module:
     from transformers import AutoModelForCausalLM
 
-    if plan.load.get("use_kernels"):
-        require_kernels_package()
+    hooks.before_load(plan)
     loaded = AutoModelForCausalLM.from_pretrained(
         model.path,
         revision=model.revision,
@@ -69,8 +68,7 @@ def load_model(model: ModelSpec, plan: Plan, device: str) -> torch.nn.Module:
         **materialize(plan.load),
     )
     loaded.eval()
-    if plan.load.get("use_kernels"):
-        require_hub_kernel_layers(loaded)
+    hooks.after_load(plan, loaded)
     return loaded
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 
 import pytest
 
@@ -190,3 +191,27 @@ def test_the_reference_gets_the_defaults_of_knobs_its_picked_attention_makes_app
     found = {"dtype": "float32", "attn_implementation": "sdpa"}  # the worker added the attention it picked
     assert _with_defaults(space, found) == {**found, "execution_mode": "no_grad"}
     assert _with_defaults(space, {**found, "attn_implementation": "eager"}) == {**found, "attn_implementation": "eager"}
+
+
+def test_every_recipe_names_registered_knobs_and_values_they_take():
+    from autotune.space.knobs import FLASH, RECIPES
+
+    assert set(RECIPES) == {"throughput", "latency", "memory", "serve"}
+    for recipe in RECIPES.values():
+        for name, values in recipe.settings:
+            assert all(value == FLASH or KNOBS[name].accepts(value) for value in values), (recipe.aim, name)
+
+
+@pytest.mark.parametrize(
+    ("settings", "error"),
+    [
+        ((("compiler", ("default",)),), "recipe 'broken' sets compiler, which is no registered knob"),
+        ((("compile", ("fastest",)),), "recipe 'broken': knob compile has no value 'fastest'; it takes off, default"),
+    ],
+)
+def test_a_recipe_with_an_unknown_knob_or_value_is_refused(settings, error):
+    from autotune.space.knobs import RECIPES, Recipe, check_recipes
+
+    broken = Recipe("broken", "a stack", settings, "nowhere")
+    with pytest.raises(ValueError, match=re.escape(error)):
+        check_recipes({**RECIPES, "broken": broken}, KNOBS)

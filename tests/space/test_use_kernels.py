@@ -26,6 +26,7 @@ NO_KERNEL_ON_CPU = (
 def test_on_loads_with_use_kernels_and_off_is_the_baseline():
     plan = build_plan({**BASE, "use_kernels": "on"}, Target("cuda"))
     assert plan.load["use_kernels"] is True
+    assert plan.worker_hooks == {"use_kernels": "autotune.worker.hub_kernels"}  # the worker finds its check here
     assert Plan.from_json(json.loads(json.dumps(plan.to_json()))) == plan
     assert build_plan({**BASE, "use_kernels": "off"}, Target("cuda")) == build_plan(BASE, Target("cuda"))
     assert baseline_config(SPACE, "float32", PROFILES["cpu"], "throughput", "sdpa")["use_kernels"] == "off"
@@ -54,6 +55,15 @@ def test_a_model_whose_layers_all_fell_back_is_unsupported_with_the_reason(cache
     with pytest.raises(UnsupportedError) as raised:
         load_model(ModelSpec(id="demo", path=str(demo_model_path)), plan, "cpu")
     assert str(raised.value) == NO_KERNEL_ON_CPU
+
+
+def test_a_stored_plan_can_name_no_hook_outside_the_worker():
+    from autotune.worker import hooks
+
+    plan = build_plan({**BASE, "use_kernels": "on"}, Target("cpu"))
+    plan.worker_hooks["use_kernels"] = "os"
+    with pytest.raises(ValueError, match=r"not a module of autotune\.worker\."):
+        hooks.before_load(plan)
 
 
 # The real run of use_kernels=on, unsupported with this reason, is a conformance case (benchmarks/conformance.py).

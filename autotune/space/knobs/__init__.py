@@ -65,6 +65,7 @@ __all__ = [
     "WorkloadKnob",
     "build_order",
     "build_plan",
+    "check_recipes",
     "knob_defaults",
     "short_name",
 ]

@@ -110,6 +110,9 @@ class Knob:
     unlisted_values_need: ClassVar[Needs | None] = None  # hardware of accepted values beyond `choices`
     requires: ClassVar[Mapping[Value, Requires]] = {}  # packages and versions
     refused: ClassVar[tuple[Refusal, ...]] = ()  # workloads that could only refuse them
+    # The trial worker's module for what a value needs beyond the plan's arguments (a check before or after loading,
+    # autotune/worker/hooks.py); apply() names it in the plan with `hook`, and the worker finds it there.
+    worker_hook: ClassVar[str | None] = None
 
     @property
     def label(self) -> str:
@@ -146,6 +149,11 @@ class Knob:
 
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         raise NotImplementedError
+
+    def hook(self, plan: Plan) -> None:
+        """Have the worker run this knob's worker hook for the plan."""
+        assert self.worker_hook is not None, f"knob {self.name} names no worker hook"
+        plan.worker_hooks[self.name] = self.worker_hook
 
     def check_value(self, value: Value, where: str) -> None:
         """ValueError unless this knob accepts the value (`where` says who named it)."""

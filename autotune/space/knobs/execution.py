@@ -9,6 +9,7 @@ from autotune.space.plan import Call, Plan
 @register
 class UseKernelsKnob(Knob):
     name = "use_kernels"
+    worker_hook = "autotune.worker.hub_kernels"
     help = "hub kernels (the kernels package) for the layers transformers maps to one, e.g. RMSNorm on CUDA"
     short_name = "kernels"
     choices = ("off", "on")
@@ -23,6 +24,7 @@ class UseKernelsKnob(Knob):
         if value == "off":
             return
         plan.load["use_kernels"] = True
+        self.hook(plan)  # transformers falls back to its own layers without a word: the hook checks one runs a kernel
         plan.not_servable.append("use_kernels=on (serve loads the model without hub kernels)")
 
 
