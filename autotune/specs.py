@@ -16,7 +16,6 @@ if TYPE_CHECKING:
     from autotune.figures.constraints import Constraint
 
 
-WorkloadKind = Literal["throughput", "latency", "serve"]
 LoadMode = Literal["rate", "concurrency"]
 
 
@@ -40,14 +39,12 @@ class ServeSpec:
 
 @dataclass
 class WorkloadSpec:
-    """The fixed generation workload every trial of a study runs.
-
-    throughput: `batch_size` prompts at once; latency: one prompt at a time (time to first token and
-    per-token latency). Bundled prompts are brought to exactly `input_len` tokens with context from
-    the bundled corpus; prompts from a file keep their own length, truncated to `input_len`.
+    """The workload every trial of a study runs: its kind (autotune/workloads/: what a trial runs and measures) and
+    its shape. Bundled prompts are brought to exactly `input_len` tokens with context from the bundled corpus;
+    prompts from a file keep their own length, truncated to `input_len`.
     """
 
-    kind: WorkloadKind = "throughput"
+    kind: str = "throughput"  # a kind of autotune.workloads.KINDS
     batch_size: int = 8
     input_len: int = 128
     output_len: int = 64
@@ -61,12 +58,6 @@ class WorkloadSpec:
     def __post_init__(self) -> None:
         if isinstance(self.serve, dict):
             self.serve = ServeSpec(**self.serve)
-        if self.kind == "serve" and self.serve is None:
-            self.serve = ServeSpec()
-
-    @property
-    def requests(self) -> int:
-        return 1 if self.kind == "latency" else self.batch_size
 
     def to_json(self) -> dict[str, Any]:
         """Plain data; without the serve load for the other workloads, as studies stored it before it existed."""

@@ -2,7 +2,7 @@
 
 Two ways, printed one after the other:
 
-1. paired, in one process: autotune's workload timer (the GenerateWorkload and statistics that
+1. paired, in one process: autotune's workload timer (the PaddedGeneration and statistics that
    `autotune measure` runs in its worker) and benchmarks/plain_generate.py's bare generate() loop
    (no autotune code) take turns on the same model and the same inputs, round after round, so both
    see the same machine: on a machine whose speed drifts, this is the comparison that means something;
@@ -38,8 +38,8 @@ def paired(args: argparse.Namespace, model_path: str) -> tuple[float, float]:
     from autotune.space import Target, build_plan
     from autotune.space.plan import Plan
     from autotune.specs import ModelSpec, WorkloadSpec
+    from autotune.worker.generation import PaddedGeneration, build_inputs
     from autotune.worker.loading import load_model
-    from autotune.worker.workload import GenerateWorkload, build_inputs
 
     sys.path.insert(0, str(HERE))
     from plain_generate import timed_generate  # the bare loop, with no autotune code
@@ -50,7 +50,9 @@ def paired(args: argparse.Namespace, model_path: str) -> tuple[float, float]:
     model = load_model(ModelSpec(args.model, path=model_path), plan, device)
     tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left")
     spec = WorkloadSpec(batch_size=args.batch_size, input_len=args.input_len, output_len=args.output_len)
-    workload = GenerateWorkload(model, plan, build_inputs(tokenizer, spec), spec, tokenizer.pad_token_id)
+    workload = PaddedGeneration(
+        model, plan, build_inputs(tokenizer, spec, spec.batch_size), spec, tokenizer.pad_token_id
+    )
     input_ids = workload.input_ids
     for _ in range(2):
         workload.run()

@@ -1,6 +1,6 @@
 """The execution_mode knob measured both ways: generate() as it is (no_grad) and inside torch.inference_mode().
 
-Paired, in one process: the same model and inputs, autotune's own workload timer (the GenerateWorkload
+Paired, in one process: the same model and inputs, autotune's own workload timer (the PaddedGeneration
 that trials run), the two modes taking turns round after round and the order swapped every round, so
 both see the same machine. Prints each batch size's per-mode median decode throughput and the median
 and spread of the per-round ratio inference_mode / no_grad.
@@ -21,8 +21,8 @@ def paired_rounds(args: argparse.Namespace, batch_size: int) -> tuple[list[float
 
     from autotune.space import Target, build_plan
     from autotune.specs import ModelSpec, WorkloadSpec
+    from autotune.worker.generation import PaddedGeneration, build_inputs
     from autotune.worker.loading import load_model
-    from autotune.worker.workload import GenerateWorkload, build_inputs
 
     model_path = str(demo_model_path(default_cache_dir())) if args.model == "demo" else args.model
     plans = {
@@ -32,9 +32,9 @@ def paired_rounds(args: argparse.Namespace, batch_size: int) -> tuple[list[float
     model = load_model(ModelSpec(args.model, path=model_path), plans["no_grad"], args.device)
     tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left")
     spec = WorkloadSpec(batch_size=batch_size, input_len=args.input_len, output_len=args.output_len)
-    inputs = build_inputs(tokenizer, spec)
+    inputs = build_inputs(tokenizer, spec, spec.batch_size)
     workloads = {
-        mode: GenerateWorkload(model, plan, inputs, spec, tokenizer.pad_token_id) for mode, plan in plans.items()
+        mode: PaddedGeneration(model, plan, inputs, spec, tokenizer.pad_token_id) for mode, plan in plans.items()
     }
     for workload in workloads.values():  # warm-up
         workload.run()

@@ -19,8 +19,10 @@ import typer
 from autotune.analysis.tolerances import GivenTolerances
 from autotune.data import load_prompts
 from autotune.errors import UserError
+from autotune.extras import why_missing
 from autotune.specs import BudgetSpec, HardwareSpec, ModelSpec, WorkloadSpec
 from autotune.units import parse_duration
+from autotune.workloads import KINDS, foreign_flags, workload_kind
 
 Command = TypeVar("Command", bound=Callable[..., Any])
 
@@ -134,7 +136,7 @@ _WorkloadKind = Annotated[
     str,
     typer.Option(
         "--workload",
-        help="throughput (a batch of prompts), latency (one prompt at a time), serve (transformers serve under load).",
+        help=", ".join(f"{kind.name} ({kind.help})" for kind in KINDS.values()) + ".",
     ),
 ]
 _BatchSize = Annotated[int, typer.Option("--batch-size", min=1, help="Prompts per generation (throughput).")]
@@ -207,15 +209,27 @@ def workload_spec(
     slo: _Slo = None,
     serve_port: _ServePort = None,
 ) -> WorkloadSpec:
-    from autotune.serving.options import workload_serve_spec
-
-    if kind not in ("throughput", "latency", "serve"):
-        raise UserError(f"--workload {kind!r} is not a workload: use throughput, latency or serve")
+    workload = workload_kind(kind)
+    own = {"--load": load, "--slo": slo, "--serve-port": serve_port}  # flags that belong to one kind
+    if problem := foreign_flags(workload, own):
+        raise UserError(problem)
+    if missing := why_missing(f"--workload {kind}", workload.packages):
+        raise UserError(missing)
+    if serve_port is not None and (problem := port_problem(serve_port)):
+        raise UserError(problem)
     if prompts is not None:
         load_prompts(prompts)  # bad prompts are bad input, before anything runs
     path = str(prompts.resolve()) if prompts else None
-    serve = workload_serve_spec(kind, load, slo, serve_port)
-    return WorkloadSpec(kind, batch_size, input_len, output_len, prompts_path=path, serve=serve)  # type: ignore[arg-type]
+    return WorkloadSpec(kind, batch_size, input_len, output_len, prompts_path=path, **workload.options(own))
+
+
+def port_problem(port: int) -> str | None:
+    """Why the server of a serve trial could not bind this port here, or None."""
+    from autotune.serving.server import bind_problem  # imports httpx: only once the serve extra is known there
+
+    if problem := bind_problem(port):
+        return f"--serve-port {port} cannot be bound on 127.0.0.1 ({problem}); give a free port or none"
+    return None
 
 
 def given_tolerances(

@@ -8,7 +8,7 @@ constraints that keep quality. Flags the user gives override the preset's: `--wo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from autotune.errors import UserError
@@ -36,11 +36,6 @@ PRESETS: dict[str, Preset] = {
     )
 }
 
-SERVE_ONLY = frozenset(
-    {"goodput_req_s", "requests_per_s", "errors"}
-    | {f"{figure}_p{q}_s" for figure in ("itl", "e2e") for q in (50, 95, 99)}
-    | {"ttft_p99_s"}
-)
 ENERGY = "energy_j_per_token"
 
 
@@ -70,20 +65,32 @@ def _objective_aliases() -> list[str]:
     return [alias for alias, (name, _) in ALIASES.items() if METRICS[name].direction is not None]
 
 
-def why_unavailable(metric: Metric, workload: str, device_kind: str, has_energy_counter: bool) -> str | None:
-    """Why trials of this study could not produce the figure, or None when they can."""
-    if metric.name in SERVE_ONLY and workload != "serve":
-        return f"{metric.name} is measured under --workload serve only (this study's workload is {workload})"
+def why_unavailable(
+    metric: Metric, workload: str, of_one_kind: Mapping[str, str], device_kind: str, has_energy_counter: bool
+) -> str | None:
+    """Why trials of this study could not produce the figure, or None when they can.
+
+    `of_one_kind`: figure -> the one workload kind whose trials report it (autotune.workloads.metrics_of_one_kind).
+    """
+    owner = of_one_kind.get(metric.name)
+    if owner is not None and owner != workload:
+        return f"{metric.name} is measured under --workload {owner} only (this study's workload is {workload})"
     if metric.name == ENERGY and not has_energy_counter:
         where = "a CPU" if device_kind == "cpu" else "this GPU (NVML reports no energy counter)"
         return f"{metric.name} needs NVML's GPU energy counter, and {where} has none"
     return None
 
 
-def check_available(objectives: Sequence[str], workload: str, device_kind: str, has_energy_counter: bool) -> None:
+def check_available(
+    objectives: Sequence[str],
+    workload: str,
+    of_one_kind: Mapping[str, str],
+    device_kind: str,
+    has_energy_counter: bool,
+) -> None:
     """One UserError line for the first objective no trial of this study could produce."""
     for name in objectives:
-        reason = why_unavailable(METRICS[name], workload, device_kind, has_energy_counter)
+        reason = why_unavailable(METRICS[name], workload, of_one_kind, device_kind, has_energy_counter)
         if reason is not None:
             raise UserError(f"objective {reason}; choose other --objectives")
 

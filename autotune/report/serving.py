@@ -5,7 +5,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from autotune.serving.options import describe_slo
+from autotune.figures.slo import describe_slo
 
 _COLUMNS = (
     ("completed req/s", "requests_per_s", 1.0, "{:.2f}"),

@@ -20,7 +20,7 @@ from autotune.profiles import PROFILES, GpuProfile, resolve_hardware
 from autotune.search.forecast import Forecaster
 from autotune.search.prepare import baseline_config, expected_reference, plan_target, runnable_space
 from autotune.search.strategy import Planned, Situation, next_queued, warm_up_set
-from autotune.space import Config, SearchSpace, Target, build_plan, config_key, load_space
+from autotune.space import Config, SearchSpace, Target, build_plan, config_key, load_space, rules
 from autotune.specs import SearchRequest
 
 DEMO_CHECKPOINT_DTYPE = "bfloat16"  # worker/demo_model.py saves the demo's weights in bfloat16
@@ -63,7 +63,7 @@ def dry_run(request: SearchRequest) -> DryRun:
     space = space.including(reference).including(baseline)
     situation = Situation(space, baseline, profile.device_type, _objectives(request), workload)  # type: ignore[arg-type]
     limit = request.budget.max_trials or PLANNED_AT_MOST
-    trials, more = _plan(situation, reference, _skip(space, target, workload), limit)
+    trials, more = _plan(situation, reference, _skip(space, target), limit)
     return DryRun(profile, checkpoint, baseline, trials, sampler_next=not more)
 
 
@@ -78,13 +78,11 @@ def _objectives(request: SearchRequest) -> tuple[Metric, ...]:
     return objectives_named(request.objectives) if request.objectives else OBJECTIVES
 
 
-def _skip(space: SearchSpace, target: Target, workload: str) -> Callable[[Config], str | None]:
+def _skip(space: SearchSpace, target: Target) -> Callable[[Config], str | None]:
     def skip(config: Config) -> str | None:
         if space.violation(config):
             return space.violation(config)
-        if workload == "serve" and build_plan(config, target).not_servable:
-            return "transformers serve has no flag for it"
-        return None
+        return rules.unmeasurable(build_plan(config, target))
 
     return skip
 

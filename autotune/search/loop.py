@@ -23,7 +23,7 @@ from autotune.search.options import SearchEvents
 from autotune.search.prepare import Prepared, plan_target, trial_spec
 from autotune.search.session import Session, recover
 from autotune.search.strategy import Planned, Situation, next_queued, ruled_out, warm_up_set
-from autotune.space import Config, SearchSpace, build_plan, config_key
+from autotune.space import Config, SearchSpace, build_plan, config_key, rules
 from autotune.study import TrialRecord, artifacts
 from autotune.study.optuna_internals import trial_id
 from autotune.study.recovery import OWNER_ATTR, Heartbeat, claim_configuration, this_process
@@ -205,15 +205,12 @@ class TrialLoop:
         )
 
     def _never_run(self, config: Config, history: list[tuple[int, Config, str]]) -> str | None:
-        """Why this configuration is skipped without running: a rule, an earlier failure, or (serve
-        workload) a knob `transformers serve` has no flag for."""
-        return self.space.violation(config) or ruled_out(config, history) or self._unservable(config)
+        """Why this configuration is skipped without running: a rule, an earlier failure, or what its workload kind
+        cannot measure (serve: a knob `transformers serve` has no flag for)."""
+        return self.space.violation(config) or ruled_out(config, history) or self._unmeasurable(config)
 
-    def _unservable(self, config: Config) -> str | None:
-        if self.request.workload.kind != "serve":
-            return None
-        plan = build_plan(config, plan_target(self.session.profile, self.request))
-        return f"transformers serve has no flag for: {', '.join(plan.not_servable)}" if plan.not_servable else None
+    def _unmeasurable(self, config: Config) -> str | None:
+        return rules.unmeasurable(build_plan(config, plan_target(self.session.profile, self.request)))
 
     def _ask(self) -> optuna.Trial:
         """A new trial, marked as ours with a first heartbeat at once, so a crash can never leave it RUNNING."""

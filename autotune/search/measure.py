@@ -12,7 +12,7 @@ from autotune.process.results import TaskResult
 from autotune.process.runner import Limits, run_task
 from autotune.profiles import resolve_hardware
 from autotune.search.prepare import baseline_config, plan_target, prepare, trial_spec
-from autotune.space import KNOBS, Config, SearchSpace, build_plan, load_space
+from autotune.space import KNOBS, Config, SearchSpace, build_plan, load_space, rules
 from autotune.space.knobs import Value
 from autotune.space.rules import why_not_installed
 from autotune.specs import SearchRequest
@@ -56,8 +56,8 @@ def measure(request: SearchRequest, settings: dict[str, Value]) -> tuple[Config,
         baseline = baseline_config(space, info["checkpoint_dtype"], hardware.profile, "throughput", attention)
         config = _configuration(space.including(baseline), {**baseline, **settings}, settings)
         built = build_plan(config, plan_target(hardware.profile, request))
-        if request.workload.kind == "serve" and built.not_servable:
-            raise UserError(f"transformers serve has no flag for: {', '.join(built.not_servable)}; set other knobs")
+        if problem := rules.unmeasurable(built):
+            raise UserError(f"{problem}; set other knobs")
         spec = trial_spec(request, prepared, config, built.to_json())
         result = run_task(spec, workdir / "trial", Limits(request.budget.trial_timeout_s))
     finally:

@@ -17,6 +17,7 @@ from autotune.space import Config, SearchSpace, Target, build_plan, rules
 from autotune.space.knobs import AttentionKnob, DtypeKnob, WorkloadKnob, knob_defaults
 from autotune.specs import ModelSpec, SearchRequest
 from autotune.study import PreparedFacts
+from autotune.workloads import KINDS
 
 MODEL_PHASES = ("resolve", "tokenizer")  # a failure there is the model argument's: bad input
 
@@ -144,11 +145,12 @@ def expected_reference(space: SearchSpace, profile: GpuProfile, workload: str, a
 
 
 def plan_target(profile: GpuProfile, request: SearchRequest) -> Target:
-    """What plans are built for: the profile's device type, the workload's largest shape, the draft model."""
+    """What plans are built for: the profile's device type, the workload's shape (the requests its kind runs at once),
+    the draft model."""
     workload = request.workload
     return Target(
         profile.device_type,
-        workload.batch_size,
+        KINDS[workload.kind].requests(workload),
         workload.input_len + workload.output_len,
         workload.kind,
         assistant_model=assistant_model(request),

@@ -24,6 +24,7 @@ from autotune.specs import HardwareSpec, ModelSpec, QualitySpec, SearchRequest, 
 from autotune.study import StudySettings, artifacts
 from autotune.study.claims import Claims
 from autotune.study.recovery import LogAttacher, recover_interrupted
+from autotune.workloads import metrics_of_one_kind
 
 
 @dataclass
@@ -171,7 +172,8 @@ def _check_objectives(settings: StudySettings, hardware: ResolvedHardware) -> No
     """An objective this device or workload cannot measure is bad input, not a study of failed trials."""
     counter = ENERGY in settings.objectives and has_energy_counter(hardware.device)
     device_kind = "cuda" if hardware.device.startswith("cuda") else "cpu"
-    check_available(settings.objectives, settings.workload.get("kind", "throughput"), device_kind, counter)
+    kind = settings.workload.get("kind", "throughput")
+    check_available(settings.objectives, kind, metrics_of_one_kind(), device_kind, counter)
 
 
 def find_warm_start(request: SearchRequest, url: str) -> optuna.Study:

@@ -38,6 +38,7 @@ from autotune.search.changes import Changes, describe, fill, with_value
 from autotune.search.forecast import Forecast, Forecaster, Measured, family
 from autotune.space import KNOBS, Config, SearchSpace, config_key
 from autotune.space.knobs import FLASH, RECIPES, DeviceKind, Recipe
+from autotune.workloads import KINDS
 
 
 @dataclass(frozen=True)
@@ -66,17 +67,10 @@ _FLASH_PACKAGES = {"flash_attention_3": "flash_attn_interface", "flash_attention
 
 
 def aims(objectives: Sequence[Metric], workload: str) -> list[str]:
-    """The recipes a study's objectives call for, in the objectives' order."""
+    """The recipes a study's objectives call for, in the objectives' order (each workload kind says which)."""
     wanted: list[str] = []
     for metric in objectives:
-        kind = family(metric)
-        if kind in ("speed", "time"):
-            if workload == "serve":
-                wanted += ["serve", "throughput"]
-            else:
-                wanted.append("latency" if workload == "latency" or kind == "time" else "throughput")
-        elif kind == "memory":
-            wanted.append("memory")
+        wanted += KINDS[workload].aims.get(family(metric) or "", ())
     return list(dict.fromkeys(wanted))
 
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from autotune.specs import WorkloadKind
-
 Batching = Literal["generate", "continuous"]
 
 # Only names from these modules may be referenced: a plan read from storage can never import or call
@@ -59,7 +57,7 @@ class Plan:
     serve_flags: list[str] = field(default_factory=list)
     not_servable: list[str] = field(default_factory=list)
     contexts: list[Call] = field(default_factory=list)  # context managers generate() runs inside, outermost first
-    workload: WorkloadKind | None = None  # how the trial measures it; None in plans stored before it was here
+    workload: str | None = None  # the workload kind that measures it; None in plans stored before it was here
     worker_hooks: dict[str, str] = field(default_factory=dict)  # knob -> the worker module it needs (worker/hooks.py)
 
     @property

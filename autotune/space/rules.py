@@ -27,6 +27,7 @@ from autotune import extras
 from autotune.extras import Package
 from autotune.space.knobs import KNOBS, Needs, Requires, Target, Value
 from autotune.space.plan import Plan
+from autotune.workloads import DEFAULT_KIND, KINDS
 
 CPU_RANKS_AT_MOST = 2  # tensor-parallel ranks on the cpu profile: enough to prove the path, not a deployment
 
@@ -129,6 +130,11 @@ def workload_problem(knob: str, value: Value, target: Target) -> str | None:
         if value in refusal.values and target.requests > refusal.most_requests:
             return f"{refusal.why}; this workload batches {target.requests}"
     return None
+
+
+def unmeasurable(plan: Plan) -> str | None:
+    """Why the workload kind that measures this plan cannot (serve: knobs `transformers serve` has no flag for)."""
+    return KINDS[plan.workload or DEFAULT_KIND].plan_problem(plan.not_servable)
 
 
 # --------------------------------------------------------------------------------- in the trial worker

@@ -13,7 +13,9 @@ import optuna
 from autotune.errors import StudyMismatchError, UserError
 from autotune.figures.metrics import OBJECTIVES, Metric, objectives_named
 from autotune.space import SearchSpace
+from autotune.specs import WorkloadSpec
 from autotune.study.optuna_internals import set_study_system_attr, study_system_attrs
+from autotune.workloads import KINDS
 
 log = logging.getLogger(__name__)
 # autotune's own study records live in system attributes (Optuna's tools list user attributes in one row);
@@ -193,12 +195,11 @@ def update_settings(study: optuna.Study, settings: StudySettings) -> None:
 
 
 def settings_summary(settings: StudySettings) -> dict[str, str]:
-    workload = settings.workload
-    shape = f"{workload['batch_size']} prompts x {workload['input_len']} tokens -> {workload['output_len']} tokens"
+    workload = WorkloadSpec(**settings.workload)
     return {
         "model": settings.model + (f"@{settings.revision}" if settings.revision else ""),
         "profile": settings.profile["name"],
-        "workload": f"{workload.get('kind', 'throughput')}, {shape}",
+        "workload": f"{workload.kind}, {KINDS[workload.kind].describe(workload)}",
         "constraints": ", ".join(settings.constraints) or "none",
     }
 

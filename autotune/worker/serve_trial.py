@@ -32,22 +32,23 @@ from autotune.space.plan import Plan
 from autotune.specs import ServeSpec
 from autotune.worker.environment import environment
 from autotune.worker.failures import UnsupportedError
+from autotune.worker.generation import build_inputs
 from autotune.worker.loading import load_model, load_tokenizer
 from autotune.worker.measurement.energy import EnergyCounter, energy_figures
 from autotune.worker.measurement.quality import compare_with_reference, load_reference
-from autotune.worker.workload import build_inputs
 
 HEALTH_TIMEOUT_S = 600.0
 MEMORY_SAMPLE_S = 0.1
 
 
-def serve_trial(spec: TaskSpec, phases: Any) -> TaskResult:
+def measure(spec: TaskSpec, phases: Any) -> TaskResult:
+    """The serve workload kind's runner: `transformers serve` started with the plan's flags, driven, stopped."""
     assert spec.candidate is not None and spec.reference_path is not None and spec.workload.serve is not None
     plan = Plan.from_json(spec.candidate.plan)
     _check_servable(plan)
     load = spec.workload.serve
     tokenizer = load_tokenizer(spec.model)
-    prompts = [tokenizer.decode(ids) for ids in build_inputs(tokenizer, spec.workload)]
+    prompts = [tokenizer.decode(ids) for ids in build_inputs(tokenizer, spec.workload, spec.workload.batch_size)]
     server_cores, client_cores = split_cores()
     argv = serve_argv(spec.model.path, plan.serve_flags, spec.device, load.port or free_port())
     server = ServerProcess(argv, server_cores)
@@ -141,4 +142,4 @@ def _details(
     }
 
 
-__all__ = ["ServerError", "serve_trial"]
+__all__ = ["ServerError", "measure"]

@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from autotune.data import EVAL_TEXT
-from autotune.extras import SERVE, why_missing
+from autotune.extras import why_missing
 from autotune.paths import demo_model_path
 from autotune.process import phases as phase_lines
 from autotune.process.results import (
@@ -31,34 +31,20 @@ from autotune.process.results import (
     TaskDetails,
     TaskResult,
     TaskSpec,
-    WorkloadSpec,
     write_json_atomically,
 )
-from autotune.space import rules
 from autotune.space.knobs import AttentionKnob
 from autotune.space.plan import Plan
 from autotune.validate import context_problem, position_limit
 from autotune.worker.demo_model import demo_model_built, ensure_demo_draft
-from autotune.worker.environment import environment, installed_version
-from autotune.worker.extensions import build_library_extensions
-from autotune.worker.failures import BrokenOutputError, UnsupportedError, classify
-from autotune.worker.loading import import_first_call_modules, load_model, load_tokenizer
-from autotune.worker.measurement.energy import EnergyCounter, energy_figures
-from autotune.worker.measurement.figures import (
-    broken_reason,
-    cost_per_million_tokens,
-    decode_bytes_per_step,
-    kv_bytes_per_token,
-    prefix_agreement,
-    roofline,
-    speed_figures,
-)
-from autotune.worker.measurement.memory import PeakMemory
-from autotune.worker.measurement.quality import compare_with_reference, compute_reference, eval_windows, load_reference
+from autotune.worker.environment import environment
+from autotune.worker.failures import UnsupportedError, classify
+from autotune.worker.generation import PaddedGeneration, build_inputs
+from autotune.worker.loading import load_model, load_tokenizer
+from autotune.worker.measurement.quality import compute_reference, eval_windows, load_reference
 from autotune.worker.measurement.quality import save_reference as save_reference_file
-from autotune.worker.measurement.timing import repeat_until
-from autotune.worker.tensor_parallel import is_rank, is_reporting_rank, ranks_of, run_ranks, shared_clock
-from autotune.worker.workload import GenerateWorkload, build_inputs, entered, make_workload
+from autotune.worker.tensor_parallel import is_rank, is_reporting_rank, ranks_of, run_ranks
+from autotune.workloads import KINDS
 
 log = logging.getLogger(__name__)
 
@@ -201,7 +187,7 @@ def _ensure_reference(spec: TaskSpec, model: ModelSpec, tokenizer: Any, info: di
     Two files: teacher-forced log-probabilities on the evaluation text, and greedy continuations of
     the workload's inputs (keyed by those inputs too).
     """
-    inputs = build_inputs(tokenizer, replace(spec.workload, kind="throughput"))
+    inputs = build_inputs(tokenizer, spec.workload, spec.workload.batch_size)  # every prompt any trial may run
     failures = []
     for planned in spec.reference_candidates:
         candidate = _with_default_attention(planned, info)
@@ -249,7 +235,7 @@ def _compute_reference(
     if not logprobs_path.exists():
         windows = eval_windows(tokenizer, spec.quality, info.get("max_position_embeddings"))
         save_reference_file(compute_reference(loaded, windows, spec.quality.top_k), logprobs_path)
-    generated = GenerateWorkload(loaded, plan, inputs, spec.workload, tokenizer.pad_token_id).run().generated
+    generated = PaddedGeneration(loaded, plan, inputs, spec.workload, tokenizer.pad_token_id).run().generated
     write_json_atomically(greedy_path, {"inputs": inputs, "generated": generated})
     del loaded
 
@@ -258,99 +244,25 @@ def _compute_reference(
 
 
 def _trial(spec: TaskSpec, phases: Phases) -> TaskResult:
+    """The workload kind that measures the plan runs the trial (on every rank, under tensor parallelism)."""
     assert spec.candidate is not None and spec.reference_path is not None
     planned = Plan.from_json(spec.candidate.plan)
-    workload_spec = replace(spec.workload, kind=planned.workload or spec.workload.kind)
+    kind = KINDS[planned.workload or spec.workload.kind]
     ranks = ranks_of(planned)
     if ranks > 1 and not is_rank():
         return run_ranks(spec, ranks)
-    if workload_spec.kind == "serve":
-        return _serve_trial(replace(spec, workload=workload_spec), phases)
-    with phases("load"):
-        refuse_what_cannot_run(spec.candidate.config, planned)
-        plan = planned
-        tokenizer = load_tokenizer(spec.model)
-        for requirement in rules.requirements(spec.candidate.config):
-            importlib.import_module(requirement.import_name)  # counts as process baseline, not as model memory
-        build_library_extensions(spec.device)
-        import_first_call_modules()
-        memory = PeakMemory(spec.device)
-        model = load_model(spec.model, plan, spec.device)
-    inputs = build_inputs(tokenizer, workload_spec)
-    with phases("setup"):
-        workload = make_workload(model, plan, inputs, workload_spec, tokenizer.pad_token_id)
-    with phases("warmup"):
-        warmup = [workload.run() for _ in range(max(1, workload_spec.warmup_iterations))]
-    with phases("measure"):
-        memory.reset()
-        energy = EnergyCounter(spec.device)
-        energy.start()
-        w = workload_spec
-        iterations = repeat_until(workload.run, w.min_iterations, w.min_seconds, w.max_iterations, shared_clock)
-        joules = energy.joules()
-        peak = memory.peak_bytes()
-        workload.close()
-    with phases("quality"), entered(plan.contexts):  # the forward passes run as generate() did (precision, kernel)
-        quality = _quality(spec, model, iterations[-1].generated)
-    speed, stats = speed_figures(iterations, warmup[0])
-    figures = _roofline_and_cost(spec, model, plan, workload_spec, speed)
-    metrics = {**speed, **quality, **memory.details(), **figures}
-    metrics["peak_memory_bytes"] = float(peak)
-    metrics["peak_memory_gb"] = peak / 1e9
-    metrics["warmup_s"] = phases.timings["warmup"]
-    if ranks > 1:
-        metrics["tp_ranks"] = float(ranks)  # the memory figures are rank 0's: one shard and its share of the work
-    metrics |= energy_figures(joules, sum(len(row) for i in iterations for row in i.generated))
-    details = TaskDetails(plan=plan.to_json() if plan != planned else None)  # what ran, when this installation differs
-    return TaskResult(Outcome.OK, metrics=metrics, stats=stats, environment=environment(spec.device), details=details)
-
-
-def _serve_trial(spec: TaskSpec, phases: Phases) -> TaskResult:
-    missing = why_missing("transformers serve", SERVE)
-    if missing:
+    if missing := why_missing(f"the {kind.name} workload", kind.packages):
         raise UnsupportedError(missing)
-    from autotune.worker.serve_trial import serve_trial  # imports httpx, of the serve extra
-
-    return serve_trial(spec, phases)
-
-
-def refuse_what_cannot_run(config: dict[str, Any], plan: Plan) -> None:
-    """UnsupportedError, with what to install or change, when this environment cannot run the configuration."""
-    refused = rules.installation_problem(config, installed_version) or rules.plan_problem(plan)
-    if refused is not None:
-        raise UnsupportedError(refused.message, knob=refused.knob, combination=refused.knob is None)
+    workload = kind.as_run(replace(spec.workload, kind=kind.name))
+    return _runner(kind.runner)(replace(spec, workload=workload), phases)
 
 
-def _quality(spec: TaskSpec, model: Any, generated: list[list[int]]) -> dict[str, float]:
-    """Broken-output checks, teacher-forced KL / top-1 / perplexity, and greedy agreement."""
-    reference_greedy = None
-    if spec.greedy_reference_path:
-        reference_greedy = json.loads(Path(spec.greedy_reference_path).read_text())["generated"][: len(generated)]
-    reason = broken_reason(generated, reference_greedy)
-    if reason:
-        raise BrokenOutputError(reason)
-    quality = compare_with_reference(model, load_reference(Path(spec.reference_path)))
-    if reference_greedy is not None:
-        quality["greedy_agreement"] = prefix_agreement(generated, reference_greedy)
-    return quality
-
-
-def _roofline_and_cost(spec: TaskSpec, model: Any, plan: Plan, workload: WorkloadSpec, speed: dict[str, float]) -> dict:
-    weight_bytes = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
-    config = model.config.get_text_config(decoder=True)
-    heads = config.num_attention_heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-    element_bytes = 1 if plan.quantized_kv_cache else torch.finfo(model.dtype).bits // 8
-    kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    kv = kv_bytes_per_token(config.num_hidden_layers, kv_heads, head_dim, element_bytes)
-    per_step = decode_bytes_per_step(weight_bytes, kv, workload.requests, workload.input_len, workload.output_len)
-    figures = {"weight_bytes": float(weight_bytes), "decode_bytes_per_step": per_step}
-    if spec.bandwidth_gb_s and speed["throughput_tok_s"] > 0:
-        figures |= roofline(speed["throughput_tok_s"], workload.requests, per_step, spec.bandwidth_gb_s)
-    if spec.price_per_hour is not None and speed["e2e_throughput_tok_s"] > 0:
-        price = spec.price_per_hour
-        figures["cost_per_million_tokens_usd"] = cost_per_million_tokens(price, speed["e2e_throughput_tok_s"])
-    return figures
+def _runner(path: str) -> Callable[[TaskSpec, Phases], TaskResult]:
+    """The function a workload kind names as its runner ("module:function", a module of the worker)."""
+    module, _, function = path.partition(":")
+    if not module.startswith("autotune.worker."):
+        raise ValueError(f"a workload's runner must be a function of the worker, not {path!r}")
+    return getattr(importlib.import_module(module), function)
 
 
 # ------------------------------------------------------------------------------------------- faults

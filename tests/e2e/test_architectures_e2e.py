@@ -43,8 +43,8 @@ def test_every_architecture_loads_with_each_attention_it_takes_and_generates(tin
     """What a trial does to the model, in this process: load with each attention (a refusal is `unsupported`
     with transformers' reason), then one generate with the attention transformers picks."""
     from autotune.worker.failures import classify
+    from autotune.worker.generation import PaddedGeneration, build_inputs
     from autotune.worker.loading import load_model, load_tokenizer
-    from autotune.worker.workload import GenerateWorkload, build_inputs
 
     spec = ModelSpec(tiny_model.name, path=str(tiny_model))
     target = Target("cpu", requests=WORKLOAD.requests)
@@ -65,7 +65,9 @@ def test_every_architecture_loads_with_each_attention_it_takes_and_generates(tin
     model = load_model(spec, default, "cpu")
     assert model.config._attn_implementation == _default_attention(tiny_model)
     tokenizer = load_tokenizer(spec)
-    workload = GenerateWorkload(model, default, build_inputs(tokenizer, WORKLOAD), WORKLOAD, tokenizer.pad_token_id)
+    workload = PaddedGeneration(
+        model, default, build_inputs(tokenizer, WORKLOAD, WORKLOAD.batch_size), WORKLOAD, tokenizer.pad_token_id
+    )
     generated = workload.run().generated
     assert [len(tokens) for tokens in generated] == [WORKLOAD.output_len] * WORKLOAD.batch_size
 

@@ -10,6 +10,7 @@ from autotune.figures.metrics import METRICS, OBJECTIVES, objectives_named
 from autotune.figures.objectives import PRESETS, check_available, parse_objectives, search_goal
 from autotune.search.strategy import trade_offs
 from autotune.study import StudySettings
+from autotune.workloads import metrics_of_one_kind
 
 
 def test_each_preset_sets_its_objectives_workload_and_constraints():
@@ -59,13 +60,15 @@ def test_an_unknown_preset_is_bad_input():
 
 
 def test_an_objective_the_device_or_workload_cannot_produce_is_refused():
-    check_available(("goodput_req_s", "energy_j_per_token"), "serve", "cuda", has_energy_counter=True)
+    check_available(
+        ("goodput_req_s", "energy_j_per_token"), "serve", metrics_of_one_kind(), "cuda", has_energy_counter=True
+    )
     with pytest.raises(UserError, match="goodput_req_s is measured under --workload serve only"):
-        check_available(("goodput_req_s",), "throughput", "cpu", has_energy_counter=False)
+        check_available(("goodput_req_s",), "throughput", metrics_of_one_kind(), "cpu", has_energy_counter=False)
     with pytest.raises(UserError, match="energy counter, and a CPU has none"):
-        check_available(("energy_j_per_token",), "throughput", "cpu", has_energy_counter=False)
+        check_available(("energy_j_per_token",), "throughput", metrics_of_one_kind(), "cpu", has_energy_counter=False)
     with pytest.raises(UserError, match="this GPU \\(NVML reports no energy counter\\)"):
-        check_available(("energy_j_per_token",), "serve", "cuda", has_energy_counter=False)
+        check_available(("energy_j_per_token",), "serve", metrics_of_one_kind(), "cuda", has_energy_counter=False)
 
 
 def test_a_study_resumed_with_other_objectives_is_refused_with_both_lists():

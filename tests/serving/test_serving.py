@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from autotune.errors import UserError
+from autotune.figures.slo import describe_slo, parse_slo
 from autotune.serving.figures import meets_slo, serve_figures
 from autotune.serving.load import Endpoint, RequestRecord, run_load
-from autotune.serving.options import describe_slo, parse_load, parse_slo
 from autotune.serving.server import HOST, free_port
+from autotune.workloads.serve import parse_load
 from benchmarks.load_generator import start_trivial_server
 from tests.conftest import run_cli
 

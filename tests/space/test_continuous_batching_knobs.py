@@ -136,12 +136,12 @@ def test_the_manager_gets_the_page_size_and_gives_the_attention_back(cache_dir):
 
     from autotune.specs import WorkloadSpec
     from autotune.worker.demo_model import ensure_demo_model
-    from autotune.worker.workload import ContinuousWorkload
+    from autotune.worker.generation import ContinuousGeneration
 
     model = AutoModelForCausalLM.from_pretrained(ensure_demo_model(cache_dir), attn_implementation="eager")
     plan = build_plan({**CONTINUOUS, "attn_implementation": "eager", "page_size": 16}, Target("cpu", 2, 24))
     spec = WorkloadSpec(batch_size=2, input_len=16, output_len=8)
-    workload = ContinuousWorkload(model, plan, [[5] * 16, [7] * 16], spec)
+    workload = ContinuousGeneration(model, plan, [[5] * 16, [7] * 16], spec)
     try:
         assert model.config._attn_implementation == "paged|eager"
         config = workload.manager.continuous_batching_config

@@ -53,18 +53,18 @@ def test_the_worker_generates_inside_inference_mode_only_when_asked(cache_dir):
     from transformers import AutoTokenizer
 
     from autotune.worker.demo_model import ensure_demo_model
+    from autotune.worker.generation import PaddedGeneration, TokenClock, build_inputs
     from autotune.worker.loading import load_model
-    from autotune.worker.workload import GenerateWorkload, TokenClock, build_inputs
 
     path = str(ensure_demo_model(cache_dir))
     assert path == str(demo_model_path(cache_dir))
     tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
     spec = WorkloadSpec(batch_size=2, input_len=16, output_len=4)
-    inputs = build_inputs(tokenizer, spec)
+    inputs = build_inputs(tokenizer, spec, spec.batch_size)
     for mode, expected in (("no_grad", False), ("inference_mode", True)):
         plan = build_plan({**BASE, "execution_mode": mode}, Target("cpu"))
         model = load_model(ModelSpec("demo", path=path), plan, "cpu")
-        workload = GenerateWorkload(model, plan, inputs, spec, tokenizer.pad_token_id)
+        workload = PaddedGeneration(model, plan, inputs, spec, tokenizer.pad_token_id)
         with workload.contexts():
             output = workload._generate(TokenClock(workload.synchronize))
         assert output.is_inference() is expected, mode

@@ -174,7 +174,7 @@ def test_a_context_from_the_plan_is_the_real_one_and_an_enum_member_resolves():
 
 def test_continuous_batching_refuses_a_plan_with_contexts_it_cannot_reach():
     from autotune.worker.failures import UnsupportedError
-    from autotune.worker.tasks import refuse_what_cannot_run
+    from autotune.worker.generation_trial import refuse_what_cannot_run
 
     config = {**BASELINE, "batching": "continuous"}
     plan = build_plan(config, Target("cpu"))

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from autotune.paths import PACKAGED_SPACE
+from autotune.profiles import PROFILES
 from autotune.report.snippets import python_snippet
 from autotune.space import Call, Plan, Target, build_plan, load_space
 from autotune.worker.failures import UnsupportedError
@@ -56,7 +57,7 @@ def test_the_plan_round_trips_and_the_snippet_loads_the_draft():
 
 def test_assistant_without_a_draft_model_is_unsupported_with_what_to_give():
     from autotune.worker.failures import classify
-    from autotune.worker.tasks import refuse_what_cannot_run
+    from autotune.worker.generation_trial import refuse_what_cannot_run
 
     config = {**BASE, "speculative": "assistant"}
     plan = build_plan(config, Target("cpu"))
@@ -89,7 +90,6 @@ def test_the_batch_size_refusal_blames_the_knob():
 
 
 def test_a_search_of_batches_never_plans_speculative_decoding():
-    from autotune.profiles import PROFILES
     from autotune.search.prepare import runnable_space
 
     batches = runnable_space(SPACE, PROFILES["cpu"], Target("cpu", requests=8))
@@ -97,3 +97,14 @@ def test_a_search_of_batches_never_plans_speculative_decoding():
     assert "one prompt at a time" in batches.removed["speculative"]["prompt_lookup"]
     single = runnable_space(SPACE, PROFILES["cpu"], Target("cpu", requests=1))
     assert single.knob("speculative").values == ("none", "prompt_lookup", "assistant", "early_exit")
+
+
+def test_a_latency_search_plans_for_one_prompt_at_a_time_whatever_its_batch_size():
+    from autotune.search.prepare import plan_target
+    from autotune.specs import ModelSpec, SearchRequest, WorkloadSpec
+
+    def requests(kind: str) -> int:
+        request = SearchRequest(ModelSpec("demo"), workload=WorkloadSpec(kind, batch_size=8))
+        return plan_target(PROFILES["cpu"], request).requests
+
+    assert (requests("latency"), requests("throughput")) == (1, 8)

@@ -10,6 +10,7 @@ import torch
 
 from autotune.space import Target, build_plan
 from autotune.specs import WorkloadSpec
+from autotune.worker.generation import PaddedGeneration, iteration_from_timestamps
 from autotune.worker.measurement.figures import (
     broken_reason,
     cost_per_million_tokens,
@@ -19,7 +20,6 @@ from autotune.worker.measurement.figures import (
     roofline,
     speed_figures,
 )
-from autotune.worker.workload import GenerateWorkload, iteration_from_timestamps
 
 
 class SleepingModel:
@@ -44,7 +44,7 @@ class SleepingModel:
 def test_generate_timer_measures_real_sleeps():
     prefill_s, step_s, batch, tokens = 0.05, 0.02, 4, 11
     plan = build_plan({"dtype": "float32"}, Target("cpu"))
-    workload = GenerateWorkload(
+    workload = PaddedGeneration(
         SleepingModel(prefill_s, step_s), plan, [[5] * 8] * batch, WorkloadSpec(output_len=tokens), pad_id=0
     )
     iteration = workload.run()

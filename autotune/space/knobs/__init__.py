@@ -32,16 +32,19 @@ from autotune.space.knobs.base import (
     Value,
     build_order,
     build_plan,
+    check_aims,
     check_recipes,
     knob_defaults,
     short_name,
 )
 from autotune.space.knobs.execution import WorkloadKnob
 from autotune.space.knobs.precision import DtypeKnob
+from autotune.workloads import KINDS
 
 FAMILIES = (precision, attention, quantization, parallelism, cache_compile, batching, execution, speculative)
 BUILD_ORDER = build_order(KNOBS)  # checked once here: an unknown name or a cycle in `after` fails at import
 check_recipes(RECIPES, KNOBS)  # and a recipe that names an unknown knob or value
+check_aims(KINDS, RECIPES)  # and a workload kind that calls for a recipe nobody declared
 
 __all__ = [
     "BUILD_ORDER",

@@ -8,10 +8,9 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from autotune.space.plan import Plan
-from autotune.specs import WorkloadKind
 
 DeviceType = Literal["cpu", "cuda"]
 Value = str | int
@@ -82,7 +81,7 @@ class Target:
     device_type: DeviceType
     requests: int = 8
     tokens_per_request: int = 192  # prompt + generated tokens
-    workload: WorkloadKind = "throughput"  # the study's; a workload knob in the space overrides it
+    workload: str = "throughput"  # the study's kind; a workload knob in the space overrides it
     assistant_model: str | None = None  # the draft model speculative=assistant loads (--assistant-model)
 
 
@@ -256,6 +255,17 @@ def check_recipes(recipes: Mapping[str, Recipe], knobs: Mapping[str, Knob]) -> N
             for value in values:
                 if value != FLASH:
                     knobs[name].check_value(value, f"recipe {recipe.aim!r}")
+
+
+def check_aims(kinds: Mapping[str, Any], recipes: Mapping[str, Recipe]) -> None:
+    """ValueError for a workload kind (autotune/workloads/) whose objectives call for a recipe no family declares."""
+    for kind in kinds.values():
+        for family, aims in kind.aims.items():
+            unknown = [aim for aim in aims if aim not in recipes]
+            if unknown:
+                raise ValueError(
+                    f"workload {kind.name} calls for recipe {unknown[0]!r} ({family}), which is not declared"
+                )
 
 
 # Where the expectations (Knob.expect) come from, named in their comments:

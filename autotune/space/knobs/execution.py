@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from autotune.space.knobs.base import NEUTRAL, DeviceKind, Expectation, Knob, Target, Value, register
 from autotune.space.plan import Call, Plan
+from autotune.workloads import KINDS
 
 
 @register
@@ -49,15 +50,16 @@ class ExecutionModeKnob(Knob):
 @register
 class WorkloadKnob(Knob):
     name = "workload"
-    help = (
-        "how a trial is measured: throughput (a batch of prompts), latency (one prompt at a time), "
-        "or serve (transformers serve under load)"
-    )
-    choices = ("throughput", "latency", "serve")
+    help = "how a trial is measured: " + ", ".join(f"{kind.name} ({kind.help})" for kind in KINDS.values())
+    choices = tuple(KINDS)
 
     def usual_values(self) -> tuple[Value, ...]:
         return self.choices  # the study's workload, whichever it is
 
+    def expect(self, value: Value, device: DeviceKind) -> Expectation:
+        """Against a throughput trial: what is deployed stays the same, how long measuring it takes does not."""
+        return Expectation(time=KINDS[str(value)].time_factor, spread=0.2)
+
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         """How the configuration is measured; what is deployed stays the same."""
-        plan.workload = value  # type: ignore[assignment] - accepts() allows only WorkloadKind values
+        plan.workload = str(value)

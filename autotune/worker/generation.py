@@ -1,4 +1,5 @@
-"""The generation workload of a trial: fixed inputs, timed per token with generate or generate_batch."""
+"""Timed generation: a trial's fixed inputs, run through generate() on one padded batch or through continuous
+batching (generate_batch's manager), timed per token."""
 
 from __future__ import annotations
 
@@ -20,28 +21,28 @@ from autotune.worker.loading import materialize
 from autotune.worker.measurement.figures import Iteration
 
 
-class Workload(Protocol):
+class Generation(Protocol):
     def run(self) -> Iteration: ...
 
     def close(self) -> None: ...
 
 
-def build_inputs(tokenizer: Any, spec: WorkloadSpec) -> list[list[int]]:
-    """The token ids of the workload's requests (`spec.requests` of them), the same in every trial.
+def build_inputs(tokenizer: Any, spec: WorkloadSpec, requests: int) -> list[list[int]]:
+    """The token ids of `requests` requests of the workload, the same in every trial.
 
     Bundled prompts come after context from the bundled corpus so that each is exactly `input_len`
     tokens; prompts from a file keep their own length, cut to their last `input_len` tokens.
     """
     if spec.prompts_path:
         prompts = load_prompts(Path(spec.prompts_path))
-        ids = [tokenizer(prompts[i % len(prompts)])["input_ids"][-spec.input_len :] for i in range(spec.requests)]
+        ids = [tokenizer(prompts[i % len(prompts)])["input_ids"][-spec.input_len :] for i in range(requests)]
         if not all(ids):
             raise UserError(f"a prompt of {spec.prompts_path} has no tokens")
         return ids
     prompts = load_prompts()
     filler = tokenizer(CORPUS.read_text(), add_special_tokens=False)["input_ids"]
     inputs = []
-    for index in range(spec.requests):
+    for index in range(requests):
         prompt = tokenizer(prompts[index % len(prompts)], add_special_tokens=False)["input_ids"]
         needed = max(0, spec.input_len - len(prompt))
         start = (index * 997) % max(1, len(filler) - needed)
@@ -92,7 +93,7 @@ def iteration_from_clock(start: float, end: float, token_times: list[float], bat
     )
 
 
-class GenerateWorkload:
+class PaddedGeneration:
     """model.generate on one left-padded batch, with a forced output length."""
 
     def __init__(self, model: Any, plan: Plan, inputs: list[list[int]], spec: WorkloadSpec, pad_id: int) -> None:
@@ -107,6 +108,9 @@ class GenerateWorkload:
         self.kwargs = materialize(plan.generate)  # once: a new CompileConfig per call would recompile
         self.synchronize = _synchronizer(model.device)
         self.plan_contexts = plan.contexts  # generate() runs under torch.no_grad by itself, inside these
+        from transformers import StoppingCriteriaList  # imported here, not in the timed call (seconds, the first time)
+
+        self.criteria = StoppingCriteriaList
 
     def contexts(self) -> contextlib.ExitStack:
         return entered(self.plan_contexts)
@@ -123,8 +127,6 @@ class GenerateWorkload:
         return iteration_from_clock(start, end, clock.times, self.input_ids.shape[0], generated)
 
     def _generate(self, clock: TokenClock) -> Any:
-        from transformers import StoppingCriteriaList
-
         return self.model.generate(
             input_ids=self.input_ids,
             attention_mask=self.attention_mask,
@@ -132,7 +134,7 @@ class GenerateWorkload:
             min_new_tokens=self.output_len,
             do_sample=False,
             pad_token_id=self.pad_id,
-            stopping_criteria=StoppingCriteriaList([clock]),
+            stopping_criteria=self.criteria([clock]),
             **self.kwargs,
         )
 
@@ -140,7 +142,7 @@ class GenerateWorkload:
         """Nothing runs between calls."""
 
 
-class ContinuousWorkload:
+class ContinuousGeneration:
     """Continuous batching (the manager behind generate_batch) on the same inputs, with per-token timestamps.
 
     The manager, its paged cache and its CUDA graphs are set up once, in the constructor, outside the timed
@@ -235,7 +237,7 @@ def _check_complete(outputs: list[Any], expected: int, length: int) -> None:
         raise BrokenOutputError(f"continuous batching stopped early: {short[0]} of {length} tokens")
 
 
-def make_workload(model: Any, plan: Plan, inputs: list[list[int]], spec: WorkloadSpec, pad_id: int) -> Workload:
+def make_generation(model: Any, plan: Plan, inputs: list[list[int]], spec: WorkloadSpec, pad_id: int) -> Generation:
     if plan.batching == "continuous":
-        return ContinuousWorkload(model, plan, inputs, spec)
-    return GenerateWorkload(model, plan, inputs, spec, pad_id)
+        return ContinuousGeneration(model, plan, inputs, spec)
+    return PaddedGeneration(model, plan, inputs, spec, pad_id)

@@ -1,0 +1,36 @@
+"""A latency objective (`--slo`) as users write it: bounds on latency percentiles; bad input is one UserError line."""
+
+from __future__ import annotations
+
+import re
+
+from autotune.errors import UserError
+
+SLO_FORM = '"ttft_p95<=300ms,itl_p95<=50ms" (ttft, itl or e2e; p50, p90, p95 or p99; us, ms or s)'
+SLO_FIGURES = ("ttft", "itl", "e2e")
+PERCENTILES = (50, 90, 95, 99)
+_SLO_PATTERN = re.compile(
+    r"^(?P<figure>[a-z][a-z0-9]*)_p(?P<percentile>\d+)\s*<=\s*(?P<number>\d+\.?\d*|\.\d+)\s*(?P<unit>us|ms|s)$"
+)
+_SECONDS = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
+
+
+def parse_slo(text: str) -> dict[str, float]:
+    """`ttft_p95<=300ms,itl_p95<=50ms` -> {"ttft_p95_s": 0.3, "itl_p95_s": 0.05}."""
+    bounds: dict[str, float] = {}
+    for part in filter(None, (piece.strip().lower() for piece in text.split(","))):
+        match = _SLO_PATTERN.match(part)
+        if match is None:
+            raise UserError(f"--slo {text!r}: cannot read {part!r}; write it as {SLO_FORM}")
+        figure, percentile = match["figure"], int(match["percentile"])
+        if figure not in SLO_FIGURES or percentile not in PERCENTILES:
+            raise UserError(f"--slo {text!r}: {part!r} names no figure; write it as {SLO_FORM}")
+        bounds[f"{figure}_p{percentile}_s"] = float(match["number"]) * _SECONDS[match["unit"]]
+    if not bounds and text.strip():
+        raise UserError(f"--slo {text!r} names no objective; write it as {SLO_FORM}")
+    return bounds
+
+
+def describe_slo(slo: dict[str, float]) -> str:
+    """{"ttft_p95_s": 0.3} -> "ttft_p95<=300ms"."""
+    return ",".join(f"{name.removesuffix('_s')}<={bound * 1000:g}ms" for name, bound in slo.items())

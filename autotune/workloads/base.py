@@ -1,0 +1,99 @@
+"""A workload kind: everything the rest of autotune needs to know about one kind of trial, said in one place.
+
+What a kind reads of the workload spec and which flags are its own, the figures only its trials report, the
+recipes its objectives call for, what it needs of a plan, how long its trials take against a throughput trial,
+and the worker code that measures it (named, not imported: this module runs in the study process too).
+docs/adding-a-workload.md walks through adding one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+from autotune.errors import UserError
+from autotune.extras import Package
+from autotune.specs import WorkloadSpec
+
+# What the objectives of each family call for on most kinds (an objective's family: autotune/search/forecast.py).
+GENERATION_AIMS: Mapping[str, tuple[str, ...]] = {"speed": ("throughput",), "time": ("latency",), "memory": ("memory",)}
+
+
+class WorkloadKind:
+    """The handler of one workload kind (`--workload NAME`, and a value of the `workload` knob)."""
+
+    name: ClassVar[str]
+    help: ClassVar[str]
+    # The command-line flags only this kind reads; given with another kind they are bad input.
+    flags: ClassVar[tuple[str, ...]] = ()
+    # The figures only this kind's trials report (metric names, autotune/figures/metrics.py).
+    metrics: ClassVar[frozenset[str]] = frozenset()
+    # An objective's family (speed, time, memory) -> the recipes it calls for, in order (autotune/space/knobs/).
+    aims: ClassVar[Mapping[str, tuple[str, ...]]] = GENERATION_AIMS
+    # Its trials run what `transformers serve` runs: a plan with knobs serve has no flag for cannot be measured.
+    needs_servable_plan: ClassVar[bool] = False
+    packages: ClassVar[tuple[Package, ...]] = ()  # what its trials need beyond the core install (autotune.extras)
+    # The worker code that measures one trial: "module:function", called with (task spec, phases).
+    runner: ClassVar[str] = "autotune.worker.generation_trial:measure"
+    # A trial's duration against a throughput trial of the same configuration (the forecast's prior).
+    time_factor: ClassVar[float] = 1.0
+
+    def requests(self, spec: WorkloadSpec) -> int:
+        """How many requests a trial runs at once: it sizes the plan (paged cache) and what a value may run with."""
+        return spec.batch_size
+
+    def as_run(self, spec: WorkloadSpec) -> WorkloadSpec:
+        """The spec as the trials run it, the one stored with them (a kind may fix a field the flags leave open)."""
+        return spec
+
+    def options(self, given: Mapping[str, Any]) -> dict[str, Any]:
+        """The spec fields of this kind's own flags (`given`: flag -> value, None where not given)."""
+        return {}
+
+    def plan_problem(self, not_servable: Sequence[str]) -> str | None:
+        """Why a plan cannot be measured by this kind (its parts `transformers serve` has no flag for), or None."""
+        if self.needs_servable_plan and not_servable:
+            return f"transformers serve has no flag for: {', '.join(not_servable)}"
+        return None
+
+    def describe(self, spec: WorkloadSpec) -> str:
+        """The shape of a trial, for summaries: "8 prompts x 128 tokens -> 64 tokens"."""
+        prompts = self.requests(spec)
+        noun = "prompt" if prompts == 1 else "prompts"
+        return f"{prompts} {noun} x {spec.input_len} tokens -> {spec.output_len} tokens"
+
+
+KINDS: dict[str, WorkloadKind] = {}
+DEFAULT_KIND = "throughput"  # --workload's default, and the kind of plans stored before plans named theirs
+
+
+def register(cls: type[WorkloadKind]) -> type[WorkloadKind]:
+    KINDS[cls.name] = cls()
+    return cls
+
+
+def workload_kind(name: str) -> WorkloadKind:
+    """The kind of this name; a UserError naming the kinds for any other."""
+    try:
+        return KINDS[name]
+    except KeyError:
+        raise UserError(f"--workload {name!r} is not a workload: use {_listed(list(KINDS))}") from None
+
+
+def metrics_of_one_kind() -> dict[str, str]:
+    """Figure -> the one kind whose trials report it."""
+    return {metric: kind.name for kind in KINDS.values() for metric in kind.metrics}
+
+
+def foreign_flags(kind: WorkloadKind, given: Mapping[str, Any]) -> str | None:
+    """Why flags of other kinds, given with this kind, are bad input; None when there are none."""
+    owners = {flag: other.name for other in KINDS.values() for flag in other.flags}
+    foreign = [flag for flag, value in given.items() if value is not None and flag not in kind.flags and flag in owners]
+    if not foreign:
+        return None
+    kinds = sorted({owners[flag] for flag in foreign})
+    return f"{', '.join(foreign)} apply only to --workload {_listed(kinds)}"
+
+
+def _listed(names: Sequence[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"

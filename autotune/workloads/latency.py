@@ -1,0 +1,23 @@
+"""latency: one prompt at a time; time to first token and per-token latency."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import ClassVar
+
+from autotune.specs import WorkloadSpec
+from autotune.workloads.base import WorkloadKind, register
+
+
+@register
+class Latency(WorkloadKind):
+    name = "latency"
+    help = "one prompt at a time"
+    aims: ClassVar[Mapping[str, tuple[str, ...]]] = {"speed": ("latency",), "time": ("latency",), "memory": ("memory",)}
+
+    def requests(self, spec: WorkloadSpec) -> int:
+        return 1
+
+    def as_run(self, spec: WorkloadSpec) -> WorkloadSpec:
+        return replace(spec, batch_size=1)

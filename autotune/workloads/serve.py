@@ -1,0 +1,63 @@
+"""serve: the configuration as deployed, `transformers serve` under a load of concurrent requests (`--load`), judged
+by latency percentiles and goodput under an SLO (`--slo`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any, ClassVar
+
+from autotune.errors import UserError
+from autotune.extras import SERVE
+from autotune.figures.slo import parse_slo
+from autotune.specs import ServeSpec, WorkloadSpec
+from autotune.workloads.base import WorkloadKind, register
+
+LOAD_FORM = "rate=2,4,8 (Poisson arrivals, requests/s) or concurrency=1,8,32 (clients)"
+
+
+@register
+class Serve(WorkloadKind):
+    name = "serve"
+    help = "transformers serve under load (--load, --slo)"
+    flags = ("--load", "--slo", "--serve-port")
+    metrics = frozenset(
+        {"goodput_req_s", "requests_per_s", "errors", "ttft_p99_s"}
+        | {f"{figure}_p{q}_s" for figure in ("itl", "e2e") for q in (50, 95, 99)}
+    )
+    # Continuous batching first: it keeps the GPU busy under concurrent requests; then what a single batch wants.
+    aims: ClassVar[Mapping[str, tuple[str, ...]]] = {
+        "speed": ("serve", "throughput"),
+        "time": ("serve", "throughput"),
+        "memory": ("memory",),
+    }
+    needs_servable_plan = True
+    packages = SERVE
+    runner = "autotune.worker.serve_trial:measure"
+
+    def as_run(self, spec: WorkloadSpec) -> WorkloadSpec:
+        return spec if spec.serve is not None else replace(spec, serve=ServeSpec())
+
+    def options(self, given: Mapping[str, Any]) -> dict[str, Any]:
+        load, slo = given.get("--load"), given.get("--slo")
+        spec = ServeSpec(slo=parse_slo(slo or ""), port=given.get("--serve-port"))
+        if load:
+            spec.mode, spec.levels = parse_load(load)  # type: ignore[assignment]
+        return {"serve": spec}
+
+
+def parse_load(text: str) -> tuple[str, list[float]]:
+    """`rate=2,4,8` -> ("rate", [2, 4, 8]); `concurrency=1,8` -> ("concurrency", [1, 8])."""
+    mode, separator, values = text.strip().partition("=")
+    mode = mode.strip().lower()
+    if not separator or mode not in ("rate", "concurrency"):
+        raise UserError(f"--load {text!r} is not a load: write {LOAD_FORM}")
+    try:
+        levels = [float(value) for value in values.split(",")]
+    except ValueError:
+        raise UserError(f"--load {text!r}: every level must be a number, as in {LOAD_FORM}") from None
+    if not levels or any(not level > 0 for level in levels):
+        raise UserError(f"--load {text!r}: every level must be above 0, as in {LOAD_FORM}")
+    if mode == "concurrency" and any(level != int(level) for level in levels):
+        raise UserError(f"--load {text!r}: a concurrency is a whole number of clients")
+    return mode, sorted(set(levels))

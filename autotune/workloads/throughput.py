@@ -1,0 +1,11 @@
+"""throughput: a batch of prompts at once through generate() or continuous batching, decode tokens per second."""
+
+from __future__ import annotations
+
+from autotune.workloads.base import WorkloadKind, register
+
+
+@register
+class Throughput(WorkloadKind):
+    name = "throughput"
+    help = "a batch of prompts at once (--batch-size)"
