@@ -104,7 +104,7 @@ check() {
   listing() { "$work/core/bin/python" -c "import sys, zipfile; print('\n'.join(sorted(zipfile.ZipFile(sys.argv[1]).namelist())))" "$1"; }
   files="$(listing "$wheel")"
   [ "$files" = "$(listing "$(ls "$work"/sdist-wheel/autotune-*.whl)")" ] || fail "the sdist's wheel holds other files"
-  for data in autotune/spaces/default.yaml autotune/data/corpus.txt autotune/data/eval.txt autotune/data/prompts.jsonl; do
+  for data in autotune/space/default.yaml autotune/data/corpus.txt autotune/data/eval.txt autotune/data/prompts.jsonl; do
     grep -qx "$data" <<<"$files" || fail "$data is not in the wheel"
   done
   echo "$(basename "$sdist") and $(basename "$wheel"): the same $(wc -l <<<"$files") files, package data included"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-PACKAGED_SPACE = Path(__file__).parent / "spaces" / "default.yaml"  # the default space: one file, in the package
+PACKAGED_SPACE = Path(__file__).parent / "space" / "default.yaml"  # the default space: one file, in the package
 DEMO_VERSION = "demo-v1"
 DRAFT_VERSION = "demo-draft-v1"  # the demo's speculative-decoding draft: same tokenizer, far smaller
 DEMO_MAX_POSITIONS = 512  # the demo model's context (max_position_embeddings)

@@ -624,7 +624,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--gpu", help="hardware profile [cpu on --device cpu, else auto]")
     parser.add_argument("--train-steps", type=int, default=DEFAULT_TRAIN_STEPS, help="llama-1b training steps [60]")
     parser.add_argument("--trial-timeout", default="10m", help="a trial running longer is killed [10m]")
-    parser.add_argument("--space", type=Path, help="search-space YAML [autotune/spaces/default.yaml]")
+    parser.add_argument("--space", type=Path, help="search-space YAML [autotune/space/default.yaml]")
     parser.add_argument("--batch-size", type=int, default=8, help="prompts per generation in the search [8]")
     parser.add_argument("--input-len", type=int, default=128, help="tokens per prompt [128]")
     parser.add_argument("--output-len", type=int, default=64, help="tokens generated per prompt [64]")

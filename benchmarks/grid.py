@@ -17,7 +17,7 @@ from pathlib import Path
 
 from autotune.figures.metrics import OBJECTIVES
 from autotune.process.results import write_json_atomically
-from autotune.process.runner import Limits, run_task
+from autotune.process.runner import Limits, run_in_worker
 from autotune.profiles import resolve_hardware
 from autotune.search.prepare import plan_target, prepare, trial_spec
 from autotune.space import build_plan, config_key, load_space
@@ -55,7 +55,9 @@ def main() -> None:
             continue
         plan = build_plan(config, plan_target(hardware.profile, request)).to_json()
         started = time.monotonic()
-        result = run_task(trial_spec(request, prepared, config, plan), workdir / "trial", Limits(args.trial_timeout))
+        result = run_in_worker(
+            trial_spec(request, prepared, config, plan), workdir / "trial", Limits(args.trial_timeout)
+        )
         duration = time.monotonic() - started
         table["trials"][key] = {
             "config": config,

@@ -21,7 +21,7 @@ import time
 
 import psutil
 
-from autotune.serving.figures import level_figures
+from autotune.serving.latency import level_figures
 from autotune.serving.load import Endpoint, run_load
 from autotune.serving.server import HOST, free_port, split_cores
 

@@ -36,7 +36,7 @@ artifacts=()
 
 # The previous night: the latest study of this prefix before tonight (a night may have been skipped).
 # (none on the first night: history then finds no study and prints nothing)
-previous=$(autotune history --studies "$prefix-*" "${storage[@]}" --out "$out/history.html" --format json 2>/dev/null \
+previous=$(autotune history --studies "$prefix-*" "${storage[@]}" --report "$out/history.html" --format json 2>/dev/null \
   | python3 -c '
 import json, sys
 text = sys.stdin.read()
@@ -60,7 +60,7 @@ if [ -n "$previous" ]; then
   cat "$out/compare.md"
 fi
 # The chart of every night (stored with tonight's study when AUTOTUNE_ARTIFACTS is set), and its table.
-autotune history --studies "$prefix-*" "${storage[@]}" "${artifacts[@]}" --out "$out/history.html" --format markdown \
+autotune history --studies "$prefix-*" "${storage[@]}" "${artifacts[@]}" --report "$out/history.html" --format markdown \
   >"$out/history.md" || exit
 cat "$out/history.md"
 if [ -n "${GITHUB_STEP_SUMMARY:-}" ]; then

@@ -20,10 +20,12 @@ from autotune.cli.flags import (
     Budget,
     Constraints,
     Device,
+    FormatJson,
     Hardware,
     Model,
     Objective,
     Objectives,
+    OldReportFlag,
     SpacePath,
     Storage,
     Study,
@@ -31,6 +33,7 @@ from autotune.cli.flags import (
     TrialTimeoutS,
     TrustRemoteCode,
     Workload,
+    report_path,
     with_groups,
 )
 from autotune.cli.printers import (
@@ -224,7 +227,7 @@ def compare(
     output: Annotated[
         CompareFormat, typer.Option("--format", help="table, json, or markdown (a CI job summary).")
     ] = CompareFormat.table,
-    as_json: Annotated[bool, typer.Option("--json", help="The same as --format json.", metavar=FLAG)] = False,
+    as_json: FormatJson = False,
 ) -> None:
     """Compare two studies: how each front configuration's figures moved; exit 3 on a regression.
 
@@ -269,11 +272,15 @@ def history(
             "--storage", help="Storage of every study.", show_default="each study's sqlite:///studies/<study>.db"
         ),
     ] = None,
-    out_path: Annotated[Path, typer.Option("--out", help="The chart (HTML).")] = Path("reports/history.html"),
+    report_file: Annotated[
+        Path | None, typer.Option("--report", help="The chart (HTML).", show_default="reports/history.html")
+    ] = None,
+    old_report_flag: OldReportFlag = None,
     tolerances: ToleranceFlags,
     output: Annotated[
         HistoryFormat, typer.Option("--format", help="What to print: table, markdown (a CI job summary) or json.")
     ] = HistoryFormat.table,
+    as_json: FormatJson = False,
     artifacts: Annotated[
         str | None,
         typer.Option("--artifacts", help="Also store the chart with the last night's study: a folder, s3://, gs://."),
@@ -285,15 +292,16 @@ def history(
 
     Each night is compared with the one before as `autotune compare` does, with the same tolerances.
 
-    Example: autotune history --studies 'demo-cpu-2026-11-*' --out reports/nights.html
+    Example: autotune history --studies 'demo-cpu-2026-11-*' --report reports/nights.html
     """
     from autotune.report import build_history
 
     names = [name.strip() for name in studies_named.split(",") if name.strip()]
     if not names:
         raise UserError("--studies: name at least one study or pattern, e.g. 'demo-cpu-2026-11-*'")
+    out_path = report_path(report_file, old_report_flag) or Path("reports/history.html")
     nights, path = build_history(names, storage, out_path, tolerances, artifacts)
-    print_history(nights, path, output.value)
+    print_history(nights, path, "json" if as_json else output.value)
 
 
 def _given(context: typer.Context, parameter: str) -> bool:
@@ -350,15 +358,17 @@ def measure(
 def report(
     study: Study,
     storage: Storage = None,
-    out_path: Annotated[
-        Path | None, typer.Option("--out", help="HTML file.", show_default="reports/<study>.html")
+    report_file: Annotated[
+        Path | None, typer.Option("--report", help="HTML report.", show_default="reports/<study>.html")
     ] = None,
+    old_report_flag: OldReportFlag = None,
 ) -> None:
     """Render the HTML report of a stored study again."""
     from autotune.report import build_report, default_report_path
     from autotune.study import default_storage
 
-    path = build_report(study, storage or default_storage(study), out_path or default_report_path(study))
+    out_path = report_path(report_file, old_report_flag) or default_report_path(study)
+    path = build_report(study, storage or default_storage(study), out_path)
     out.print(f"report: {path}")
 
 
@@ -388,6 +398,7 @@ def best(
         str | None, typer.Option("--minimize", help="What to minimize: memory, kl, ttft, cost...")
     ] = None,
     output: Annotated[Format, typer.Option("--format", help="table, json, python or serve.")] = Format.table,
+    as_json: FormatJson = False,
 ) -> None:
     """Pick one configuration of a study under constraints and print it.
 
@@ -423,6 +434,8 @@ def best(
         raise NothingSatisfiesError(chosen.why_none())
     baseline = next((r for r in records if "baseline" in r.roles and r.complete), None)
     deploy = card(chosen.chosen, settings, baseline)
+    if as_json:
+        output = Format.json
     if output == Format.python:
         typer.echo(deploy.python, nl=False)
     elif output == Format.serve:

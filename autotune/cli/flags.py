@@ -99,10 +99,22 @@ Objectives = Annotated[
 ]
 FLAG = ""  # the metavar of an on/off flag: help would show `<bool>` as if it took a value
 AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON object.", metavar=FLAG)]
+FormatJson = Annotated[bool, typer.Option("--json", help="The same as --format json.", metavar=FLAG)]
+# The hidden --out of `report` and `history`: their HTML file was --out before it was --report everywhere.
+OldReportFlag = Annotated[Path | None, typer.Option("--out", hidden=True)]
+
+
+def report_path(report: Path | None, old_flag: Path | None) -> Path | None:
+    """The HTML file of --report, or of the old --out; both given is bad input."""
+    if report is not None and old_flag is not None:
+        raise UserError("--out is the old name of --report: give one of them")
+    return report if report is not None else old_flag
+
+
 Device = Annotated[str | None, typer.Option("--device", help="cuda, cuda:N or cpu.", show_default="from --gpu")]
 SpacePath = Annotated[
     Path | None,
-    typer.Option("--space", help="Search-space YAML.", show_default="the packaged autotune/spaces/default.yaml"),
+    typer.Option("--space", help="Search-space YAML.", show_default="the packaged autotune/space/default.yaml"),
 ]
 TrustRemoteCode = Annotated[
     bool, typer.Option("--trust-remote-code", help="Allow the model's own code to run.", metavar=FLAG)

@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     from autotune.profiles import DetectedDevice
     from autotune.report.data import ParetoCard
     from autotune.search.dry_run import DryRun
+    from autotune.search.events import SearchSummary
     from autotune.search.finish import Finished
-    from autotune.search.options import SearchSummary
     from autotune.study import TrialRecord
 
 out = Console(highlight=False, markup=False, soft_wrap=True)

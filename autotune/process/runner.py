@@ -39,7 +39,7 @@ class Limits:
     deadline: float | None = None  # time.monotonic() at which the study's budget ends
 
 
-def run_task(
+def run_in_worker(
     spec: TaskSpec,
     workdir: Path,
     limits: Limits,

@@ -10,7 +10,7 @@ from autotune.figures.metrics import Metric
 from autotune.report import default_report_path
 from autotune.report.data import ParetoCard, collect
 from autotune.report.html import write_report
-from autotune.search.options import SearchSummary
+from autotune.search.events import SearchSummary
 from autotune.space import Config
 from autotune.study.artifacts import attach_report
 

@@ -16,10 +16,10 @@ from optuna.trial import TrialState
 from autotune import study as studies
 from autotune.process import phases
 from autotune.process.results import Outcome, TaskResult
-from autotune.process.runner import Limits, run_task
+from autotune.process.runner import Limits, run_in_worker
+from autotune.search.events import SearchEvents
 from autotune.search.forecast import duration_kind
 from autotune.search.interrupts import Interrupted, deferred
-from autotune.search.options import SearchEvents
 from autotune.search.prepare import Prepared, plan_target, trial_spec
 from autotune.search.session import Session, recover
 from autotune.search.strategy import Planned, Situation, next_queued, ruled_out, warm_up_set
@@ -271,7 +271,7 @@ class TrialLoop:
         on_phase = lambda name: self.events.progress(f"trial #{trial.number}: {phases.label(name, compiles)}")  # noqa: E731
         with Heartbeat(self.session.storage, trial_id(trial), HEARTBEAT_EVERY_S):
             started = self.started = time.monotonic()
-            result = run_task(spec, workdir, limits, on_start=on_start, on_phase=on_phase)
+            result = run_in_worker(spec, workdir, limits, on_start=on_start, on_phase=on_phase)
             duration = time.monotonic() - started
             artifacts.attach(self.session.artifact_store, trial, workdir / "worker.log", artifacts.LOG_MIMETYPE)
             with deferred():

@@ -9,7 +9,7 @@ from pathlib import Path
 from autotune.errors import UserError
 from autotune.paths import default_space_path
 from autotune.process.results import TaskResult
-from autotune.process.runner import Limits, run_task
+from autotune.process.runner import Limits, run_in_worker
 from autotune.profiles import resolve_hardware
 from autotune.search.prepare import baseline_config, plan_target, prepare, trial_spec
 from autotune.space import KNOBS, Config, SearchSpace, build_plan, load_space, rules
@@ -59,7 +59,7 @@ def measure(request: SearchRequest, settings: dict[str, Value]) -> tuple[Config,
         if problem := rules.unmeasurable(built):
             raise UserError(f"{problem}; set other knobs")
         spec = trial_spec(request, prepared, config, built.to_json())
-        result = run_task(spec, workdir / "trial", Limits(request.budget.trial_timeout_s))
+        result = run_in_worker(spec, workdir / "trial", Limits(request.budget.trial_timeout_s))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return config, result

@@ -10,9 +10,9 @@ from typing import Any
 from autotune.errors import UserError
 from autotune.paths import demo_draft_path
 from autotune.process.results import Candidate, Outcome, TaskResult, TaskSpec
-from autotune.process.runner import Limits, run_task
+from autotune.process.runner import Limits, run_in_worker
 from autotune.profiles import GpuProfile, ResolvedHardware
-from autotune.search.options import SearchError
+from autotune.search.events import SearchError
 from autotune.space import Config, SearchSpace, Target, build_plan, rules
 from autotune.space.knobs import AttentionKnob, DtypeKnob, WorkloadKnob, knob_defaults
 from autotune.specs import ModelSpec, SearchRequest
@@ -79,7 +79,9 @@ def prepare(
     )
     if on_phase is not None:
         on_phase("spawn")
-    result = run_task(spec, workdir / "prepare", Limits(request.budget.trial_timeout_s, deadline), on_phase=on_phase)
+    result = run_in_worker(
+        spec, workdir / "prepare", Limits(request.budget.trial_timeout_s, deadline), on_phase=on_phase
+    )
     if not result.ok:
         raise _prepare_error(request.model.id, result)
     details = result.details

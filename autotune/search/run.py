@@ -30,9 +30,9 @@ from autotune.errors import UserError
 from autotune.process import phases
 from autotune.process.life import child_environment
 from autotune.profiles import detect_gpu
+from autotune.search.events import SearchEvents, SearchSummary
 from autotune.search.interrupts import Interrupted, StudyPlace, deferred
 from autotune.search.loop import TrialLoop
-from autotune.search.options import SearchEvents, SearchSummary
 from autotune.search.prepare import Prepared, prepare
 from autotune.search.session import Session, join_session, open_session, recover
 from autotune.specs import SearchRequest, WorkerRequest

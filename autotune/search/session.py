@@ -17,7 +17,7 @@ from autotune.figures.constraints import Constraint, parse_constraints
 from autotune.figures.objectives import ENERGY, check_available
 from autotune.paths import default_space_path
 from autotune.profiles import GpuProfile, ResolvedHardware, hardware_for, has_energy_counter, resolve_hardware
-from autotune.search.options import SearchEvents
+from autotune.search.events import SearchEvents
 from autotune.search.prepare import Prepared, plan_target, runnable_space
 from autotune.space import Config, SearchSpace, config_key, load_space, rules
 from autotune.specs import HardwareSpec, ModelSpec, QualitySpec, SearchRequest, WorkerRequest, WorkloadSpec

@@ -27,9 +27,9 @@ def run(spec_path: Path, result_path: Path, started_at: float) -> None:
     import transformers  # noqa: F401 - imported here so that start-up time covers every library import
 
     from autotune.process.results import TaskSpec, write_json_atomically
-    from autotune.worker.tasks import run_task
+    from autotune.worker.tasks import perform
 
-    result = run_task(TaskSpec.from_json(raw_spec), time.time() - started_at)
+    result = perform(TaskSpec.from_json(raw_spec), time.time() - started_at)
     result.pid = os.getpid()
     write_json_atomically(result_path, result.to_json())
 

@@ -18,7 +18,7 @@ from autotune.specs import WorkloadSpec
 from autotune.worker.compat import PAGED, continuous_batching_config, pin_attention, transformers_version
 from autotune.worker.failures import BrokenOutputError, UnsupportedError
 from autotune.worker.loading import materialize
-from autotune.worker.measurement.figures import Iteration
+from autotune.worker.measurement.speed import Iteration
 
 
 class Generation(Protocol):

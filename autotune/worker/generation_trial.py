@@ -19,17 +19,15 @@ from autotune.worker.failures import BrokenOutputError, UnsupportedError
 from autotune.worker.generation import build_inputs, entered, make_generation
 from autotune.worker.loading import import_first_call_modules, load_model, load_tokenizer
 from autotune.worker.measurement.energy import EnergyCounter, energy_figures
-from autotune.worker.measurement.figures import (
-    broken_reason,
+from autotune.worker.measurement.memory import PeakMemory
+from autotune.worker.measurement.quality import broken_reason, compare_with_reference, load_reference, prefix_agreement
+from autotune.worker.measurement.speed import (
     cost_per_million_tokens,
     decode_bytes_per_step,
     kv_bytes_per_token,
-    prefix_agreement,
     roofline,
     speed_figures,
 )
-from autotune.worker.measurement.memory import PeakMemory
-from autotune.worker.measurement.quality import compare_with_reference, load_reference
 from autotune.worker.measurement.timing import repeat_until
 from autotune.worker.tasks import Phases
 from autotune.worker.tensor_parallel import ranks_of, shared_clock

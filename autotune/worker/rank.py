@@ -24,9 +24,9 @@ def main() -> None:
     spec = TaskSpec.from_json(json.loads(spec_path.read_text()))
     spec.device = rank_device(spec.device)
 
-    from autotune.worker.tasks import run_task  # torch and transformers: after the request to die with the agent
+    from autotune.worker.tasks import perform  # torch and transformers: after the request to die with the agent
 
-    result = run_task(spec, time.time() - started)
+    result = perform(spec, time.time() - started)
     result.pid = os.getpid()
     if is_reporting_rank():
         write_json_atomically(result_path, result.to_json())

@@ -18,7 +18,7 @@ from typing import Any
 import psutil
 
 from autotune.process.results import Outcome, TaskDetails, TaskResult, TaskSpec
-from autotune.serving.figures import serve_figures
+from autotune.serving.latency import serve_figures
 from autotune.serving.load import Endpoint, RequestRecord, run_load
 from autotune.serving.server import (
     ServerError,

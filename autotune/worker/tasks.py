@@ -76,7 +76,7 @@ class Phases:
         self.timings[name] = time.perf_counter() - start
 
 
-def run_task(spec: TaskSpec, startup_s: float) -> TaskResult:
+def perform(spec: TaskSpec, startup_s: float) -> TaskResult:
     """Run a task; every failure becomes a result with its outcome, never an exception."""
     phases = Phases(spec.fault)
     phases.timings["startup"] = startup_s

@@ -92,7 +92,8 @@ def foreign_flags(kind: WorkloadKind, given: Mapping[str, Any]) -> str | None:
     if not foreign:
         return None
     kinds = sorted({owners[flag] for flag in foreign})
-    return f"{', '.join(foreign)} apply only to --workload {_listed(kinds)}"
+    verb = "applies" if len(foreign) == 1 else "apply"
+    return f"{', '.join(foreign)} {verb} only to --workload {_listed(kinds)}"
 
 
 def _listed(names: Sequence[str]) -> str:

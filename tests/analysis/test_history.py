@@ -88,7 +88,7 @@ def test_studies_named_by_pattern_list_or_default_storage(series, tmp_path: Path
 
 
 def test_history_command_prints_the_table_markdown_and_json_and_writes_the_chart(series, tmp_path, cli_env):
-    args = ["history", "--studies", "demo-2026-11-*", "--storage", series, "--out", str(tmp_path / "h.html")]
+    args = ["history", "--studies", "demo-2026-11-*", "--storage", series, "--report", str(tmp_path / "h.html")]
     table = run_cli(args, tmp_path, cli_env, timeout=120)
     assert table.returncode == 0, table.stdout + table.stderr
     assert "2026-11-04" in table.stdout and "REGRESSED throughput" in table.stdout

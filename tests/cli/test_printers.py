@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from autotune.cli.printers import changes_line, out, print_finished
+from autotune.search.events import SearchSummary
 from autotune.search.finish import finish
-from autotune.search.options import SearchSummary
 from tests import fakes
 
 

@@ -57,6 +57,7 @@ CASES = [
     (["measure", "--model", "demo", "--gpu", "cpu", "--input-len", "600"], "but the model has 512 positions"),
     (["worker", "--study", "x", "--storage", "sqlite:///{things}/none.db", "--device", NO_GPU], "no such CUDA GPU"),
     (["worker", "--study", "x", "--storage", "sqlite:///{things}/none.db"], "no study named 'x'"),
+    (["report", "--study", "x", "--report", "a.html", "--out", "b.html"], "--out is the old name of --report"),
 ]
 
 

@@ -92,7 +92,9 @@ def test_an_error_text_with_script_shows_as_text_in_the_browser(demo_search: Dem
     )
     out = tmp_path / "planted.html"
     completed = run_cli(
-        ["report", "--study", DEMO_STUDY, "--storage", storage, "--out", str(out)], tmp_path, demo_search.env
+        ["report", "--study", DEMO_STUDY, "--storage", storage, "--out", str(out)],  # --out: --report's old name
+        tmp_path,
+        demo_search.env,
     )
     assert completed.returncode == 0, completed.stderr
     page = open_page(

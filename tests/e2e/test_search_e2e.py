@@ -189,7 +189,7 @@ def test_the_same_command_resumes_the_study_and_keeps_its_constraint(resumed: Re
 def test_report_command_renders_from_storage(resumed: Resumed, demo_search: DemoSearch, tmp_path):
     out = tmp_path / "again.html"
     completed = subprocess.run(
-        [sys.executable, "-m", "autotune", "report", "--study", STUDY, "--out", str(out)],
+        [sys.executable, "-m", "autotune", "report", "--study", STUDY, "--report", str(out)],
         cwd=resumed.workdir,
         env=demo_search.env,
         capture_output=True,

@@ -11,7 +11,7 @@ import psutil
 import pytest
 
 from autotune.process.results import Candidate, Outcome, TaskSpec
-from autotune.process.runner import Limits, run_task
+from autotune.process.runner import Limits, run_in_worker
 from autotune.specs import ModelSpec
 
 CHILD_MARKER = "autotune-fault-child"
@@ -32,7 +32,7 @@ def faulty_spec(tmp_path: Path, kind: str, phase: str = "load") -> TaskSpec:
 
 
 def test_an_exception_in_the_worker_is_an_error_with_its_message_and_phase(tmp_path):
-    result = run_task(faulty_spec(tmp_path, "raise"), tmp_path / "w", Limits(timeout_s=120))
+    result = run_in_worker(faulty_spec(tmp_path, "raise"), tmp_path / "w", Limits(timeout_s=120))
     assert result.outcome == Outcome.ERROR
     assert result.phase == "load"
     assert "RuntimeError: injected failure" in result.message
@@ -41,7 +41,7 @@ def test_an_exception_in_the_worker_is_an_error_with_its_message_and_phase(tmp_p
 
 
 def test_an_allocation_that_cannot_be_served_is_an_oom(tmp_path):
-    result = run_task(faulty_spec(tmp_path, "oom", phase="start"), tmp_path / "w", Limits(timeout_s=120))
+    result = run_in_worker(faulty_spec(tmp_path, "oom", phase="start"), tmp_path / "w", Limits(timeout_s=120))
     assert result.outcome == Outcome.OOM, result.message
     assert "memory" in result.message.lower()
 
@@ -54,7 +54,7 @@ def test_a_hanging_worker_is_killed_with_its_children_at_the_timeout(tmp_path):
     seen_children: set[int] = set()
     started = time.monotonic()
     spec = faulty_spec(tmp_path, "hang_with_child", phase="start")
-    result = run_task(
+    result = run_in_worker(
         spec,
         tmp_path / "w",
         Limits(timeout_s=8),
@@ -71,7 +71,7 @@ def test_a_hanging_worker_is_killed_with_its_children_at_the_timeout(tmp_path):
 
 def test_the_budget_deadline_stops_a_running_worker(tmp_path):
     deadline = time.monotonic() + 6
-    result = run_task(faulty_spec(tmp_path, "hang", phase="start"), tmp_path / "w", Limits(600, deadline))
+    result = run_in_worker(faulty_spec(tmp_path, "hang", phase="start"), tmp_path / "w", Limits(600, deadline))
     assert result.outcome == Outcome.BUDGET
     assert time.monotonic() - deadline < 6
 
@@ -87,7 +87,7 @@ def test_a_worker_killed_from_outside_is_crashed(tmp_path):
 
     started = time.monotonic()
     spec = faulty_spec(tmp_path, "hang", phase="start")
-    result = run_task(
+    result = run_in_worker(
         spec, tmp_path / "w", Limits(timeout_s=120), on_tick=kill_worker_once_started, on_start=worker.append
     )
     assert killed and result.pid == killed[0]
@@ -104,13 +104,13 @@ def test_a_worker_killed_from_outside_is_crashed(tmp_path):
     ],
 )
 def test_a_worker_that_dies_or_writes_no_valid_result_is_crashed(tmp_path, kind, message):
-    result = run_task(faulty_spec(tmp_path, kind, phase="start"), tmp_path / "w", Limits(timeout_s=120))
+    result = run_in_worker(faulty_spec(tmp_path, kind, phase="start"), tmp_path / "w", Limits(timeout_s=120))
     assert result.outcome == Outcome.CRASHED
     assert message in result.message
 
 
 def test_a_missing_model_fails_in_the_load_phase_as_an_error(tmp_path):
     spec = faulty_spec(tmp_path, "raise", phase="quality")  # the fault is never reached
-    result = run_task(spec, tmp_path / "w", Limits(timeout_s=120))
+    result = run_in_worker(spec, tmp_path / "w", Limits(timeout_s=120))
     assert result.outcome == Outcome.ERROR
     assert result.phase == "load"

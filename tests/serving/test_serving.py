@@ -11,7 +11,7 @@ import pytest
 
 from autotune.errors import UserError
 from autotune.figures.slo import describe_slo, parse_slo
-from autotune.serving.figures import meets_slo, serve_figures
+from autotune.serving.latency import meets_slo, serve_figures
 from autotune.serving.load import Endpoint, RequestRecord, run_load
 from autotune.serving.server import HOST, free_port
 from autotune.workloads.serve import parse_load
@@ -81,7 +81,7 @@ def test_bad_serve_input_is_one_line_and_exit_status_2(tmp_path, cli_env):
     assert "--load 'rate=fast'" in _bad_input([*SEARCH, "--load", "rate=fast"], tmp_path, cli_env)
     assert "--slo 'ttft<=300ms'" in _bad_input([*SEARCH, "--slo", "ttft<=300ms"], tmp_path, cli_env)
     message = _bad_input(["measure", "--model", "demo", "--load", "rate=2"], tmp_path, cli_env)
-    assert "apply only to --workload serve" in message
+    assert "--load applies only to --workload serve" in message
 
 
 def test_a_port_that_cannot_be_bound_is_bad_input(tmp_path, cli_env):

@@ -12,7 +12,7 @@ import pytest
 
 from autotune.paths import PACKAGED_SPACE
 from autotune.process.results import Candidate, Outcome, TaskSpec
-from autotune.process.runner import run_task
+from autotune.process.runner import run_in_worker
 from autotune.profiles import PROFILES, visible_gpu_count
 from autotune.report.snippets import serve_command
 from autotune.search.prepare import baseline_config
@@ -91,7 +91,7 @@ def test_ranks_that_hang_are_killed_with_the_worker_at_the_timeout(tmp_path: Pat
         if "load" in announced and len(seen) >= 2:  # both ranks started, and the reporting one reached its hang
             limits.now()
 
-    result = run_task(spec, tmp_path / "w", limits, on_tick=watch, on_phase=announced.append)  # type: ignore[arg-type]
+    result = run_in_worker(spec, tmp_path / "w", limits, on_tick=watch, on_phase=announced.append)  # type: ignore[arg-type]
     assert result.outcome == Outcome.TIMEOUT
     assert len(seen) >= 2, "the ranks never started, so the test proves nothing"
     gone_by = time.monotonic() + 10  # killed with SIGKILL: only their reaping can lag

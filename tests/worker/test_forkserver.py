@@ -14,7 +14,7 @@ import pytest
 
 from autotune.process import runner
 from autotune.process.results import Outcome
-from autotune.process.runner import ForkServer, Limits, run_task
+from autotune.process.runner import ForkServer, Limits, run_in_worker
 from tests.process.test_runner import faulty_spec
 
 pytestmark = pytest.mark.slow  # the server imports torch and transformers once: tens of seconds here
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow  # the server imports torch and transformers once:
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[ForkServer]:
-    """A fork server of these tests' own, used by run_task, started before any task is timed."""
+    """A fork server of these tests' own, used by run_in_worker, started before any task is timed."""
     own = ForkServer()
     own.disabled = False  # whatever AUTOTUNE_FORK_SERVER says: this is what is under test
     with pytest.MonkeyPatch.context() as patch:
@@ -52,7 +52,7 @@ def test_each_task_runs_in_a_fresh_process_forked_by_the_one_server(tmp_path, se
     parents: list[int] = []
     spec = faulty_spec(tmp_path, "raise", phase="start")
     on_start = parents_of_workers(parents)
-    results = [run_task(spec, tmp_path / f"w{i}", Limits(120), on_start=on_start) for i in range(2)]
+    results = [run_in_worker(spec, tmp_path / f"w{i}", Limits(120), on_start=on_start) for i in range(2)]
     assert [result.outcome for result in results] == [Outcome.ERROR, Outcome.ERROR]
     server_pid = server.process.pid
     assert parents == [server_pid, server_pid], "the workers were spawned, not forked by the server"
@@ -65,12 +65,12 @@ def test_each_task_runs_in_a_fresh_process_forked_by_the_one_server(tmp_path, se
 )
 def test_a_task_that_crashes_or_hangs_leaves_the_server_serving(tmp_path, server, kind, limit_s, outcome):
     server_pid = server.process.pid
-    failed = run_task(faulty_spec(tmp_path, kind, phase="start"), tmp_path / "failed", Limits(limit_s))
+    failed = run_in_worker(faulty_spec(tmp_path, kind, phase="start"), tmp_path / "failed", Limits(limit_s))
     assert failed.outcome == outcome
     assert server.process is not None and server.process.poll() is None
     parents: list[int] = []
     spec = faulty_spec(tmp_path, "raise", phase="start")
-    after = run_task(spec, tmp_path / "after", Limits(120), on_start=parents_of_workers(parents))
+    after = run_in_worker(spec, tmp_path / "after", Limits(120), on_start=parents_of_workers(parents))
     assert after.outcome == Outcome.ERROR and "injected failure" in after.message
     assert parents == [server_pid] and server.process.pid == server_pid
 
@@ -84,7 +84,7 @@ def test_the_process_group_of_a_timed_out_task_is_gone(tmp_path, server):
             seen.extend(pid for pid in group_members(worker[0]) if pid not in seen)
 
     spec = faulty_spec(tmp_path, "hang_with_child", phase="start")
-    result = run_task(spec, tmp_path / "w", Limits(8), on_tick=watch_the_group, on_start=worker.append)
+    result = run_in_worker(spec, tmp_path / "w", Limits(8), on_tick=watch_the_group, on_start=worker.append)
     assert result.outcome == Outcome.TIMEOUT
     assert len(seen) >= 2, "the worker's child never showed in its group, so the test proves nothing"
     gone_by = time.monotonic() + 10  # killed with SIGKILL: only their reaping can lag

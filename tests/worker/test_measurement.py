@@ -11,12 +11,11 @@ import torch
 from autotune.space import Target, build_plan
 from autotune.specs import WorkloadSpec
 from autotune.worker.generation import PaddedGeneration, iteration_from_timestamps
-from autotune.worker.measurement.figures import (
-    broken_reason,
+from autotune.worker.measurement.quality import broken_reason, prefix_agreement
+from autotune.worker.measurement.speed import (
     cost_per_million_tokens,
     decode_bytes_per_step,
     kv_bytes_per_token,
-    prefix_agreement,
     roofline,
     speed_figures,
 )

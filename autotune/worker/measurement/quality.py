@@ -3,7 +3,9 @@
 As llama.cpp's `perplexity --kl-divergence`: mean KL(reference || trial) of the next-token
 distributions, the share of positions where both pick the same top token, and perplexity. The
 reference keeps its `top_k` most likely tokens per position and one bucket for the rest, so the KL is
-exact when top_k covers the vocabulary and a close lower bound otherwise.
+exact when top_k covers the vocabulary and a close lower bound otherwise. And the checks of a trial's generated
+tokens against the reference's greedy ones: broken output (empty, constant, repeating where the reference does not),
+and the agreement of their prefixes.
 """
 
 from __future__ import annotations
@@ -97,3 +99,41 @@ def _kl_divergence(ref_logp: torch.Tensor, ref_idx: torch.Tensor, logq: torch.Te
     has_rest = p_rest > 1e-9
     kl_rest = torch.where(has_rest, p_rest * (p_rest.clamp(min=1e-12).log() - q_rest.log()), torch.zeros_like(kl))
     return kl + kl_rest
+
+
+# ------------------------------------------------------------------------------------------- outputs
+
+
+def prefix_agreement(generated: list[list[int]], reference: list[list[int]]) -> float:
+    """Mean share of each reference continuation that greedy decoding reproduced before diverging."""
+    shares = []
+    for tokens, expected in zip(generated, reference, strict=False):
+        same = 0
+        for token, wanted in zip(tokens, expected, strict=False):
+            if token != wanted:
+                break
+            same += 1
+        shares.append(same / len(expected) if expected else 1.0)
+    return sum(shares) / len(shares) if shares else 0.0
+
+
+def broken_reason(generated: list[list[int]], reference: list[list[int]] | None) -> str | None:
+    """Why this output is unusable, or None: empty continuations, or one token repeated throughout."""
+    if not generated or any(len(tokens) == 0 for tokens in generated):
+        return "the model generated an empty continuation"
+    repeated = [
+        row
+        for row, tokens in enumerate(generated)
+        if len(tokens) > 1 and len(set(tokens)) == 1 and not _is_repetition(reference, row)
+    ]
+    if len(repeated) * 2 >= len(generated):
+        token = generated[repeated[0]][0]
+        return f"{len(repeated)} of {len(generated)} continuations repeat one token ({token}) throughout"
+    return None
+
+
+def _is_repetition(reference: list[list[int]] | None, row: int) -> bool:
+    """The reference itself repeats one token here, so repetition is what this model does."""
+    if reference is None or row >= len(reference):
+        return False
+    return len(set(reference[row])) <= 1
