@@ -34,7 +34,7 @@ from autotune.worker.tensor_parallel import ranks_of, shared_clock
 from autotune.workloads import KINDS
 
 
-def measure(spec: TaskSpec, phases: Phases) -> TaskResult:
+def run(spec: TaskSpec, phases: Phases) -> TaskResult:
     """Load the model with the plan, run the timed generation (warm-up, then measured iterations), check quality."""
     assert spec.candidate is not None and spec.reference_path is not None
     planned = Plan.from_json(spec.candidate.plan)

@@ -41,7 +41,7 @@ HEALTH_TIMEOUT_S = 600.0
 MEMORY_SAMPLE_S = 0.1
 
 
-def measure(spec: TaskSpec, phases: Any) -> TaskResult:
+def run(spec: TaskSpec, phases: Any) -> TaskResult:
     """The serve workload kind's runner: `transformers serve` started with the plan's flags, driven, stopped."""
     assert spec.candidate is not None and spec.reference_path is not None and spec.workload.serve is not None
     plan = Plan.from_json(spec.candidate.plan)
@@ -142,4 +142,4 @@ def _details(
     }
 
 
-__all__ = ["ServerError", "measure"]
+__all__ = ["ServerError", "run"]

@@ -34,7 +34,7 @@ class WorkloadKind:
     needs_servable_plan: ClassVar[bool] = False
     packages: ClassVar[tuple[Package, ...]] = ()  # what its trials need beyond the core install (autotune.extras)
     # The worker code that measures one trial: "module:function", called with (task spec, phases).
-    runner: ClassVar[str] = "autotune.worker.generation_trial:measure"
+    runner: ClassVar[str] = "autotune.worker.generation_trial:run"
     # A trial's duration against a throughput trial of the same configuration (the forecast's prior).
     time_factor: ClassVar[float] = 1.0
 

@@ -33,7 +33,7 @@ class Serve(WorkloadKind):
     }
     needs_servable_plan = True
     packages = SERVE
-    runner = "autotune.worker.serve_trial:measure"
+    runner = "autotune.worker.serve_trial:run"
 
     def as_run(self, spec: WorkloadSpec) -> WorkloadSpec:
         return spec if spec.serve is not None else replace(spec, serve=ServeSpec())
