@@ -1,1 +1,1 @@
-"""The trial process: with the fork server, the only code that imports torch. Tasks, loading, workload, failures."""
+"""The trial process: with the fork server, the only code that imports torch. Tasks, loading, generation, failures."""

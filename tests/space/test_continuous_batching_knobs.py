@@ -14,7 +14,7 @@ from autotune.paths import PACKAGED_SPACE
 from autotune.process.results import Outcome
 from autotune.profiles import PROFILES
 from autotune.space import KNOBS, Plan, Target, build_plan, load_space
-from autotune.worker import compat, workload
+from autotune.worker import compat, generation
 from autotune.worker.failures import UnsupportedError, classify
 from tests.conftest import run_main
 
@@ -101,9 +101,9 @@ def test_an_out_of_memory_rules_out_only_what_needs_at_least_as_much():
 
 def test_continuous_batching_runs_the_paged_form_of_the_loaded_attention():
     for loaded, running in (("eager", "paged|eager"), ("sdpa", "sdpa"), ("sdpa", "paged|sdpa")):
-        workload.check_attention_kept(loaded, running)
+        generation.check_attention_kept(loaded, running)
     with pytest.raises(UnsupportedError, match="switched continuous batching from sdpa attention to flash") as error:
-        workload.check_attention_kept("sdpa", "flash_attention_2")
+        generation.check_attention_kept("sdpa", "flash_attention_2")
     classified = classify(error.value, CONTINUOUS)
     assert (classified.outcome, classified.knob) == (Outcome.UNSUPPORTED, None)  # sdpa runs without it
 

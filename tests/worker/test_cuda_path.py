@@ -11,7 +11,7 @@ import torch
 
 from autotune.process.results import Outcome
 from autotune.space import Target, build_plan, rules
-from autotune.worker import compat, workload
+from autotune.worker import compat, generation
 from autotune.worker.failures import UnsupportedError, classify
 from autotune.worker.measurement import memory
 
@@ -157,9 +157,9 @@ def test_continuous_batching_options_take_the_names_of_the_installed_version(mon
 def test_the_timer_synchronizes_the_gpu_before_each_reading(monkeypatch):
     synced = []
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synced.append(device))
-    workload._synchronizer(torch.device("cuda", 1))()
+    generation._synchronizer(torch.device("cuda", 1))()
     assert synced == [torch.device("cuda", 1)]
-    workload._synchronizer(torch.device("cpu"))()
+    generation._synchronizer(torch.device("cpu"))()
     assert len(synced) == 1
 
 
