@@ -139,15 +139,17 @@ def test_memory_orders_four_bits_below_eight_below_none():
 
 @pytest.mark.parametrize(("value", "pip"), [("torchao-int8", "torchao"), ("quanto-float8", "optimum-quanto")])
 def test_a_missing_quantization_package_is_unsupported_with_what_to_install(monkeypatch, value, pip):
-    from autotune.worker import tasks
+    from autotune.worker import generation_trial
 
-    installed = tasks.installed_version
-    monkeypatch.setattr(tasks, "installed_version", lambda wanted: None if wanted.package == pip else installed(wanted))
+    installed = generation_trial.installed_version
+    monkeypatch.setattr(
+        generation_trial, "installed_version", lambda wanted: None if wanted.package == pip else installed(wanted)
+    )
     config = {**BASELINE, "quantization": value}
     with pytest.raises(
         UnsupportedError, match=rf"needs {pip}, which is not installed: pip install \"autotune\[quant\]\"$"
     ) as refused:
-        tasks.refuse_what_cannot_run(config, _plan(config))
+        generation_trial.refuse_what_cannot_run(config, _plan(config))
     classified = classify(refused.value, config)
     assert (classified.outcome, classified.knob, classified.certain) == (Outcome.UNSUPPORTED, "quantization", True)
     bnb = {**BASELINE, "quantization": "bnb-8bit"}
