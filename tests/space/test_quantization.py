@@ -153,7 +153,7 @@ def test_a_missing_quantization_package_is_unsupported_with_what_to_install(monk
     classified = classify(refused.value, config)
     assert (classified.outcome, classified.knob, classified.certain) == (Outcome.UNSUPPORTED, "quantization", True)
     bnb = {**BASELINE, "quantization": "bnb-8bit"}
-    tasks.refuse_what_cannot_run(bnb, _plan(bnb))  # bitsandbytes is installed: nothing to refuse
+    generation_trial.refuse_what_cannot_run(bnb, _plan(bnb))  # bitsandbytes is installed: nothing to refuse
 
 
 def test_torchao_int4_s_cpu_failure_blames_the_quantization_value():
