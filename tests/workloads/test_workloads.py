@@ -1,0 +1,104 @@
+"""The workload kinds: what each says of itself, and that nothing outside its module branches on its name."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+from collections.abc import Mapping
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+
+from autotune.errors import UserError
+from autotune.space.knobs import KNOBS, RECIPES, check_aims
+from autotune.specs import ServeSpec, WorkloadSpec
+from autotune.workloads import KINDS, WorkloadKind, foreign_flags, metrics_of_one_kind, workload_kind
+
+PACKAGE = Path(__file__).resolve().parents[2] / "autotune"
+
+
+def test_the_registry_lists_the_kinds_in_order_and_the_workload_knob_takes_them():
+    assert list(KINDS) == ["throughput", "latency", "serve"]
+    assert KNOBS["workload"].choices == tuple(KINDS)
+    with pytest.raises(UserError, match="--workload 'chat' is not a workload: use throughput, latency or serve"):
+        workload_kind("chat")
+
+
+@pytest.mark.parametrize("name", list(KINDS))
+def test_each_kind_names_a_runner_of_the_worker_that_takes_a_spec_and_its_phases(name):
+    module, _, function = KINDS[name].runner.partition(":")
+    assert module.startswith("autotune.worker.")
+    runner = getattr(importlib.import_module(module), function)
+    assert list(inspect.signature(runner).parameters) == ["spec", "phases"]
+
+
+def test_a_latency_trial_runs_one_prompt_and_its_record_says_so():
+    spec = WorkloadSpec("latency", batch_size=8)
+    assert KINDS["latency"].requests(spec) == 1
+    assert KINDS["latency"].as_run(spec).batch_size == 1
+    assert KINDS["latency"].describe(spec) == "1 prompt x 128 tokens -> 64 tokens"
+    assert KINDS["throughput"].describe(spec) == "8 prompts x 128 tokens -> 64 tokens"
+
+
+def test_the_serve_kind_reads_its_own_flags_and_needs_a_servable_plan():
+    serve = KINDS["serve"]
+    options = serve.options({"--load": "rate=4,2", "--slo": "ttft_p95<=300ms", "--serve-port": None})
+    assert options == {"serve": ServeSpec(mode="rate", levels=[2.0, 4.0], slo={"ttft_p95_s": 0.3})}
+    assert serve.as_run(WorkloadSpec("serve")).serve == ServeSpec()  # a serve trial switched to by the knob
+    assert serve.plan_problem(["sdpa_backend=math"]) == "transformers serve has no flag for: sdpa_backend=math"
+    assert KINDS["throughput"].plan_problem(["sdpa_backend=math"]) is None
+
+
+def test_flags_of_another_kind_are_bad_input_naming_their_kind():
+    given = {"--load": "rate=2", "--slo": None, "--serve-port": 8000}
+    assert foreign_flags(KINDS["latency"], given) == "--load, --serve-port apply only to --workload serve"
+    assert foreign_flags(KINDS["serve"], given) is None
+    assert metrics_of_one_kind()["goodput_req_s"] == "serve"
+
+
+def test_each_kinds_objectives_call_for_declared_recipes_and_an_unknown_one_fails():
+    check_aims(KINDS, RECIPES)
+
+    class Planted(WorkloadKind):
+        name = "planted"
+        help = "a kind whose speed objectives call for a recipe nobody declared"
+        aims: ClassVar[Mapping[str, tuple[str, ...]]] = {"speed": ("fastest",)}
+
+    with pytest.raises(ValueError, match="workload planted calls for recipe 'fastest'"):
+        check_aims({"planted": Planted()}, RECIPES)
+
+
+def kind_name_branches(package: Path, kinds: set[str]) -> list[str]:
+    """Comparisons of a workload or its kind with a kind's name (`spec.kind == "serve"`, `workload in ("latency",
+    ...)`) outside autotune/workloads/. A figure or a field of that name (`"throughput" in figures`) is not one."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        if path.parent.name == "workloads":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare) and _names_a_kind(node, kinds) and _compares_a_workload(node):
+                found.append(f"{path.relative_to(package)}:{node.lineno}")
+    return found
+
+
+def _names_a_kind(node: ast.Compare, kinds: set[str]) -> bool:
+    operands = [node.left, *node.comparators]
+    literals = [o for o in operands if isinstance(o, ast.Constant)]
+    literals += [e for o in operands if isinstance(o, ast.Tuple | ast.List | ast.Set) for e in o.elts]
+    return any(isinstance(literal, ast.Constant) and literal.value in kinds for literal in literals)
+
+
+def _compares_a_workload(node: ast.Compare) -> bool:
+    named = [ast.unparse(o) for o in (node.left, *node.comparators) if isinstance(o, ast.Name | ast.Attribute)]
+    return any("kind" in name or "workload" in name for name in named)
+
+
+def test_no_module_outside_the_workloads_branches_on_a_kinds_name(tmp_path):
+    assert kind_name_branches(PACKAGE, set(KINDS)) == []
+    (tmp_path / "search").mkdir()
+    branches = 'spec.kind == "serve" or "throughput" in figures or spec.workload in ("latency",)'
+    planted = f"def f(spec, figures):\n    return {branches}\n"
+    (tmp_path / "search" / "loop.py").write_text(planted)
+    assert kind_name_branches(tmp_path, set(KINDS)) == ["search/loop.py:2", "search/loop.py:2"]
