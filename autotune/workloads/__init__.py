@@ -1,10 +1,10 @@
 """The workload kinds, one module each, registered as they are imported (docs/adding-a-workload.md).
 
-The order of the imports below is the registry's: the order `--workload` lists the kinds in.
+The order of the import below is the registry's: the order `--workload` lists the kinds in.
 """
 
 # isort: off
-from autotune.workloads import throughput, latency, serve
+from autotune.workloads import throughput, latency, serve  # noqa: F401 - imported to register them
 
 # isort: on
 from autotune.workloads.base import (
@@ -17,15 +17,4 @@ from autotune.workloads.base import (
     workload_kind,
 )
 
-__all__ = [
-    "DEFAULT_KIND",
-    "KINDS",
-    "WorkloadKind",
-    "foreign_flags",
-    "latency",
-    "metrics_of_one_kind",
-    "register",
-    "serve",
-    "throughput",
-    "workload_kind",
-]
+__all__ = ["DEFAULT_KIND", "KINDS", "WorkloadKind", "foreign_flags", "metrics_of_one_kind", "register", "workload_kind"]
