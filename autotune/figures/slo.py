@@ -34,3 +34,8 @@ def parse_slo(text: str) -> dict[str, float]:
 def describe_slo(slo: dict[str, float]) -> str:
     """{"ttft_p95_s": 0.3} -> "ttft_p95<=300ms"."""
     return ",".join(f"{name.removesuffix('_s')}<={bound * 1000:g}ms" for name, bound in slo.items())
+
+
+def in_ms(seconds: float) -> str:
+    """0.0062 -> "6.2 ms"."""
+    return f"{seconds * 1000:.3g} ms"

@@ -1,0 +1,200 @@
+"""Capacity: the largest batch, or request rate, that a configuration sustains within a latency target (the SLO) and
+within the memory it may use.
+
+A probe measures points in ascending order and stops at the first one refused: past the SLO, out of memory, or
+predicted not to fit from the memory the smaller points took (that one is skipped, never run). A probe of rates then
+narrows the bracket between the last point that met the SLO and the first refused, by bisection. The capacity is the
+largest point that met the SLO; a configuration that met it nowhere has none, and says why.
+
+Pure arithmetic, no torch: the trial worker runs the probe, the forecast counts its points.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from autotune.errors import UserError
+from autotune.figures.slo import in_ms
+
+Verdict = Literal["met", "slo", "oom", "memory"]  # met the SLO; refused: past it, out of memory, predicted not to fit
+REFUSED_WHY = {"slo": "past the SLO", "oom": "out of memory", "memory": "predicted not to fit in memory"}
+BATCH_FORM = "a number (8), a range searched by doubling (1-128), or a list (1,8,32)"
+MOST_BATCH = 4096
+
+
+def parse_batch_sizes(text: str) -> list[int]:
+    """`8` -> [8]; `1-128` -> [1, 2, 4, ..., 128]; `1,8,32` -> [1, 8, 32]. UserError for anything else."""
+    text = text.strip()
+    try:
+        if "-" in text:
+            low, high = (int(part) for part in text.split("-", 1))
+            sizes = doubling(low, high) if 1 <= low <= high else []
+        else:
+            sizes = sorted({int(part) for part in text.split(",")})
+    except ValueError:
+        raise UserError(f"--batch-size {text!r} is not a batch size: write {BATCH_FORM}") from None
+    if not sizes or sizes[0] < 1 or sizes[-1] > MOST_BATCH:
+        raise UserError(f"--batch-size {text!r}: batch sizes go from 1 to {MOST_BATCH}; write {BATCH_FORM}")
+    return sizes
+
+
+def doubling(low: int, high: int) -> list[int]:
+    """low, 2 low, 4 low, ... and high itself."""
+    sizes = [low * 2**step for step in range(int(math.log2(high / low)) + 1)]
+    return sizes if sizes[-1] == high else [*sizes, high]
+
+
+@dataclass(frozen=True)
+class Point:
+    """One measured (or skipped) point of a probe: its size (a batch, or a rate), its figures, its verdict."""
+
+    size: float
+    verdict: Verdict
+    figures: dict[str, float] = field(default_factory=dict)
+    reason: str = ""  # why it was refused
+
+    def to_json(self) -> dict[str, Any]:
+        return {"size": self.size, "verdict": self.verdict, "figures": self.figures, "reason": self.reason}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Point:
+        return cls(data["size"], data["verdict"], dict(data.get("figures", {})), data.get("reason", ""))
+
+
+def slo_misses(figures: dict[str, float], slo: dict[str, float]) -> list[str]:
+    """The bounds of the SLO a point's figures exceed, as users write them: "itl_p95 6.2 ms > 5 ms"."""
+    misses = []
+    for name, bound in slo.items():
+        value, label = figures.get(name), name.removesuffix("_s")
+        if value is None:
+            misses.append(f"{label} not measured")
+        elif value > bound:
+            misses.append(f"{label} {in_ms(value)} > {in_ms(bound)}")
+    return misses
+
+
+@dataclass
+class Probe:
+    """Which size to measure next, from the points measured so far.
+
+    `sizes`: the ascending sizes to try (a batch ladder); with `refine` > 0, the bracket between the last size that
+    met the SLO and the first refused is bisected that many times (rates). `memory_limit` (bytes): a size whose
+    peak memory, extrapolated from the last two measured points, exceeds it is skipped as not fitting.
+    """
+
+    sizes: list[float]
+    slo: dict[str, float]
+    memory_limit: float | None = None
+    refine: int = 0
+    whole: bool = True  # sizes are whole numbers (batches), not rates
+    points: list[Point] = field(default_factory=list)
+
+    def next_size(self) -> float | None:
+        """The next size to measure, or None when the probe is over."""
+        refused = self.first_refused
+        if refused is None:
+            tried = {point.size for point in self.points}
+            return next((size for size in self.sizes if size not in tried), None)
+        return self._bisect(refused)
+
+    def _bisect(self, refused: Point) -> float | None:
+        met = self.chosen
+        if met is None or self._bisections >= self.refine or refused.verdict == "memory":
+            return None
+        middle = (met.size + refused.size) / 2
+        middle = math.floor(middle) if self.whole else round(middle, 3)
+        return middle if met.size < middle < refused.size else None
+
+    @property
+    def _bisections(self) -> int:
+        return sum(1 for point in self.points if point.size not in self.sizes)
+
+    def predicted_peak(self, size: float) -> float | None:
+        """Peak memory at `size`, on the line through the two largest measured points below it; None without two."""
+        measured = sorted(
+            (p for p in self.points if "peak_memory_bytes" in p.figures and p.size < size), key=lambda p: p.size
+        )
+        if len(measured) < 2:
+            return None
+        (x0, y0), (x1, y1) = [(p.size, p.figures["peak_memory_bytes"]) for p in measured[-2:]]
+        return y1 + (y1 - y0) / (x1 - x0) * (size - x1)
+
+    def too_big(self, size: float) -> Point | None:
+        """The skipped point, when `size` is predicted not to fit in the memory limit; None when it may run."""
+        predicted = self.predicted_peak(size)
+        if self.memory_limit is None or predicted is None or predicted <= self.memory_limit:
+            return None
+        why = f"predicted {predicted / 1e9:.2f} GB peak > {self.memory_limit / 1e9:.2f} GB"
+        return Point(size, "memory", reason=why)
+
+    def record(self, size: float, figures: dict[str, float]) -> Point:
+        misses = slo_misses(figures, self.slo)
+        point = Point(size, "slo", figures, "; ".join(misses)) if misses else Point(size, "met", figures)
+        return self.add(point)
+
+    def record_oom(self, size: float, message: str) -> Point:
+        return self.add(Point(size, "oom", reason=message.splitlines()[0][:300] if message else "out of memory"))
+
+    def add(self, point: Point) -> Point:
+        self.points.append(point)
+        self.points.sort(key=lambda p: p.size)
+        return point
+
+    @property
+    def chosen(self) -> Point | None:
+        """The largest point that met the SLO."""
+        return max((p for p in self.points if p.verdict == "met"), key=lambda p: p.size, default=None)
+
+    @property
+    def first_refused(self) -> Point | None:
+        return min((p for p in self.points if p.verdict != "met"), key=lambda p: p.size, default=None)
+
+    def capacity(self) -> Capacity:
+        return Capacity(list(self.points), self.slo)
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What a probe found: its points in ascending order, and the SLO they were judged by."""
+
+    points: list[Point]
+    slo: dict[str, float]
+
+    @property
+    def chosen(self) -> Point | None:
+        return max((p for p in self.points if p.verdict == "met"), key=lambda p: p.size, default=None)
+
+    @property
+    def refused(self) -> Point | None:
+        """The smallest refused point above the chosen one: why the probe stopped climbing."""
+        above = self.chosen.size if self.chosen else -math.inf
+        return min(
+            (p for p in self.points if p.verdict != "met" and p.size > above), key=lambda p: p.size, default=None
+        )
+
+    def why_stopped(self, unit: str) -> str:
+        """ "batch 64 refused: itl_p95 6.2 ms > 5 ms", or that the probe reached its largest size."""
+        refused = self.refused
+        if refused is None:
+            return f"every {unit} tried met the SLO (the largest: {_size(self.points[-1].size)})" if self.points else ""
+        return f"{unit} {_size(refused.size)} {REFUSED_WHY[refused.verdict]}: {refused.reason}"
+
+    def why_none(self, unit: str) -> str:
+        """Why no point met the SLO (a configuration with no capacity is off the front, with this reason)."""
+        first = self.points[0] if self.points else None
+        if first is None:
+            return f"no {unit} was measured"
+        return f"meets the SLO at no {unit}: {unit} {_size(first.size)} {REFUSED_WHY[first.verdict]}: {first.reason}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"slo": dict(self.slo), "points": [point.to_json() for point in self.points]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Capacity:
+        return cls([Point.from_json(point) for point in data.get("points", [])], dict(data.get("slo", {})))
+
+
+def _size(size: float) -> str:
+    return f"{size:g}"
