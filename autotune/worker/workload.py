@@ -18,6 +18,7 @@ from autotune.worker.compat import PAGED, continuous_batching_config, pin_attent
 from autotune.worker.failures import BrokenOutputError, UnsupportedError
 from autotune.worker.loading import materialize
 from autotune.worker.measurement.figures import Iteration
+from autotune.worker.measurement.token_clock import TokenClock
 
 
 class Workload(Protocol):
@@ -58,25 +59,6 @@ def entered(contexts: list[Any]) -> contextlib.ExitStack:
     return stack
 
 
-def _synchronizer(device: torch.device) -> Any:
-    if device.type == "cuda":
-        return lambda: torch.cuda.synchronize(device)
-    return lambda: None
-
-
-class TokenClock:
-    """A stopping criterion that never stops generation and records when each token was produced."""
-
-    def __init__(self, synchronize: Any) -> None:
-        self.synchronize = synchronize
-        self.times: list[float] = []
-
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any) -> torch.Tensor:
-        self.synchronize()
-        self.times.append(time.perf_counter())
-        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
-
-
 def iteration_from_clock(start: float, end: float, token_times: list[float], batch: int, output: Any) -> Iteration:
     """Figures of one generate() call whose rows all received a token at each of `token_times`."""
     steps = len(token_times)
@@ -96,6 +78,9 @@ class GenerateWorkload:
     """model.generate on one left-padded batch, with a forced output length."""
 
     def __init__(self, model: Any, plan: Plan, inputs: list[list[int]], spec: WorkloadSpec, pad_id: int) -> None:
+        from transformers import StoppingCriteriaList  # imported here, not in the first timed call
+
+        self.criteria = StoppingCriteriaList
         self.model = model
         width = max(len(ids) for ids in inputs)
         padded = [[pad_id] * (width - len(ids)) + ids for ids in inputs]
@@ -105,26 +90,21 @@ class GenerateWorkload:
         self.output_len = spec.output_len
         self.pad_id = pad_id
         self.kwargs = materialize(plan.generate)  # once: a new CompileConfig per call would recompile
-        self.synchronize = _synchronizer(model.device)
         self.plan_contexts = plan.contexts  # generate() runs under torch.no_grad by itself, inside these
 
     def contexts(self) -> contextlib.ExitStack:
         return entered(self.plan_contexts)
 
     def run(self) -> Iteration:
-        clock = TokenClock(self.synchronize)
-        self.synchronize()
-        start = time.perf_counter()
+        clock = TokenClock(self.model.device)
+        start = clock.start()
         with self.contexts():
             output = self._generate(clock)
-        self.synchronize()
-        end = time.perf_counter()
+        end = clock.stop()
         generated = output[:, self.input_ids.shape[1] :].tolist()
-        return iteration_from_clock(start, end, clock.times, self.input_ids.shape[0], generated)
+        return iteration_from_clock(start, end, clock.times(start), self.input_ids.shape[0], generated)
 
     def _generate(self, clock: TokenClock) -> Any:
-        from transformers import StoppingCriteriaList
-
         return self.model.generate(
             input_ids=self.input_ids,
             attention_mask=self.attention_mask,
@@ -132,7 +112,7 @@ class GenerateWorkload:
             min_new_tokens=self.output_len,
             do_sample=False,
             pad_token_id=self.pad_id,
-            stopping_criteria=StoppingCriteriaList([clock]),
+            stopping_criteria=self.criteria([clock]),
             **self.kwargs,
         )
 

@@ -58,6 +58,50 @@ def test_generate_timer_measures_real_sleeps():
     assert iteration.e2e_tok_s == pytest.approx(batch * tokens / iteration.elapsed_s)
 
 
+def test_the_measured_generate_call_never_waits_for_the_device_between_tokens(cache_dir, monkeypatch):
+    """The real demo model's generate(), timed as a trial times it: the clock marks every token, and every
+    call that could wait for a device (the clock's own, torch.cuda's) happens before or after generate()."""
+    from transformers import AutoTokenizer
+
+    from autotune.specs import ModelSpec
+    from autotune.worker.demo_model import ensure_demo_model
+    from autotune.worker.loading import load_model
+    from autotune.worker.measurement import token_clock
+    from autotune.worker.workload import build_inputs
+
+    path = str(ensure_demo_model(cache_dir))
+    tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
+    spec = WorkloadSpec(batch_size=2, input_len=32, output_len=16)
+    plan = build_plan({"dtype": "float32", "cache_implementation": "static"}, Target("cpu"))
+    model = load_model(ModelSpec("demo", path=path), plan, "cpu")
+    workload = GenerateWorkload(model, plan, build_inputs(tokenizer, spec), spec, tokenizer.pad_token_id)
+    generating, waits = [False], []
+
+    def spy(name, real):
+        def wrapper(*args, **kwargs):
+            waits.append((name, generating[0]))
+            return real(*args, **kwargs)
+
+        return wrapper
+
+    def generate(**kwargs):
+        generating[0] = True
+        try:
+            return real_generate(**kwargs)
+        finally:
+            generating[0] = False
+
+    real_generate = model.generate
+    monkeypatch.setattr(model, "generate", generate)
+    monkeypatch.setattr(token_clock, "synchronize", spy("clock", token_clock.synchronize))
+    for owner, name in ((torch.cuda, "synchronize"), (torch.cuda.Event, "synchronize"),
+                        (torch.cuda.Event, "elapsed_time"), (torch.cuda.Stream, "synchronize")):  # fmt: skip
+        monkeypatch.setattr(owner, name, spy(f"torch.cuda {name}", lambda *args, **kwargs: 0.0))
+    iteration = workload.run()
+    assert len(iteration.generated[0]) == 16 and len(iteration.gaps_s) == 15  # the clock marked every token
+    assert waits == [("clock", False), ("clock", False)]  # once before the call, once after, none while it ran
+
+
 def test_continuous_batching_figures_from_known_timestamps():
     outputs = [
         SimpleNamespace(created_time=10.0, timestamps=[10.5, 11.0, 11.5], generated_tokens=[1, 2, 3]),
