@@ -43,8 +43,9 @@ class WorkloadSpec:
     """The fixed generation workload every trial of a study runs.
 
     throughput: `batch_size` prompts at once; latency: one prompt at a time (time to first token and
-    per-token latency). Bundled prompts are brought to exactly `input_len` tokens with context from
-    the bundled corpus; prompts from a file keep their own length, truncated to `input_len`.
+    per-token latency), so its `batch_size` is 1 whatever was asked: the spec says what runs. Bundled prompts
+    are brought to exactly `input_len` tokens with context from the bundled corpus; prompts from a file keep
+    their own length, truncated to `input_len`.
     """
 
     kind: WorkloadKind = "throughput"
@@ -59,6 +60,8 @@ class WorkloadSpec:
     serve: ServeSpec | None = None  # the load of the serve workload
 
     def __post_init__(self) -> None:
+        if self.kind == "latency":
+            self.batch_size = 1
         if isinstance(self.serve, dict):
             self.serve = ServeSpec(**self.serve)
         if self.kind == "serve" and self.serve is None:
@@ -66,7 +69,7 @@ class WorkloadSpec:
 
     @property
     def requests(self) -> int:
-        return 1 if self.kind == "latency" else self.batch_size
+        return self.batch_size
 
     def to_json(self) -> dict[str, Any]:
         """Plain data; without the serve load for the other workloads, as studies stored it before it existed."""
@@ -74,6 +77,23 @@ class WorkloadSpec:
         if data["serve"] is None:
             del data["serve"]
         return data
+
+
+def workload_as_run(stored: dict[str, Any]) -> dict[str, Any]:
+    """A stored workload as it ran: studies and results written before WorkloadSpec said so kept the batch size a
+    latency workload was given (8 by default), though it ran one prompt at a time."""
+    return {**stored, "batch_size": 1} if stored.get("kind") == "latency" else stored
+
+
+def describe_workload(workload: dict[str, Any]) -> str:
+    """One line: kind, prompts at a time, tokens in and out."""
+    shown = workload_as_run(workload)
+    prompts = "1 prompt" if shown["batch_size"] == 1 else f"{shown['batch_size']} prompts"
+    load = "sent to transformers serve" if shown.get("kind") == "serve" else "at a time"
+    return (
+        f"{shown.get('kind', 'throughput')}, {prompts} {load}, {shown['input_len']} tokens in, "
+        f"{shown['output_len']} out"
+    )
 
 
 @dataclass

@@ -332,7 +332,7 @@ def measure(
     document = {
         "model": model.id,
         "config": config,
-        "workload": workload.to_json(),
+        "workload": replace(workload, kind=config.get("workload", workload.kind)).to_json(),  # what ran
         "outcome": result.outcome.value,
         "message": result.message,
         "metrics": result.metrics,

@@ -18,6 +18,7 @@ from autotune.figures.metrics import KL_DIVERGENCE, PEAK_MEMORY, THROUGHPUT
 from autotune.report.charts import front_chart, importance_chart, parallel_chart, progress_chart, three_d_chart
 from autotune.report.data import FailureGroup, ParetoCard, ReportData
 from autotune.report.serving import load_facts, load_table
+from autotune.specs import describe_workload
 from autotune.study import TrialRecord
 from autotune.units import format_bytes, format_duration
 
@@ -53,13 +54,12 @@ def _section(title: str, body: str, anchor: str) -> str:
 
 
 def _header(data: ReportData) -> str:
-    settings, workload = data.settings, data.settings.workload
+    settings = data.settings
     counts = ", ".join(f"{count} {escape(outcome)}" for outcome, count in sorted(data.outcomes.items()))
     return (
         f"<header><h1>{escape(data.study_name)}</h1>"
         f"<p>Model <b>{escape(settings.model)}</b> on profile <b>{escape(settings.profile['name'])}</b> "
-        f"({escape(settings.profile['description'])}); workload: batch {workload['batch_size']}, "
-        f"{workload['input_len']} tokens in, {workload['output_len']} out.</p>"
+        f"({escape(settings.profile['description'])}); workload: {escape(describe_workload(settings.workload))}.</p>"
         f"<p>{len(data.trials)} trials ({counts or 'none'}), {len(data.skipped)} sampled configurations skipped "
         f"before launch; {len(data.pareto)} on the Pareto front. Storage: <code>{escape(data.storage)}</code>. "
         f"Generated {escape(data.generated_at)}.</p>{_constraints_line(data)}</header>"

@@ -13,6 +13,7 @@ import optuna
 from autotune.errors import StudyMismatchError, UserError
 from autotune.figures.metrics import OBJECTIVES, Metric, objectives_named
 from autotune.space import SearchSpace
+from autotune.specs import workload_as_run
 from autotune.study.optuna_internals import set_study_system_attr, study_system_attrs
 
 log = logging.getLogger(__name__)
@@ -98,6 +99,7 @@ class StudySettings:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> StudySettings:
         values = {key: data.get(key) for key in cls.__dataclass_fields__}
+        values["workload"] = workload_as_run(data.get("workload") or {})
         values["prepared"] = PreparedFacts.from_json(data.get("extra") or {})
         values["constraints"] = list(data.get("constraints") or [])
         values["objectives"] = list(data.get("objectives") or [metric.name for metric in OBJECTIVES])

@@ -211,7 +211,7 @@ def test_latency_workload_with_own_prompts(tmp_path, cli_env):
         cli_env,
     )
     assert code == 0, document["message"]
-    assert document["workload"]["kind"] == "latency"
+    assert document["workload"]["kind"] == "latency" and document["workload"]["batch_size"] == 1  # what ran
     assert document["stats"]["tpot_s"]["n"] >= 5 * 15  # every token gap of every iteration, one request
     assert 0 <= document["metrics"]["greedy_agreement"] <= 1
 
