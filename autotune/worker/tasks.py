@@ -58,7 +58,7 @@ from autotune.worker.measurement.quality import compare_with_reference, compute_
 from autotune.worker.measurement.quality import save_reference as save_reference_file
 from autotune.worker.measurement.timing import repeat_until
 from autotune.worker.tensor_parallel import is_rank, is_reporting_rank, ranks_of, run_ranks, shared_clock
-from autotune.worker.workload import GenerateWorkload, build_inputs, entered, make_workload
+from autotune.worker.workload import OUTPUT_HARNESS, GenerateWorkload, build_inputs, entered, make_workload
 
 log = logging.getLogger(__name__)
 
@@ -231,7 +231,7 @@ def _with_default_attention(candidate: Candidate, info: dict[str, Any]) -> Candi
 
 
 def _inputs_key(inputs: list[list[int]], output_len: int) -> str:
-    return hashlib.sha256(json.dumps([inputs, output_len]).encode()).hexdigest()[:16]
+    return hashlib.sha256(json.dumps([inputs, output_len, OUTPUT_HARNESS]).encode()).hexdigest()[:16]
 
 
 def _compute_reference(

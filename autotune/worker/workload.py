@@ -74,6 +74,15 @@ def iteration_from_clock(start: float, end: float, token_times: list[float], bat
     )
 
 
+# The end-of-sequence id a trial's generate() is given: no model produces it, so every row runs to the workload's
+# length while generate() checks for the end of sequence at each step as it does for a deployment's real one.
+# min_new_tokens forced the length before, with a logits processor a deployment does not run: 1.12x the decode
+# step's CPU time on the demo model at batch 1 (benchmarks/generate_settings.py, docs/benchmarks.md).
+NEVER_PRODUCED_EOS = 2**31 - 1
+# What the workload's outputs depend on besides its inputs (cached greedy references are keyed by it).
+OUTPUT_HARNESS = "eos-never-produced"
+
+
 class GenerateWorkload:
     """model.generate on one left-padded batch, with a forced output length."""
 
@@ -90,6 +99,8 @@ class GenerateWorkload:
         self.output_len = spec.output_len
         self.pad_id = pad_id
         self.kwargs = materialize(plan.generate)  # once: a new CompileConfig per call would recompile
+        if model.generation_config.eos_token_id is not None:  # a model with no end of sequence checks for none
+            self.kwargs.setdefault("eos_token_id", NEVER_PRODUCED_EOS)
         self.plan_contexts = plan.contexts  # generate() runs under torch.no_grad by itself, inside these
 
     def contexts(self) -> contextlib.ExitStack:
@@ -109,7 +120,6 @@ class GenerateWorkload:
             input_ids=self.input_ids,
             attention_mask=self.attention_mask,
             max_new_tokens=self.output_len,
-            min_new_tokens=self.output_len,
             do_sample=False,
             pad_token_id=self.pad_id,
             stopping_criteria=self.criteria([clock]),

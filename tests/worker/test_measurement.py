@@ -26,6 +26,7 @@ class SleepingModel:
     """Keeps generate()'s contract (stopping criteria called once per new token) but sleeps instead of computing."""
 
     device = torch.device("cpu")
+    generation_config = SimpleNamespace(eos_token_id=None)
 
     def __init__(self, prefill_s: float, step_s: float) -> None:
         self.prefill_s = prefill_s
@@ -100,6 +101,52 @@ def test_the_measured_generate_call_never_waits_for_the_device_between_tokens(ca
     iteration = workload.run()
     assert len(iteration.generated[0]) == 16 and len(iteration.gaps_s) == 15  # the clock marked every token
     assert waits == [("clock", False), ("clock", False)]  # once before the call, once after, none while it ran
+
+
+def test_every_row_runs_to_the_workloads_length_with_the_end_of_sequence_check_a_deployment_runs(
+    cache_dir, monkeypatch
+):
+    """The demo model is told its end of sequence is the token it generates first: generate() as deployed stops
+    there, the workload goes on to its length, checking for the end of sequence at every token but processing no
+    logits (min_new_tokens' processor is a cost a deployment does not have)."""
+    from transformers import AutoTokenizer
+    from transformers.generation import logits_process, stopping_criteria
+
+    from autotune.specs import ModelSpec
+    from autotune.worker.demo_model import ensure_demo_model
+    from autotune.worker.loading import load_model
+    from autotune.worker.workload import build_inputs
+
+    path = str(ensure_demo_model(cache_dir))
+    tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
+    spec = WorkloadSpec(batch_size=1, input_len=32, output_len=12)
+    plan = build_plan({"dtype": "float32"}, Target("cpu"))
+    model = load_model(ModelSpec("demo", path=path), plan, "cpu")
+    workload = GenerateWorkload(model, plan, build_inputs(tokenizer, spec), spec, tokenizer.pad_token_id)
+    first = workload.run().generated[0][0]
+    model.generation_config.eos_token_id = first
+    deployed = model.generate(input_ids=workload.input_ids, attention_mask=workload.attention_mask, max_new_tokens=12,
+                              do_sample=False, pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+    assert deployed.shape[1] == 32 + 1  # a deployment stops at its end of sequence
+
+    calls = {"eos check": 0, "logits processed": 0}
+
+    def counted(name, real):
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            return real(*args, **kwargs)
+
+        return wrapper
+
+    eos_check = stopping_criteria.EosTokenCriteria.__call__
+    monkeypatch.setattr(stopping_criteria.EosTokenCriteria, "__call__", counted("eos check", eos_check))
+    processor = logits_process.MinNewTokensLengthLogitsProcessor.__call__
+    monkeypatch.setattr(
+        logits_process.MinNewTokensLengthLogitsProcessor, "__call__", counted("logits processed", processor)
+    )
+    generated = GenerateWorkload(model, plan, build_inputs(tokenizer, spec), spec, tokenizer.pad_token_id).run()
+    assert len(generated.generated[0]) == 12 and generated.generated[0][0] == first
+    assert calls == {"eos check": 12, "logits processed": 0}
 
 
 def test_continuous_batching_figures_from_known_timestamps():
