@@ -1,7 +1,7 @@
 """The decode ceiling: a hand-written greedy decoding loop, as gpt-fast writes it, on any model and device.
 
-A static KV cache, one uncompiled prefill, then one decode step (the model's forward and the argmax)
-compiled with torch.compile (reduce-overhead on CUDA, so one CUDA graph per step; default on a CPU) and
+Under torch.no_grad: a static KV cache, one uncompiled prefill, then one decode step (the model's forward and
+the argmax) compiled with torch.compile (reduce-overhead on CUDA, so one CUDA graph per step; default on a CPU) and
 called once per token with nothing else between steps: no logits processing, no stopping criteria, no
 host wait. Its inputs are autotune's workload (the bundled prompts, each exactly --input-len tokens), so
 its figures compare with a trial's. For each --batch-size it prints the decode throughput (tokens after
@@ -105,6 +105,7 @@ class HandLoop:
         logits = self.model(input_ids=self.input_ids, past_key_values=self.cache, use_cache=True).logits
         return logits[:, -1].argmax(dim=-1, keepdim=True)
 
+    @torch.no_grad()  # as gpt-fast decodes, and as generate() runs: no autograd graph, no saved activations
     def generate(self, mark: Callable[[], Any]) -> torch.Tensor:
         """The new tokens, [batch, output_len]; `mark` is called as each token is produced."""
         self.cache.reset()
