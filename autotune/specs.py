@@ -40,8 +40,9 @@ class ServeSpec:
 @dataclass
 class WorkloadSpec:
     """The workload every trial of a study runs: its kind (autotune/workloads/: what a trial runs and measures) and
-    its shape. Bundled prompts are brought to exactly `input_len` tokens with context from the bundled corpus;
-    prompts from a file keep their own length, truncated to `input_len`.
+    its shape. The spec says what runs: a kind fixes what it decides itself (latency: batch 1) in the spec it stores
+    (`WorkloadKind.as_run`). Bundled prompts are brought to exactly `input_len` tokens with context from the bundled
+    corpus; prompts from a file keep their own length, truncated to `input_len`.
     """
 
     kind: str = "throughput"  # a kind of autotune.workloads.KINDS

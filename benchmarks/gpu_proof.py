@@ -15,7 +15,10 @@ in OUT/commands.log (the commands, exit statuses and durations) and OUT/<step>.l
 3. `autotune best --format json` (OUT/best.json), then `autotune measure --workload latency --json`
    of that configuration and of the baseline (OUT/measure-best.json, OUT/measure-baseline.json):
    batch-1 figures.
-4. OUT/SUMMARY.md, generated from the study's storage and those JSON files alone.
+4. benchmarks/decode_ceiling.py at the search's batch and at batch 1, in the best configuration's dtype
+   (OUT/ceiling.json): the hand-written decode loop, stored with the study; then `autotune report` renders
+   the report again, with the ceiling beside the best trial.
+5. OUT/SUMMARY.md, generated from the study's storage and those JSON files alone.
 
 The exit status is 1 when an `autotune search` failed, else 0. This process never imports torch.
 """
@@ -44,6 +47,7 @@ from autotune.paths import PACKAGED_SPACE, default_cache_dir
 from autotune.search.strategy import ruled_out, warm_up_set
 from autotune.space import Config, SearchSpace, config_key, load_space
 from autotune.study import StudySettings, TrialRecord
+from autotune.study.ceilings import ceilings
 from autotune.units import format_bytes, format_duration, parse_duration
 from benchmarks.llama_1b import DEFAULT_TRAIN_STEPS, model_folder
 
@@ -207,6 +211,23 @@ def pick_and_measure(args: argparse.Namespace, runner: Runner, model: str) -> No
     runner.run("measure-baseline", measure_command(args, model, {}), args.out / "measure-baseline.json")
 
 
+def measure_ceiling(args: argparse.Namespace, runner: Runner, model: str) -> None:
+    """The hand-written decode loop at the search's batch and at batch 1, stored with the study; the report again."""
+    best = load_json(args.out / "best.json")
+    dtype = best["config"].get("dtype", "bfloat16") if best else "bfloat16"
+    batches = [flag for batch in sorted({1, args.batch_size}) for flag in ("--batch-size", str(batch))]
+    storage = storage_url(args.out)
+    command = [
+        sys.executable, str(REPO / "benchmarks" / "decode_ceiling.py"), "--model", model, "--device", args.device,
+        "--gpu", args.gpu, "--dtype", dtype, *batches, *_shape(args), "--study", STUDY, "--storage", storage, "--json",
+        *(["--compile", args.ceiling_compile] if args.ceiling_compile else []),
+    ]  # fmt: skip
+    if runner.run("ceiling", command, args.out / "ceiling.json").code == 0:
+        runner.run(
+            "report", autotune("report", "--study", STUDY, "--storage", storage, "--out", str(args.out / "report.html"))
+        )
+
+
 def load_json(path: Path) -> dict[str, Any] | None:
     try:
         return json.loads(path.read_text())
@@ -228,6 +249,7 @@ class Evidence:
     space_path: Path
     best: dict[str, Any] | None
     latency: dict[str, dict[str, Any] | None]  # "best", "baseline": `autotune measure --json` documents
+    ceilings: list[dict[str, Any]]  # benchmarks/decode_ceiling.py's figures, stored with the study
 
     @property
     def baseline_config(self) -> Config:
@@ -254,6 +276,7 @@ def load_evidence(out: Path, space_path: Path) -> Evidence | None:
         space_path=space_path,
         best=load_json(out / "best.json"),
         latency={name: load_json(out / f"measure-{name}.json") for name in ("best", "baseline")},
+        ceilings=ceilings(study),
     )
 
 
@@ -268,6 +291,7 @@ def headlines(ev: Evidence) -> list[str]:
         best_speedup(ev),
         roofline_at_batch(ev),
         roofline_at_batch_1(ev),
+        *against_the_ceiling(ev),
     ]
 
 
@@ -354,6 +378,38 @@ def roofline_at_batch_1(ev: Evidence) -> str:
     label = "Memory-bandwidth roofline share at batch 1 (autotune measure --workload latency)"
     parts = [f"{name} configuration {_latency_share(ev.latency[name], name)}" for name in ("best", "baseline")]
     return f"{label}: {'; '.join(parts)}. gpt-fast reaches about 80% at batch 1."
+
+
+def against_the_ceiling(ev: Evidence) -> list[str]:
+    """The best configuration's decode throughput as a fraction of the hand loop's, at the search's batch and at 1."""
+    label = "Best configuration against the hand-written decode loop (benchmarks/decode_ceiling.py)"
+    workload = ev.settings.workload
+    search = (workload["batch_size"], workload["input_len"], workload["output_len"])
+    lines = []
+    for batch, best_tok_s, source in (
+        (search[0], ev.best["metrics"][THROUGHPUT.name] if ev.best else None, "the search's trial"),
+        (1, _latency_tok_s(ev.latency["best"]), "autotune measure --workload latency"),
+    ):
+        figure = next((f for f in ev.ceilings if (f["batch_size"], f["input_len"], f["output_len"]) ==
+                       (batch, *search[1:])), None)  # fmt: skip
+        if figure is None or best_tok_s is None:
+            missing = "no figure of the hand loop was stored (see ceiling.log)" if figure is None else "no best figure"
+            lines.append(f"{label}, batch {batch}: cannot be computed: {missing}.")
+            continue
+        lines.append(
+            f"{label}, batch {batch}: {best_tok_s / figure['decode_tok_s']:.2f}x ({best_tok_s:.1f} tok/s, {source}, "
+            f"vs {figure['decode_tok_s']:.1f} tok/s for the loop in {figure['dtype']}, compile {figure['compile']}, "
+            f"{figure['roofline_fraction']:.1%} of the roofline). Goal: 0.9x."
+        )
+        if batch == 1:
+            break
+    return lines
+
+
+def _latency_tok_s(document: dict[str, Any] | None) -> float | None:
+    if document is None or document.get("outcome") != "ok":
+        return None
+    return document["metrics"][THROUGHPUT.name]
 
 
 def _share(fraction: float | None) -> str:
@@ -628,6 +684,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=8, help="prompts per generation in the search [8]")
     parser.add_argument("--input-len", type=int, default=128, help="tokens per prompt [128]")
     parser.add_argument("--output-len", type=int, default=64, help="tokens generated per prompt [64]")
+    parser.add_argument("--ceiling-compile", help="the hand loop's compile mode [decode_ceiling.py's default]")
     args = parser.parse_args(argv)
     args.gpu = args.gpu or ("cpu" if args.device == "cpu" else "auto")
     args.space = (args.space or DEFAULT_SPACE).absolute()
@@ -645,6 +702,7 @@ def main(argv: list[str] | None = None) -> int:
     searches = run_searches(args, runner, resolved) if resolved else []
     if resolved and _existing_study(storage_url(args.out)) is not None:
         pick_and_measure(args, runner, resolved)
+        measure_ceiling(args, runner, resolved)
     path, found = write_summary(args, runner, time.monotonic() - started)
     print(f"\nsummary: {path}", *found, sep="\n")
     failed = resolved is None or any(step.code != 0 for step in searches)

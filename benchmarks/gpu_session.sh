@@ -3,10 +3,18 @@
 # .gpukit/ (wheels and the demo model, built by ../shared/tools/gpukit/make-kit.sh --with-plotly) carried.
 # Installs the wheels into the machine's own python, records versions, runs benchmarks/gpu_proof.py and
 # leaves SUMMARY.md, the log and a tarball of the proof folder under $OUT.
-# PHASE: demo | llama | resume-llama | conformance.  Each phase is self-contained: a fresh machine forgets everything.
+# PHASE: demo | llama | resume-llama | conformance | headroom | settings.  Each phase is self-contained: a fresh
+# machine forgets everything.
 # Every phase first records `autotune gpus` (what autotune detects on the card) in $OUT/gpus.txt.
 # conformance: benchmarks/conformance.py for the card's profile, every value it does not prune (BUDGET: per case),
 # its table written case by case to $OUT/conformance-<profile>.md.
+# headroom: the 1.1B Llama at batch 1 and 8 (not run on a GPU yet; about 7 minutes, estimated from the H200's compile
+# times): benchmarks/timer_check.py (autotune's clock, the synchronizing clock it replaced, and a plain generate()
+# timed only around the call), benchmarks/decode_ceiling.py (the hand-written loop), and `autotune measure` of static
+# cache + compile reduce-overhead; $OUT/HEADROOM.md sets the last two against each other.
+# settings: the same model at batch 1 (not run on a GPU yet; about 7 minutes, estimated): benchmarks/generate_settings.py
+# (what each setting transformers offers does to the decode step, reduce-overhead) and benchmarks/decode_profile.py
+# (generate()'s step against the hand loop's under torch.profiler, host side).
 set -uo pipefail
 K=.gpukit; P=${1:?phase}; B=${2:-5m}
 export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false AUTOTUNE_CACHE_DIR=/tmp/atcache PYTHONPATH=$PWD
@@ -35,6 +43,26 @@ case $P in
     profile=$(python3 -c "from autotune.profiles import resolve_hardware as r; print(r('auto', None).profile.name)")
     python3 benchmarks/conformance.py --gpu "$profile" --timeout "$B" --table "$OUT/conformance-$profile.md" 2>&1 \
       | tee "$OUT/conformance-$profile.log" ;;
+  headroom)
+    folder=$(python3 benchmarks/llama_1b.py --device cuda 2>"$OUT/build.log" | tail -1)
+    for b in 1 8; do
+      python3 benchmarks/timer_check.py --model "$folder" --device cuda --batch-size $b --rounds 10 2>&1 | tee "$OUT/timers-b$b.log"
+    done
+    python3 benchmarks/decode_ceiling.py --model "$folder" --device cuda --batch-size 1 --batch-size 8 --json \
+      >"$OUT/ceiling.json" 2>"$OUT/ceiling.log"
+    for b in 1 8; do
+      kind=throughput; [ "$b" = 1 ] && kind=latency
+      python3 -m autotune measure --model "$folder" --device cuda --workload $kind --batch-size $b --json \
+        --set dtype=bfloat16 --set cache_implementation=static --set compile=reduce-overhead \
+        >"$OUT/measure-b$b.json" 2>"$OUT/measure-b$b.log"
+    done
+    python3 benchmarks/headroom.py "$OUT" | tee "$OUT/HEADROOM.md" ;;
+  settings)
+    folder=$(python3 benchmarks/llama_1b.py --device cuda 2>"$OUT/build.log" | tail -1)
+    python3 benchmarks/generate_settings.py --model "$folder" --device cuda --dtype bfloat16 --mode reduce-overhead \
+      --batch-size 1 --rounds 10 2>&1 | tee "$OUT/settings-b1.log"
+    python3 benchmarks/decode_profile.py --model "$folder" --device cuda --dtype bfloat16 --compile reduce-overhead \
+      --batch-size 1 --calls 3 --paired 10 --top 40 2>&1 | tee "$OUT/profile-b1.log" ;;
   resume-llama) mkdir -p /tmp/proof-llama-1b && tar xzf reports/gpu/incoming/proof-llama-1b.tgz -C /tmp && proof llama-1b /tmp/proof-llama-1b "$B" ;;
   *) echo "unknown phase $P" >&2; exit 2 ;;
 esac

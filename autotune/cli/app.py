@@ -330,8 +330,10 @@ def measure(
     """
     from autotune.search.measure import measure as measure_configuration
     from autotune.search.measure import parse_settings
+    from autotune.space.knobs import WorkloadKnob
     from autotune.specs import BudgetSpec, SearchRequest
     from autotune.validate import check_measure_inputs
+    from autotune.workloads import workload_as_run
 
     budget = BudgetSpec(trial_timeout_s=trial_timeout_s)
     request = SearchRequest(model, hardware, workload, budget=budget, space_path=space)
@@ -340,7 +342,9 @@ def measure(
     document = {
         "model": model.id,
         "config": config,
-        "workload": workload.to_json(),
+        "workload": workload_as_run(
+            {**workload.to_json(), "kind": config.get(WorkloadKnob.name, workload.kind)}
+        ),  # ran
         "outcome": result.outcome.value,
         "message": result.message,
         "metrics": result.metrics,

@@ -232,7 +232,8 @@ def workload_spec(
     if prompts is not None:
         load_prompts(prompts)  # bad prompts are bad input, before anything runs
     path = str(prompts.resolve()) if prompts else None
-    return WorkloadSpec(kind, batch_size, input_len, output_len, prompts_path=path, **workload.options(own))
+    spec = WorkloadSpec(kind, batch_size, input_len, output_len, prompts_path=path, **workload.options(own))
+    return workload.as_run(spec)  # what its trials run, as the study stores it
 
 
 def port_problem(port: int) -> str | None:

@@ -25,9 +25,11 @@ from autotune.analysis.found import BestFound, best_found
 from autotune.analysis.pareto import hypervolume, scaled_losses, study_front
 from autotune.figures.constraints import Constraint, parse_constraints
 from autotune.figures.metrics import KL_DIVERGENCE, OBJECTIVES, PEAK_MEMORY, THROUGHPUT, Metric
+from autotune.report.ceiling import CeilingRow, ceiling_rows
 from autotune.report.snippets import json_snippet, python_snippet, serve_command
 from autotune.space.plan import Plan
 from autotune.study import StudySettings, TrialRecord
+from autotune.study.ceilings import ceilings
 from autotune.units import format_duration
 
 NOT_APPLICABLE = "n/a"  # a knob that does not apply to a configuration (e.g. compile without a static cache)
@@ -129,6 +131,7 @@ class ReportData:
     suspected: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)  # still run: words point at them
     environment: dict[str, str] = field(default_factory=dict)
     best: list[BestFound] = field(default_factory=list)  # when each objective's best figure was found
+    ceilings: list[CeilingRow] = field(default_factory=list)  # the hand-written decode loop, where measured
     generated_at: str = field(default_factory=lambda: datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
 
     @property
@@ -176,6 +179,7 @@ def collect(study: optuna.Study, storage_url: str) -> ReportData:
         suspected=studies.suspicions(study),
         environment=environment(settings, studies.search_runs(study), launched),
         best=best_found(launched, objectives, studies.search_runs(study)),
+        ceilings=ceiling_rows(ceilings(study), settings.workload, launched),
     )
 
 

@@ -15,11 +15,13 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from autotune.figures.metrics import KL_DIVERGENCE, PEAK_MEMORY, THROUGHPUT
+from autotune.report.ceiling import ceiling_section
 from autotune.report.charts import front_chart, importance_chart, parallel_chart, progress_chart, three_d_chart
 from autotune.report.data import FailureGroup, ParetoCard, ReportData
 from autotune.report.serving import load_facts, load_table
 from autotune.study import TrialRecord
 from autotune.units import format_bytes, format_duration
+from autotune.workloads import describe_workload
 
 
 def write_report(data: ReportData, path: Path) -> Path:
@@ -35,6 +37,7 @@ def render(data: ReportData) -> str:
         _header(data),
         _section("Pareto front", _front_figures(data), "front"),
         _section("Configurations to deploy", _cards(data), "cards"),
+        _section("Decode ceiling", ceiling_section(data.ceilings), "ceiling") if data.ceilings else "",
         _section("What matters", _importance_figures(data), "knobs"),
         _section("Progress of the search", _progress_figure(data), "progress"),
         _section("Failures", _failures(data), "failures"),
@@ -53,13 +56,12 @@ def _section(title: str, body: str, anchor: str) -> str:
 
 
 def _header(data: ReportData) -> str:
-    settings, workload = data.settings, data.settings.workload
+    settings = data.settings
     counts = ", ".join(f"{count} {escape(outcome)}" for outcome, count in sorted(data.outcomes.items()))
     return (
         f"<header><h1>{escape(data.study_name)}</h1>"
         f"<p>Model <b>{escape(settings.model)}</b> on profile <b>{escape(settings.profile['name'])}</b> "
-        f"({escape(settings.profile['description'])}); workload: batch {workload['batch_size']}, "
-        f"{workload['input_len']} tokens in, {workload['output_len']} out.</p>"
+        f"({escape(settings.profile['description'])}); workload: {escape(describe_workload(settings.workload))}.</p>"
         f"<p>{len(data.trials)} trials ({counts or 'none'}), {len(data.skipped)} sampled configurations skipped "
         f"before launch; {len(data.pareto)} on the Pareto front. Storage: <code>{escape(data.storage)}</code>. "
         f"Generated {escape(data.generated_at)}.</p>{_constraints_line(data)}</header>"
@@ -376,6 +378,7 @@ h1 {{ margin-bottom: 0.2em; }} section {{ margin-top: 2em; }}
 table {{ border-collapse: collapse; width: 100%; font-size: 0.85em; }}
 th, td {{ border-bottom: 1px solid #ddd; padding: 4px 6px; text-align: left; vertical-align: top; }}
 tr.ok td:nth-child(3) {{ color: #2a7d2a; }} tr:not(.ok) td:nth-child(3) {{ color: #b02a2a; font-weight: bold; }}
+table.ceiling td:nth-child(3) {{ color: inherit; font-weight: normal; }}
 td.details {{ max-width: 28em; white-space: pre-wrap; word-break: break-word; font-family: monospace; }}
 .card {{ border: 1px solid #ccc; border-radius: 6px; padding: 0.8em 1.2em; margin: 1em 0; }}
 .knobs {{ font-family: monospace; }} .role {{ background: #eef; border-radius: 4px; padding: 0 6px; font-size: 0.8em; }}

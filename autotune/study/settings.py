@@ -13,9 +13,8 @@ import optuna
 from autotune.errors import StudyMismatchError, UserError
 from autotune.figures.metrics import OBJECTIVES, Metric, objectives_named
 from autotune.space import SearchSpace
-from autotune.specs import WorkloadSpec
 from autotune.study.optuna_internals import set_study_system_attr, study_system_attrs
-from autotune.workloads import KINDS
+from autotune.workloads import describe_workload, workload_as_run
 
 log = logging.getLogger(__name__)
 # autotune's own study records live in system attributes (Optuna's tools list user attributes in one row);
@@ -100,6 +99,7 @@ class StudySettings:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> StudySettings:
         values = {key: data.get(key) for key in cls.__dataclass_fields__}
+        values["workload"] = workload_as_run(data.get("workload") or {})
         values["prepared"] = PreparedFacts.from_json(data.get("extra") or {})
         values["constraints"] = list(data.get("constraints") or [])
         values["objectives"] = list(data.get("objectives") or [metric.name for metric in OBJECTIVES])
@@ -195,11 +195,10 @@ def update_settings(study: optuna.Study, settings: StudySettings) -> None:
 
 
 def settings_summary(settings: StudySettings) -> dict[str, str]:
-    workload = WorkloadSpec(**settings.workload)
     return {
         "model": settings.model + (f"@{settings.revision}" if settings.revision else ""),
         "profile": settings.profile["name"],
-        "workload": f"{workload.kind}, {KINDS[workload.kind].describe(workload)}",
+        "workload": describe_workload(settings.workload),
         "constraints": ", ".join(settings.constraints) or "none",
     }
 

@@ -19,6 +19,7 @@ from autotune.worker.compat import PAGED, continuous_batching_config, pin_attent
 from autotune.worker.failures import BrokenOutputError, UnsupportedError
 from autotune.worker.loading import materialize
 from autotune.worker.measurement.speed import Iteration
+from autotune.worker.measurement.token_clock import TokenClock
 
 
 class Generation(Protocol):
@@ -59,25 +60,6 @@ def entered(contexts: list[Any]) -> contextlib.ExitStack:
     return stack
 
 
-def _synchronizer(device: torch.device) -> Any:
-    if device.type == "cuda":
-        return lambda: torch.cuda.synchronize(device)
-    return lambda: None
-
-
-class TokenClock:
-    """A stopping criterion that never stops generation and records when each token was produced."""
-
-    def __init__(self, synchronize: Any) -> None:
-        self.synchronize = synchronize
-        self.times: list[float] = []
-
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any) -> torch.Tensor:
-        self.synchronize()
-        self.times.append(time.perf_counter())
-        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
-
-
 def iteration_from_clock(start: float, end: float, token_times: list[float], batch: int, output: Any) -> Iteration:
     """Figures of one generate() call whose rows all received a token at each of `token_times`."""
     steps = len(token_times)
@@ -93,10 +75,22 @@ def iteration_from_clock(start: float, end: float, token_times: list[float], bat
     )
 
 
+# The end-of-sequence id a trial's generate() is given: no model produces it, so every row runs to the workload's
+# length while generate() checks for the end of sequence at each step as it does for a deployment's real one.
+# min_new_tokens forced the length before, with a logits processor a deployment does not run: 1.12x the decode
+# step's CPU time on the demo model at batch 1 (benchmarks/generate_settings.py, docs/benchmarks.md).
+NEVER_PRODUCED_EOS = 2**31 - 1
+# What the workload's outputs depend on besides its inputs (cached greedy references are keyed by it).
+OUTPUT_HARNESS = "eos-never-produced"
+
+
 class PaddedGeneration:
     """model.generate on one left-padded batch, with a forced output length."""
 
     def __init__(self, model: Any, plan: Plan, inputs: list[list[int]], spec: WorkloadSpec, pad_id: int) -> None:
+        from transformers import StoppingCriteriaList  # imported here, not in the first timed call
+
+        self.criteria = StoppingCriteriaList
         self.model = model
         width = max(len(ids) for ids in inputs)
         padded = [[pad_id] * (width - len(ids)) + ids for ids in inputs]
@@ -106,32 +100,27 @@ class PaddedGeneration:
         self.output_len = spec.output_len
         self.pad_id = pad_id
         self.kwargs = materialize(plan.generate)  # once: a new CompileConfig per call would recompile
-        self.synchronize = _synchronizer(model.device)
+        if model.generation_config.eos_token_id is not None:  # a model with no end of sequence checks for none
+            self.kwargs.setdefault("eos_token_id", NEVER_PRODUCED_EOS)
         self.plan_contexts = plan.contexts  # generate() runs under torch.no_grad by itself, inside these
-        from transformers import StoppingCriteriaList  # imported here, not in the timed call (seconds, the first time)
-
-        self.criteria = StoppingCriteriaList
 
     def contexts(self) -> contextlib.ExitStack:
         return entered(self.plan_contexts)
 
     def run(self) -> Iteration:
-        clock = TokenClock(self.synchronize)
-        self.synchronize()
-        start = time.perf_counter()
+        clock = TokenClock(self.model.device)
+        start = clock.start()
         with self.contexts():
             output = self._generate(clock)
-        self.synchronize()
-        end = time.perf_counter()
+        end = clock.stop()
         generated = output[:, self.input_ids.shape[1] :].tolist()
-        return iteration_from_clock(start, end, clock.times, self.input_ids.shape[0], generated)
+        return iteration_from_clock(start, end, clock.times(start), self.input_ids.shape[0], generated)
 
     def _generate(self, clock: TokenClock) -> Any:
         return self.model.generate(
             input_ids=self.input_ids,
             attention_mask=self.attention_mask,
             max_new_tokens=self.output_len,
-            min_new_tokens=self.output_len,
             do_sample=False,
             pad_token_id=self.pad_id,
             stopping_criteria=self.criteria([clock]),

@@ -39,7 +39,7 @@ from autotune.validate import context_problem, position_limit
 from autotune.worker.demo_model import demo_model_built, ensure_demo_draft
 from autotune.worker.environment import environment
 from autotune.worker.failures import UnsupportedError, classify
-from autotune.worker.generation import PaddedGeneration, build_inputs
+from autotune.worker.generation import OUTPUT_HARNESS, PaddedGeneration, build_inputs
 from autotune.worker.loading import load_model, load_tokenizer
 from autotune.worker.measurement.quality import compute_reference, eval_windows, load_reference
 from autotune.worker.measurement.quality import save_reference as save_reference_file
@@ -217,7 +217,7 @@ def _with_default_attention(candidate: Candidate, info: dict[str, Any]) -> Candi
 
 
 def _inputs_key(inputs: list[list[int]], output_len: int) -> str:
-    return hashlib.sha256(json.dumps([inputs, output_len]).encode()).hexdigest()[:16]
+    return hashlib.sha256(json.dumps([inputs, output_len, OUTPUT_HARNESS]).encode()).hexdigest()[:16]
 
 
 def _compute_reference(

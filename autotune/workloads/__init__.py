@@ -11,10 +11,22 @@ from autotune.workloads.base import (
     DEFAULT_KIND,
     KINDS,
     WorkloadKind,
+    describe_workload,
     foreign_flags,
     metrics_of_one_kind,
     register,
+    workload_as_run,
     workload_kind,
 )
 
-__all__ = ["DEFAULT_KIND", "KINDS", "WorkloadKind", "foreign_flags", "metrics_of_one_kind", "register", "workload_kind"]
+__all__ = [
+    "DEFAULT_KIND",
+    "KINDS",
+    "WorkloadKind",
+    "describe_workload",
+    "foreign_flags",
+    "metrics_of_one_kind",
+    "register",
+    "workload_as_run",
+    "workload_kind",
+]

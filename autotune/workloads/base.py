@@ -35,6 +35,9 @@ class WorkloadKind:
     packages: ClassVar[tuple[Package, ...]] = ()  # what its trials need beyond the core install (autotune.extras)
     # The worker code that measures one trial: "module:function", called with (task spec, phases).
     runner: ClassVar[str] = "autotune.worker.generation_trial:run"
+    # Its trials time generate() on the workload's batch, as the hand-written decode loop does
+    # (benchmarks/decode_ceiling.py): their decode throughput compares with that ceiling.
+    times_generate: ClassVar[bool] = True
     # A trial's duration against a throughput trial of the same configuration (the forecast's prior).
     time_factor: ClassVar[float] = 1.0
 
@@ -57,10 +60,8 @@ class WorkloadKind:
         return None
 
     def describe(self, spec: WorkloadSpec) -> str:
-        """The shape of a trial, for summaries: "8 prompts x 128 tokens -> 64 tokens"."""
-        prompts = self.requests(spec)
-        noun = "prompt" if prompts == 1 else "prompts"
-        return f"{prompts} {noun} x {spec.input_len} tokens -> {spec.output_len} tokens"
+        """The shape of a trial, for summaries: "8 prompts at a time, 128 tokens in, 64 out"."""
+        return f"{_prompts(self.requests(spec))} at a time, {spec.input_len} tokens in, {spec.output_len} out"
 
 
 KINDS: dict[str, WorkloadKind] = {}
@@ -80,6 +81,20 @@ def workload_kind(name: str) -> WorkloadKind:
         raise UserError(f"--workload {name!r} is not a workload: use {_listed(list(KINDS))}") from None
 
 
+def workload_as_run(stored: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored workload as its trials ran: studies and results written before the spec said so kept what the kind
+    decides itself (a latency workload's batch size, 8 by default, though it ran one prompt at a time)."""
+    spec = WorkloadSpec(**stored)
+    return KINDS[spec.kind].as_run(spec).to_json()
+
+
+def describe_workload(stored: Mapping[str, Any]) -> str:
+    """One line: the kind and the shape of its trials, "latency, 1 prompt at a time, 128 tokens in, 64 out"."""
+    spec = WorkloadSpec(**stored)
+    kind = KINDS[spec.kind]
+    return f"{spec.kind}, {kind.describe(kind.as_run(spec))}"
+
+
 def metrics_of_one_kind() -> dict[str, str]:
     """Figure -> the one kind whose trials report it."""
     return {metric: kind.name for kind in KINDS.values() for metric in kind.metrics}
@@ -94,6 +109,10 @@ def foreign_flags(kind: WorkloadKind, given: Mapping[str, Any]) -> str | None:
     kinds = sorted({owners[flag] for flag in foreign})
     verb = "applies" if len(foreign) == 1 else "apply"
     return f"{', '.join(foreign)} {verb} only to --workload {_listed(kinds)}"
+
+
+def _prompts(count: int) -> str:
+    return "1 prompt" if count == 1 else f"{count} prompts"
 
 
 def _listed(names: Sequence[str]) -> str:

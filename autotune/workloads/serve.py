@@ -32,8 +32,13 @@ class Serve(WorkloadKind):
         "memory": ("memory",),
     }
     needs_servable_plan = True
+    times_generate = False  # requests through a server: no decode ceiling compares with them
     packages = SERVE
     runner = "autotune.worker.serve_trial:run"
+
+    def describe(self, spec: WorkloadSpec) -> str:
+        prompts = "1 prompt" if spec.batch_size == 1 else f"{spec.batch_size} prompts"
+        return f"{prompts} sent to transformers serve, {spec.input_len} tokens in, {spec.output_len} out"
 
     def as_run(self, spec: WorkloadSpec) -> WorkloadSpec:
         return spec if spec.serve is not None else replace(spec, serve=ServeSpec())

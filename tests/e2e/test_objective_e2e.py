@@ -37,6 +37,7 @@ def test_a_latency_search_stores_and_plots_the_latency_objectives(tmp_path: Path
     study = load_stored_study(f"sqlite:///{tmp_path}/studies/latency-demo.db", "latency-demo")
     settings = stored_settings(study)
     assert settings.objectives == ["tpot_s", "ttft_s"] and settings.workload["kind"] == "latency"
+    assert settings.workload["batch_size"] == 1  # what ran, not the default batch of 8 it was given
     assert study.directions == [optuna.study.StudyDirection.MINIMIZE] * 2
     assert study.metric_names == ["per-token latency (p50) [s]", "time to first token (p50) [s]"]
     complete = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
@@ -44,6 +45,7 @@ def test_a_latency_search_stores_and_plots_the_latency_objectives(tmp_path: Path
                             for t in complete)  # fmt: skip
 
     html = (tmp_path / "reports" / "latency-demo.html").read_text()
+    assert "workload: latency, 1 prompt at a time, 32 tokens in, 16 out." in html
     layout = _figure_layout(html, "fig-front")
     assert layout["yaxis"]["title"]["text"] == "per-token latency (p50) (s)"
     assert layout["xaxis"]["title"]["text"] == "time to first token (p50) (s)"

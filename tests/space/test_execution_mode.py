@@ -53,8 +53,9 @@ def test_the_worker_generates_inside_inference_mode_only_when_asked(cache_dir):
     from transformers import AutoTokenizer
 
     from autotune.worker.demo_model import ensure_demo_model
-    from autotune.worker.generation import PaddedGeneration, TokenClock, build_inputs
+    from autotune.worker.generation import PaddedGeneration, build_inputs
     from autotune.worker.loading import load_model
+    from autotune.worker.measurement.token_clock import TokenClock
 
     path = str(ensure_demo_model(cache_dir))
     assert path == str(demo_model_path(cache_dir))
@@ -66,7 +67,7 @@ def test_the_worker_generates_inside_inference_mode_only_when_asked(cache_dir):
         model = load_model(ModelSpec("demo", path=path), plan, "cpu")
         workload = PaddedGeneration(model, plan, inputs, spec, tokenizer.pad_token_id)
         with workload.contexts():
-            output = workload._generate(TokenClock(workload.synchronize))
+            output = workload._generate(TokenClock(model.device))
         assert output.is_inference() is expected, mode
         assert len(workload.run().generated[0]) == 4
 

@@ -47,7 +47,7 @@ def test_a_new_study_names_its_objectives_with_units_and_keeps_its_attributes_sh
     assert loaded.user_attrs == {
         "model": "org/model",
         "profile": "a10g",
-        "workload": "throughput, 8 prompts x 128 tokens -> 64 tokens",
+        "workload": "throughput, 8 prompts at a time, 128 tokens in, 64 out",
         "constraints": "none",
     }
     assert studies.stored_settings(loaded).model == "org/model"  # the full settings, from system attributes

@@ -4,6 +4,8 @@ how it reads failures, and how it adapts a plan to the installed transformers.""
 from __future__ import annotations
 
 import importlib
+import itertools
+import time
 from dataclasses import dataclass
 
 import pytest
@@ -11,9 +13,10 @@ import torch
 
 from autotune.process.results import Outcome
 from autotune.space import Target, build_plan, rules
-from autotune.worker import compat, generation
+from autotune.worker import compat
 from autotune.worker.failures import UnsupportedError, classify
 from autotune.worker.measurement import memory
+from autotune.worker.measurement.token_clock import TokenClock, synchronize
 
 FLASH = {"dtype": "bfloat16", "attn_implementation": "flash_attention_2", "quantization": "none"}
 HUB_KERNEL = {**FLASH, "attn_implementation": "kernels-community/flash-attn2"}
@@ -154,13 +157,41 @@ def test_continuous_batching_options_take_the_names_of_the_installed_version(mon
 # ----------------------------------------------------------------------- what the timers and memory do on CUDA
 
 
-def test_the_timer_synchronizes_the_gpu_before_each_reading(monkeypatch):
-    synced = []
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synced.append(device))
-    generation._synchronizer(torch.device("cuda", 1))()
-    assert synced == [torch.device("cuda", 1)]
-    generation._synchronizer(torch.device("cpu"))()
-    assert len(synced) == 1
+class StampedEvent:
+    """A CUDA event needs a GPU: this one takes the host's time when it is recorded, and measures as torch's does."""
+
+    def __init__(self, enable_timing: bool = False) -> None:
+        assert enable_timing
+        self.at: float | None = None
+
+    def record(self, stream: object = None) -> None:
+        self.at = time.perf_counter()
+
+    def elapsed_time(self, end: StampedEvent) -> float:
+        assert self.at is not None and end.at is not None, "an event read before it was recorded"
+        return (end.at - self.at) * 1e3  # milliseconds
+
+
+def test_on_cuda_the_clock_records_an_event_per_token_and_waits_only_at_start_and_stop(monkeypatch):
+    waits = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: waits.append(device))
+    monkeypatch.setattr(torch.cuda, "Event", StampedEvent)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: None)
+    device = torch.device("cuda", 1)
+    clock = TokenClock(device)
+    started = clock.start()
+    rows = torch.zeros(2, 3, dtype=torch.long)
+    for _ in range(3):
+        time.sleep(0.01)
+        assert not clock(rows, None).any()  # never stops generation
+    assert waits == [device]  # the tokens made the host wait for nothing
+    end = clock.stop()
+    assert waits == [device, device]
+    times = clock.times(started)
+    assert len(times) == 3 and started < times[0] and times[-1] <= end
+    assert all(later - earlier >= 0.01 for earlier, later in itertools.pairwise(times))
+    synchronize(torch.device("cpu"))
+    assert len(waits) == 2  # nothing to wait for on a CPU
 
 
 def test_cuda_peak_memory_is_torch_allocator_peak_since_reset_with_an_nvml_peak_sampled_meanwhile(monkeypatch):

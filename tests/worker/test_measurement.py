@@ -25,6 +25,7 @@ class SleepingModel:
     """Keeps generate()'s contract (stopping criteria called once per new token) but sleeps instead of computing."""
 
     device = torch.device("cpu")
+    generation_config = SimpleNamespace(eos_token_id=None)
 
     def __init__(self, prefill_s: float, step_s: float) -> None:
         self.prefill_s = prefill_s
@@ -55,6 +56,102 @@ def test_generate_timer_measures_real_sleeps():
     expected_elapsed = prefill_s + (tokens - 1) * step_s
     assert expected_elapsed <= iteration.elapsed_s < expected_elapsed + 1.0
     assert iteration.e2e_tok_s == pytest.approx(batch * tokens / iteration.elapsed_s)
+
+
+def test_the_measured_generate_call_never_waits_for_the_device_between_tokens(cache_dir, monkeypatch):
+    """The real demo model's generate(), timed as a trial times it: the clock marks every token, and every
+    call that could wait for a device (the clock's own, torch.cuda's) happens before or after generate()."""
+    from transformers import AutoTokenizer
+
+    from autotune.specs import ModelSpec
+    from autotune.worker.demo_model import ensure_demo_model
+    from autotune.worker.generation import build_inputs
+    from autotune.worker.loading import load_model
+    from autotune.worker.measurement import token_clock
+
+    path = str(ensure_demo_model(cache_dir))
+    tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
+    spec = WorkloadSpec(batch_size=2, input_len=32, output_len=16)
+    plan = build_plan({"dtype": "float32", "cache_implementation": "static"}, Target("cpu"))
+    model = load_model(ModelSpec("demo", path=path), plan, "cpu")
+    workload = PaddedGeneration(
+        model, plan, build_inputs(tokenizer, spec, spec.batch_size), spec, tokenizer.pad_token_id
+    )
+    generating, waits = [False], []
+
+    def spy(name, real):
+        def wrapper(*args, **kwargs):
+            waits.append((name, generating[0]))
+            return real(*args, **kwargs)
+
+        return wrapper
+
+    def generate(**kwargs):
+        generating[0] = True
+        try:
+            return real_generate(**kwargs)
+        finally:
+            generating[0] = False
+
+    real_generate = model.generate
+    monkeypatch.setattr(model, "generate", generate)
+    monkeypatch.setattr(token_clock, "synchronize", spy("clock", token_clock.synchronize))
+    for owner, name in ((torch.cuda, "synchronize"), (torch.cuda.Event, "synchronize"),
+                        (torch.cuda.Event, "elapsed_time"), (torch.cuda.Stream, "synchronize")):  # fmt: skip
+        monkeypatch.setattr(owner, name, spy(f"torch.cuda {name}", lambda *args, **kwargs: 0.0))
+    iteration = workload.run()
+    assert len(iteration.generated[0]) == 16 and len(iteration.gaps_s) == 15  # the clock marked every token
+    assert waits == [("clock", False), ("clock", False)]  # once before the call, once after, none while it ran
+
+
+def test_every_row_runs_to_the_workloads_length_with_the_end_of_sequence_check_a_deployment_runs(
+    cache_dir, monkeypatch
+):
+    """The demo model is told its end of sequence is the token it generates first: generate() as deployed stops
+    there, the workload goes on to its length, checking for the end of sequence at every token but processing no
+    logits (min_new_tokens' processor is a cost a deployment does not have)."""
+    from transformers import AutoTokenizer
+    from transformers.generation import logits_process, stopping_criteria
+
+    from autotune.specs import ModelSpec
+    from autotune.worker.demo_model import ensure_demo_model
+    from autotune.worker.generation import build_inputs
+    from autotune.worker.loading import load_model
+
+    path = str(ensure_demo_model(cache_dir))
+    tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
+    spec = WorkloadSpec(batch_size=1, input_len=32, output_len=12)
+    plan = build_plan({"dtype": "float32"}, Target("cpu"))
+    model = load_model(ModelSpec("demo", path=path), plan, "cpu")
+    workload = PaddedGeneration(
+        model, plan, build_inputs(tokenizer, spec, spec.batch_size), spec, tokenizer.pad_token_id
+    )
+    first = workload.run().generated[0][0]
+    model.generation_config.eos_token_id = first
+    deployed = model.generate(input_ids=workload.input_ids, attention_mask=workload.attention_mask, max_new_tokens=12,
+                              do_sample=False, pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+    assert deployed.shape[1] == 32 + 1  # a deployment stops at its end of sequence
+
+    calls = {"eos check": 0, "logits processed": 0}
+
+    def counted(name, real):
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            return real(*args, **kwargs)
+
+        return wrapper
+
+    eos_check = stopping_criteria.EosTokenCriteria.__call__
+    monkeypatch.setattr(stopping_criteria.EosTokenCriteria, "__call__", counted("eos check", eos_check))
+    processor = logits_process.MinNewTokensLengthLogitsProcessor.__call__
+    monkeypatch.setattr(
+        logits_process.MinNewTokensLengthLogitsProcessor, "__call__", counted("logits processed", processor)
+    )
+    generated = PaddedGeneration(
+        model, plan, build_inputs(tokenizer, spec, spec.batch_size), spec, tokenizer.pad_token_id
+    ).run()
+    assert len(generated.generated[0]) == 12 and generated.generated[0][0] == first
+    assert calls == {"eos check": 12, "logits processed": 0}
 
 
 def test_continuous_batching_figures_from_known_timestamps():
@@ -166,7 +263,7 @@ def test_latency_workload_with_own_prompts(tmp_path, cli_env):
         cli_env,
     )
     assert code == 0, document["message"]
-    assert document["workload"]["kind"] == "latency"
+    assert document["workload"]["kind"] == "latency" and document["workload"]["batch_size"] == 1  # what ran
     assert document["stats"]["tpot_s"]["n"] >= 5 * 15  # every token gap of every iteration, one request
     assert 0 <= document["metrics"]["greedy_agreement"] <= 1
 

@@ -38,8 +38,8 @@ def test_a_latency_trial_runs_one_prompt_and_its_record_says_so():
     spec = WorkloadSpec("latency", batch_size=8)
     assert KINDS["latency"].requests(spec) == 1
     assert KINDS["latency"].as_run(spec).batch_size == 1
-    assert KINDS["latency"].describe(spec) == "1 prompt x 128 tokens -> 64 tokens"
-    assert KINDS["throughput"].describe(spec) == "8 prompts x 128 tokens -> 64 tokens"
+    assert KINDS["latency"].describe(spec) == "1 prompt at a time, 128 tokens in, 64 out"
+    assert KINDS["throughput"].describe(spec) == "8 prompts at a time, 128 tokens in, 64 out"
 
 
 def test_the_serve_kind_reads_its_own_flags_and_needs_a_servable_plan():

@@ -1,0 +1,45 @@
+"""What a workload spec says is what runs: a latency workload is one prompt at a time, in every record of it."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from autotune.specs import WorkloadSpec
+from autotune.study import StudySettings
+from autotune.workloads import KINDS, describe_workload, workload_as_run
+from tests import fakes
+
+
+def test_a_latency_workload_says_it_runs_one_prompt_at_a_time_whatever_batch_it_was_given():
+    latency = KINDS["latency"]
+    asked = latency.as_run(WorkloadSpec("latency", batch_size=8))  # as --workload latency --batch-size 8 builds it
+    assert asked.batch_size == latency.requests(asked) == 1
+    assert asked.to_json()["batch_size"] == 1
+    switched = replace(WorkloadSpec("throughput", batch_size=8), kind="latency")  # --objective latency, a knob
+    assert workload_as_run(switched.to_json())["batch_size"] == 1  # as the worker and measure --json say it ran
+    assert KINDS["throughput"].as_run(WorkloadSpec("throughput", batch_size=8)).to_json()["batch_size"] == 8
+
+
+def test_a_latency_study_stored_with_the_batch_it_was_given_reads_as_it_ran_and_resumes():
+    stored = fakes.settings().to_json()
+    stored["workload"] = {**WorkloadSpec("latency").to_json(), "batch_size": 8}  # as studies stored it before
+    settings = StudySettings.from_json(stored)
+    assert settings.workload["batch_size"] == 1 and settings.workload["kind"] == "latency"
+    resumed = replace(settings, workload=KINDS["latency"].as_run(WorkloadSpec("latency", batch_size=8)).to_json())
+    resumed.check_resumable(settings, "latency-study")  # the same workload: no mismatch
+    assert (
+        workload_as_run({"kind": "throughput", "batch_size": 8}) == WorkloadSpec("throughput", batch_size=8).to_json()
+    )
+
+
+def test_the_workload_line_names_the_kind_and_what_runs_at_once():
+    assert describe_workload(WorkloadSpec("latency", batch_size=8).to_json()) == (
+        "latency, 1 prompt at a time, 128 tokens in, 64 out"
+    )
+    assert describe_workload({"kind": "latency", "batch_size": 8, "input_len": 32, "output_len": 16}) == (
+        "latency, 1 prompt at a time, 32 tokens in, 16 out"
+    )
+    assert (
+        describe_workload(WorkloadSpec(batch_size=4).to_json())
+        == "throughput, 4 prompts at a time, 128 tokens in, 64 out"
+    )
