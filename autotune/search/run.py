@@ -105,7 +105,7 @@ def _run_loop(loop: TrialLoop, started: float) -> SearchSummary:
     elapsed = time.monotonic() - started
     loop.spending.add("between trials (sampling, storing)", elapsed - sum(loop.spending.seconds.values()))
     session = loop.session
-    passed_over = tuple(loop.passed_over)
+    passed_over = tuple(loop.passed_over.values())
     summary = SearchSummary(
         session.name, session.storage_url, loop.launched, stop_reason, elapsed, loop.spending.seconds
     )
