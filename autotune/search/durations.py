@@ -35,8 +35,8 @@ from autotune.space.knobs import DeviceKind
 from autotune.study import TrialRecord
 
 # The largest ratio seen of a trial's duration to its expected one, rounded up (benchmarks/budget_replay.py on the
-# CPU grids and the H200 run, docs/search-strategy.md): 1.26 where trials ran alike (one outlier of 7.9 aside, in
-# 292 trials), 1.37 where it was extrapolated (23 trials).
+# CPU grids and the H200 run, docs/search-strategy.md): 1.26 where trials ran alike (all but 2 of 471 trials: 1.49
+# and 7.95), 1.36 where it was extrapolated (23 trials).
 ALIKE_MARGIN = 1.3
 EXTRAPOLATED_MARGIN = 1.4
 

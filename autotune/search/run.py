@@ -122,6 +122,7 @@ def _run_record(request: SearchRequest, summary: SearchSummary) -> dict[str, Any
         "elapsed_s": summary.elapsed_s,
         "spent_s": summary.spent_s,
         "stop_reason": summary.stop_reason,
+        "passed_over": list(summary.passed_over),
         "devices": list(request.devices) or None,
     }
 
