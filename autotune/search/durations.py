@@ -11,8 +11,9 @@ Expected, in order:
   knobs), times this configuration's factors: a knob outside the groups (flex attention compiling its kernel)
   still counts.
 - a sibling: a trial that differs only by another value of one knob that slows a trial down (its prior
-  `time` above 1). Its time over a plain trial, scaled by the ratio of the two values' priors (`time` - 1):
-  a max-autotune compile is expected 3.5x as long as the reduce-overhead compile the study measured.
+  `time` above 1). Its time over the rest of its configuration (as the priors put it), scaled by the ratio
+  of the two values' priors (`time` - 1): a max-autotune compile is expected 3.5x as long as the
+  reduce-overhead compile the study measured.
 - else the priors: a plain trial (the baseline's kind; else any trial ended, divided by its factors) times
   this configuration's `time` factors.
 

@@ -422,7 +422,7 @@ def _in_order(
     skip: Callable[[Config], object],
     durations: Durations,
 ) -> Iterator[Planned]:
-    """The stacks that run first, then the ranking (computed only when every stack is taken)."""
+    """The stacks that run first, then the ranking (computed only once every stack is taken or passed over)."""
     space, baseline, objectives = situation.space, situation.baseline, situation.objectives
     forecaster = Forecaster(space, baseline, situation.device, measured, durations, objectives, situation.changes)
     first, waiting = _stacks_first(situation, forecaster)
