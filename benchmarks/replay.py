@@ -38,6 +38,7 @@ import optuna
 
 from autotune.analysis.pareto import hypervolume, raw_losses, scaled
 from autotune.figures.metrics import OBJECTIVES
+from autotune.search.durations import Durations
 from autotune.search.strategy import Planned, Situation, next_planned, next_queued, ruled_out, warm_up_set
 from autotune.space import Config, SearchSpace, config_key
 from autotune.study import make_sampler
@@ -165,12 +166,26 @@ def _next(
         done = {key: (grid.trials[key]["config"], grid.trials[key]["metrics"]) for key in measured}
         done = {key: entry for key, entry in done.items() if grid.trials[key]["outcome"] == "ok"}
         if compose:
-            durations = [(grid.trials[key]["config"], grid.trials[key]["duration_s"]) for key in measured]
+            ended = [(grid.trials[key]["config"], grid.trials[key]["duration_s"]) for key in measured]
+            durations = Durations(ended, grid.baseline, grid.device)
             planned = next_queued(Situation(grid.space, grid.baseline, grid.device), plan, done, taken, skip, durations)
         else:
             planned = next_planned(plan, taken, skip)
         if planned is not None:
             study.enqueue_trial(planned.config)
+    return sampled(study, grid, taken, history, guided, rng)
+
+
+def sampled(
+    study: optuna.Study,
+    grid: Grid,
+    taken: set[str],
+    history: list[tuple[int, Config, str]],
+    guided: bool,
+    rng: random.Random,
+) -> tuple[optuna.Trial, Config] | None:
+    """The queued configuration, else the sampler's proposal: forbidden and measured ones skipped at no cost (and,
+    `guided`, those earlier failures rule out); an untried one at random when the sampler keeps proposing them."""
     for _ in range(MAX_CONSECUTIVE_SKIPS):
         trial = study.ask()
         config = grid.space.suggest(trial)

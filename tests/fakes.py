@@ -21,6 +21,7 @@ from autotune.study import PreparedFacts, StudySettings
 
 SPACE = load_space(PACKAGED_SPACE)
 SCRIPT = "<script>alert(1)</script>"
+PASSED_OVER = "warm-up: compile=max-autotune (a trial like this may take up to 91s and 54s are left)"
 
 
 def config(dtype: str = "bfloat16", **knobs: Any) -> dict[str, Any]:
@@ -183,6 +184,7 @@ def known_study(path: Path, constraints: list[str] | None = None) -> tuple[optun
             "elapsed_s": 95.0,
             "spent_s": {"prepare": 10.0, "measuring": 70.0, "failed": 15.0},
             "stop_reason": "budget used up",
+            "passed_over": [PASSED_OVER],
         },
     )
     return study, url

@@ -136,14 +136,26 @@ def print_dry_run(run: DryRun, as_json: bool) -> None:
         "(the knobs' priors): a real search changes course as soon as a trial measures something else."
     )
     table = Table(title=f"the first {len(run.trials)} trials")
-    for column in ("#", "time", "why", "configuration (the anchors in full, the rest as changes from the baseline)"):
+    columns = (
+        "#",
+        "time",
+        "at most",
+        "why",
+        "configuration (the anchors in full, the rest as changes from the baseline)",
+    )
+    for column in columns:
         table.add_column(column)
     for number, trial in enumerate(run.trials):
         anchor = trial.why in ("reference", "baseline", "reference and baseline")
         shown = trial.config if anchor else _changes(trial.config, run.baseline)
-        table.add_row(str(number), f"{trial.relative_seconds:.1f}x", trial.why, knobs_line(shown) or "(none)")
+        at_most = f"{trial.at_most:.1f}x" if trial.at_most is not None else "-"
+        row = (f"{trial.relative_seconds:.1f}x", at_most, trial.why, knobs_line(shown) or "(none)")
+        table.add_row(str(number), *row)
     out.print(table)
-    out.print("time: the trial's expected duration against a plain one (the baseline's kind)")
+    out.print(
+        "time: the trial's expected duration against a plain one (the baseline's kind); at most: the longest it may "
+        "take, which must fit in the budget left for it to start (docs/search-strategy.md)"
+    )
     if run.sampler_next:
         out.print("then Optuna's sampler proposes the rest (study.make_sampler)")
     else:

@@ -427,4 +427,6 @@ def budget_used(runs: list[dict[str, Any]], launched: list[TrialRecord]) -> dict
             f"{run.get('launched', 0)} trials in {format_duration(run.get('elapsed_s', 0.0))} "
             f"({', '.join(limits) or 'no limit'}); stopped: {run.get('stop_reason', '?')}"
         )
+        if run.get("passed_over"):
+            rows[f"run {i}"] += f"; not started, the budget left could not finish them: {'; '.join(run['passed_over'])}"
     return rows

@@ -17,6 +17,7 @@ from autotune.errors import UserError
 from autotune.figures.metrics import OBJECTIVES, Metric, objectives_named
 from autotune.paths import default_space_path
 from autotune.profiles import PROFILES, GpuProfile, resolve_hardware
+from autotune.search.durations import Durations
 from autotune.search.forecast import Forecaster
 from autotune.search.prepare import baseline_config, expected_reference, plan_target, runnable_space
 from autotune.search.strategy import Planned, Situation, next_queued, warm_up_set
@@ -34,6 +35,7 @@ class PlannedTrial:
     config: Config
     why: str
     relative_seconds: float  # expected duration against a plain trial (the baseline's kind)
+    at_most: float | None  # the longest it may take, in plain trials, as the budget checks it; None: the first
 
     def to_json(self) -> dict:
         return {"config": self.config, "why": self.why}
@@ -98,11 +100,12 @@ def _plan(
     else:
         anchors.append(Planned(baseline, "baseline"))
     measured: dict[str, tuple[Config, dict]] = {}
-    durations: list[tuple[Config, float]] = []
+    ended: list[tuple[Config, float]] = []
     trials: list[PlannedTrial] = []
     warm_up = warm_up_set(situation.space, baseline)
     queue = list(anchors)
     while len(trials) < limit:
+        durations = Durations(ended, baseline, situation.device)
         planned = queue.pop(0) if queue else next_queued(situation, warm_up, measured, set(measured), skip, durations)
         if planned is None:
             return trials, False
@@ -112,8 +115,9 @@ def _plan(
         forecast = forecaster.forecast(planned.config)
         assert forecast is not None  # every change of a config has an expected effect
         measured[config_key(planned.config)] = (planned.config, forecast.figures)
-        durations.append((planned.config, forecast.seconds))
-        trials.append(PlannedTrial(planned.config, planned.why, forecast.seconds))
+        ended.append((planned.config, forecast.seconds))
+        at_most = durations.of(planned.config).at_most
+        trials.append(PlannedTrial(planned.config, planned.why, forecast.seconds, at_most))
     return trials, True
 
 

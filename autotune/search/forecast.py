@@ -9,8 +9,7 @@ effect of each knob the configuration changes:
 
 Speed and memory effects multiply (they add on a log scale); KL adds. Each forecast carries how unsure
 it is, so the strategy can ask what a configuration could bring at best (`hopeful`), not only what it
-should bring. Durations come from the trials that ran, grouped as `Knob.duration_group` says; before
-any ran alike, from the baseline's duration times the priors' `time` factors.
+should bring. Durations, expected and at most, come from search/durations.py.
 """
 
 from __future__ import annotations
@@ -23,6 +22,7 @@ from functools import cached_property
 
 from autotune.figures.metrics import OBJECTIVES, Metric
 from autotune.search.changes import Changes
+from autotune.search.durations import Durations
 from autotune.space import KNOBS, Config, SearchSpace, config_key
 from autotune.space.knobs import DeviceKind, Expectation
 
@@ -113,7 +113,7 @@ class Forecaster:
         baseline: Config,
         device: DeviceKind,
         measured: Mapping[str, Measured],
-        durations: Sequence[tuple[Config, float]] = (),
+        durations: Durations | None = None,
         objectives: Sequence[Metric] = OBJECTIVES,
         changes: Changes | None = None,
     ) -> None:
@@ -122,7 +122,7 @@ class Forecaster:
         self.baseline = baseline
         self.device = device
         self.measured = measured
-        self.durations = durations
+        self.durations = durations or Durations(baseline=baseline, device=device)
         self.objectives = tuple(objectives)
 
     # ------------------------------------------------------------------------------------ figures
@@ -250,26 +250,8 @@ class Forecaster:
     # ---------------------------------------------------------------------------------- durations
 
     def seconds(self, config: Config) -> float:
-        """The trial's expected duration: the median of trials that ran alike (same duration groups), else the
-        baseline-alike trials' median times the priors' time factors (1 unit before any trial ran)."""
-        alike = self._durations_by_kind.get(duration_kind(config))
-        if alike:
-            return statistics.median(alike)
-        plain = self._durations_by_kind.get(duration_kind(self.baseline))
-        unit = statistics.median(plain) if plain else 1.0
-        return unit * math.prod(self._expect(name, value).time for name, value in config.items())
-
-    @cached_property
-    def _durations_by_kind(self) -> dict[tuple, list[float]]:
-        by_kind: dict[tuple, list[float]] = {}
-        for ran, seconds in self.durations:
-            by_kind.setdefault(duration_kind(ran), []).append(seconds)
-        return by_kind
-
-
-def duration_kind(config: Config) -> tuple:
-    """Trials with the same kind take about as long (Knob.duration_group)."""
-    return tuple(knob.duration_group(config.get(name)) for name, knob in KNOBS.items())
+        """The trial's expected duration (search/durations.py)."""
+        return self.durations.of(config).expected
 
 
 def _measured_difference(before: Mapping[str, float], after: Mapping[str, float]) -> _Effect:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import statistics
 import time
 from dataclasses import dataclass, field
 
@@ -17,12 +16,12 @@ from autotune import study as studies
 from autotune.process import phases
 from autotune.process.results import Outcome, TaskResult
 from autotune.process.runner import Limits, run_in_worker
+from autotune.search.durations import Durations, ended
 from autotune.search.events import SearchEvents
-from autotune.search.forecast import duration_kind
 from autotune.search.interrupts import Interrupted, deferred
 from autotune.search.prepare import Prepared, plan_target, trial_spec
 from autotune.search.session import Session, recover
-from autotune.search.strategy import Planned, Situation, next_queued, ruled_out, warm_up_set
+from autotune.search.strategy import Situation, next_queued, ruled_out, warm_up_set
 from autotune.space import Config, SearchSpace, build_plan, config_key, rules
 from autotune.study import TrialRecord, artifacts
 from autotune.study.optuna_internals import trial_id
@@ -32,6 +31,7 @@ MAX_CONSECUTIVE_SKIPS = 50
 HEARTBEAT_EVERY_S = 10.0
 SAMPLER = "sampler"  # why a trial ran: Optuna's sampler proposed it
 RANDOM_PICK = "random pick (the sampler kept proposing measured configurations)"
+NEARLY_USED_UP = "budget nearly used up: "
 
 
 @dataclass
@@ -122,7 +122,11 @@ class TrialLoop:
             if overrun:
                 self._release(config, trial.number)
                 studies.record_skip(self.study, trial, config, overrun)
-                return overrun
+                if not _planned(roles):  # the sampler's proposal: no ranking to take the next from
+                    return overrun
+                for why in roles:  # queued before its duration was known: the next planned that fits runs
+                    self.passed_over.setdefault(why, f"{why} ({overrun.removeprefix(NEARLY_USED_UP)})")
+                continue
             result = self._measure(trial, config, roles)
             if result.outcome == Outcome.BUDGET:
                 return "budget used up"
@@ -136,10 +140,13 @@ class TrialLoop:
         return None
 
     def _would_overrun(self, config: Config) -> str | None:
-        """Why this trial must not start: its expected duration (from earlier trials) exceeds the budget left."""
+        """Why this trial must not start: the longest it should take (search/durations.py) exceeds the budget left."""
         if self.deadline is None:
             return None
-        return overrun_reason(config, studies.records(self.study), self.deadline - time.monotonic())
+        return overrun_reason(config, self._durations(studies.records(self.study)), self.deadline - time.monotonic())
+
+    def _durations(self, records: list[TrialRecord]) -> Durations:
+        return Durations(ended(records), self.prepared.baseline_config, self.session.profile.device_type)  # type: ignore[arg-type]
 
     def _next_trial(self) -> tuple[optuna.Trial, Config, list[str]] | None:
         """The next configuration to measure: queued (anchors, warm-up set, retries) or sampled; None when
@@ -186,14 +193,15 @@ class TrialLoop:
         complete = {config_key(r.config): (r.config, r.metrics) for r in records if r.outcome == Outcome.OK}
         skip = lambda c: self._never_run(c, history)  # noqa: E731
         left = self.deadline - time.monotonic() if self.deadline is not None else None
-        durations = _durations(records)
-        planned = next_queued(self.situation, self.warm_up, complete, taken, skip, durations, left, self._pass_over)
+        durations = self._durations(records)
+        passed_over = lambda planned, at_most: self._pass_over(planned.why, at_most, left)  # noqa: E731
+        planned = next_queued(self.situation, self.warm_up, complete, taken, skip, durations, left, passed_over)
         if planned is not None:
             self.study.enqueue_trial(planned.config, user_attrs={"roles": [planned.why]})
 
-    def _pass_over(self, planned: Planned, seconds: float) -> None:
-        """A planned trial the budget left cannot finish is not started; the summary says which."""
-        self.passed_over.setdefault(planned.why, f"{planned.why} (about {seconds:.0f}s)")
+    def _pass_over(self, why: str, at_most: float, left: float | None) -> None:
+        """A planned trial the budget left may not finish is not started; the summary says which, and why."""
+        self.passed_over.setdefault(why, f"{why} ({_may_take(at_most, left or 0.0)})")
 
     def _situation(self) -> Situation:
         return Situation(
@@ -259,6 +267,8 @@ class TrialLoop:
 
     def _measure(self, trial: optuna.Trial, config: Config, roles: list[str]) -> TaskResult:
         self.events.trial_started(trial.number, config, roles)
+        for why in roles:  # passed over earlier, it fits now (more trials alike ended)
+            self.passed_over.pop(why, None)
         built = build_plan(config, plan_target(self.session.profile, self.request))
         studies.record_launch(trial, config, built.to_json(), roles)
         spec = trial_spec(self.request, self.prepared, config, built.to_json())
@@ -328,26 +338,21 @@ class TrialLoop:
         interrupt.trial = trial.number
 
 
-def overrun_reason(config: Config, history: list[TrialRecord], seconds_left: float) -> str | None:
+def overrun_reason(config: Config, durations: Durations, seconds_left: float) -> str | None:
     """Why a trial of this configuration must not start with this much budget left, or None."""
-    expected = expected_duration_s(config, history)
-    if expected is not None and expected > seconds_left:
-        return f"budget nearly used up: a trial like this takes about {expected:.0f}s and {seconds_left:.0f}s are left"
+    at_most = durations.of(config).at_most
+    if at_most is not None and at_most > seconds_left:
+        return NEARLY_USED_UP + _may_take(at_most, seconds_left)
     return None
 
 
-def expected_duration_s(config: Config, history: list[TrialRecord]) -> float | None:
-    """Median duration of finished trials that compile and batch as this one does, else of all of them."""
-    finished = _durations(history)
-    alike = [seconds for ran, seconds in finished if duration_kind(ran) == duration_kind(config)]
-    durations = alike or [seconds for _, seconds in finished]
-    return statistics.median(durations) if durations else None
+def _may_take(at_most: float, seconds_left: float) -> str:
+    return f"a trial like this may take up to {at_most:.0f}s and {max(seconds_left, 0.0):.0f}s are left"
 
 
-def _durations(history: list[TrialRecord]) -> list[tuple[Config, float]]:
-    """(configuration, seconds) of the trials that ran to their end, whatever their outcome."""
-    cut_short = (None, Outcome.BUDGET, Outcome.INTERRUPTED)
-    return [(r.config, r.duration_s) for r in history if r.duration_s is not None and r.outcome not in cut_short]
+def _planned(roles: list[str]) -> bool:
+    """Queued by the strategy (or the session's anchors), not proposed by the sampler."""
+    return not {SAMPLER, RANDOM_PICK} & set(roles)
 
 
 def _injected_fault(launch_index: int) -> dict[str, str] | None:

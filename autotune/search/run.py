@@ -105,7 +105,7 @@ def _run_loop(loop: TrialLoop, started: float) -> SearchSummary:
     elapsed = time.monotonic() - started
     loop.spending.add("between trials (sampling, storing)", elapsed - sum(loop.spending.seconds.values()))
     session = loop.session
-    passed_over = tuple(loop.passed_over)
+    passed_over = tuple(loop.passed_over.values())
     summary = SearchSummary(
         session.name, session.storage_url, loop.launched, stop_reason, elapsed, loop.spending.seconds
     )
@@ -122,6 +122,7 @@ def _run_record(request: SearchRequest, summary: SearchSummary) -> dict[str, Any
         "elapsed_s": summary.elapsed_s,
         "spent_s": summary.spent_s,
         "stop_reason": summary.stop_reason,
+        "passed_over": list(summary.passed_over),
         "devices": list(request.devices) or None,
     }
 

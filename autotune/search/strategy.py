@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from functools import cached_property
@@ -35,6 +35,7 @@ from autotune.analysis.pareto import contributions, hypervolume, raw_losses, sca
 from autotune.figures.metrics import KL_DIVERGENCE, OBJECTIVES, PEAK_MEMORY, THROUGHPUT, Metric
 from autotune.process.results import Outcome
 from autotune.search.changes import Changes, describe, fill, with_value
+from autotune.search.durations import Durations
 from autotune.search.forecast import Forecast, Forecaster, Measured, family
 from autotune.space import KNOBS, Config, SearchSpace, config_key
 from autotune.space.knobs import FLASH, RECIPES, DeviceKind, Recipe
@@ -332,20 +333,37 @@ def next_queued(
     measured: Mapping[str, Measured],
     taken: set[str],
     skip: Callable[[Config], object],
-    durations: Sequence[tuple[Config, float]] = (),
+    durations: Durations | None = None,
     seconds_left: float | None = None,
     passed_over: Callable[[Planned, float], None] = lambda planned, seconds: None,
 ) -> Planned | None:
     """What the strategy queues next: the recommended stacks, then warm-up changes, compositions and predicted
     changes ranked (see `rank`), then nothing (the sampler takes over). `measured` maps keys of complete trials to
-    (config, figures); `durations` holds (config, seconds) of finished trials. A trial not expected to finish in
-    `seconds_left` is passed over: `passed_over` hears of it, with its expected seconds."""
+    (config, figures); `durations` says how long trials take (search/durations.py). A trial that may not finish in
+    `seconds_left` (its at-most duration) is passed over for the next that fits, in the same order: `passed_over`
+    hears of it, with its at-most seconds."""
+    durations = durations or Durations(baseline=situation.baseline, device=situation.device)
+    for planned in _in_order(situation, warm_up, measured, taken, skip, durations):
+        at_most = durations.of(planned.config).at_most
+        if seconds_left is None or at_most is None or at_most <= seconds_left:
+            return planned
+        passed_over(planned, at_most)
+    return None
+
+
+def _in_order(
+    situation: Situation,
+    warm_up: list[Planned],
+    measured: Mapping[str, Measured],
+    taken: set[str],
+    skip: Callable[[Config], object],
+    durations: Durations,
+) -> Iterator[Planned]:
+    """The stacks that run first, then the ranking (computed only once every stack is taken or passed over)."""
     space, baseline, objectives = situation.space, situation.baseline, situation.objectives
     forecaster = Forecaster(space, baseline, situation.device, measured, durations, objectives, situation.changes)
     first, waiting = _stacks_first(situation, forecaster)
-    stack = next_planned(first, taken, skip)
-    if stack is not None:
-        return stack
+    yield from (p for p in first if config_key(p.config) not in taken and not skip(p.config))
     figures = {key: entry[1] for key, entry in measured.items()}
     front = [measured[key][0] for key in _front_keys(measured, objectives)]
     candidates = itertools.chain(
@@ -356,11 +374,7 @@ def next_queued(
     )
     fresh = _unique(c for c in candidates if config_key(c[0].config) not in taken and not skip(c[0].config))
     siblings = _lead_siblings(situation.stacks(), warm_up, waiting, baseline)
-    for scored in rank(forecaster, fresh, siblings, frozenset(config_key(s.config) for s in waiting)):
-        if seconds_left is None or scored.forecast.seconds <= seconds_left:
-            return scored.planned
-        passed_over(scored.planned, scored.forecast.seconds)
-    return None
+    yield from (s.planned for s in rank(forecaster, fresh, siblings, frozenset(config_key(s.config) for s in waiting)))
 
 
 def _stacks_first(situation: Situation, forecaster: Forecaster) -> tuple[list[Planned], list[Planned]]:

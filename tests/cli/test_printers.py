@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from autotune.cli.printers import changes_line, out, print_finished
+from autotune.cli.printers import changes_line, out, print_finished, print_search_summary
 from autotune.search.events import SearchSummary
 from autotune.search.finish import finish
 from tests import fakes
@@ -29,3 +29,10 @@ def test_after_a_search_the_front_the_report_and_the_artifacts_are_printed(tmp_p
     assert rows and "cache=static compile=" in rows[0] and "attn=sdpa" not in rows[0]
     assert f"report: {finished.report}" in printed
     assert f"stored as Optuna artifacts in {tmp_path / 'known.artifacts'}" in printed
+
+
+def test_the_summary_names_what_the_budget_passed_over_and_why():
+    summary = SearchSummary("s", "sqlite://", 5, "budget used up", 150.0, {}, passed_over=(fakes.PASSED_OVER,))
+    with out.capture() as captured:
+        print_search_summary(summary)
+    assert f"not started, the budget left could not finish them: {fakes.PASSED_OVER}" in captured.get()

@@ -174,7 +174,10 @@ def test_environment_shows_versions_constraints_and_budget_used(data):
     assert environment["constraints"] == "none"
     assert environment["time in trials"] == "1m05s (15.0s of it in failed trials)"
     assert environment["search runs"] == "1, 1m35s in all"
-    assert environment["run 1"] == "8 trials in 1m35s (--budget 30m00s); stopped: budget used up"
+    assert environment["run 1"] == (
+        "8 trials in 1m35s (--budget 30m00s); stopped: budget used up; "
+        f"not started, the budget left could not finish them: {fakes.PASSED_OVER}"
+    )
 
 
 class _Elements(HTMLParser):

@@ -14,6 +14,7 @@ from autotune.paths import PACKAGED_SPACE
 from autotune.process.results import ModelSpec, WorkloadSpec
 from autotune.profiles import PROFILES
 from autotune.search.dry_run import DryRun, dry_run
+from autotune.search.durations import ALIKE_MARGIN, EXTRAPOLATED_MARGIN
 from autotune.search.strategy import RECIPES
 from autotune.space import KNOBS, load_space
 from autotune.specs import BudgetSpec, HardwareSpec, SearchRequest
@@ -97,6 +98,10 @@ def test_a_dry_run_lists_as_many_trials_as_asked_with_their_expected_time():
     assert len(run.trials) == 12 and not run.sampler_next  # the strategy had more to plan
     assert run.checkpoint.startswith("bfloat16 (the demo model's)")
     assert run.trials[2].relative_seconds > run.trials[1].relative_seconds == 1.0  # compiling takes longest
+    # at most, as the budget checks it: nothing known before a trial ended; then alike, or extrapolated
+    assert run.trials[0].at_most is None
+    assert run.trials[1].at_most == pytest.approx(ALIKE_MARGIN * run.trials[1].relative_seconds)
+    assert run.trials[2].at_most == pytest.approx(EXTRAPOLATED_MARGIN * run.trials[2].relative_seconds)
 
 
 def test_the_cli_prints_the_plan_as_json_and_creates_nothing(tmp_path: Path, cli_env: dict[str, str]) -> None:

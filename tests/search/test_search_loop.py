@@ -2,7 +2,8 @@
 
 from autotune import study as studies
 from autotune.process.results import Outcome, TaskResult
-from autotune.search.loop import TRIAL_PROCESSES, Spending, expected_duration_s, judge_values, overrun_reason
+from autotune.search.durations import Durations, ended
+from autotune.search.loop import TRIAL_PROCESSES, Spending, judge_values, overrun_reason
 from autotune.study import TrialRecord
 from tests import fakes
 
@@ -18,24 +19,19 @@ PLAIN = {"dtype": "float32", "batching": "generate", "cache_implementation": "dy
 COMPILED = {**PLAIN, "cache_implementation": "static", "compile": "default"}
 
 
-def test_a_trial_is_expected_to_take_as_long_as_trials_like_it():
-    history = [record(PLAIN, 10.0), record(PLAIN, 12.0), record(COMPILED, 60.0)]
-    assert expected_duration_s(PLAIN, history) == 11.0
-    assert expected_duration_s(COMPILED, history) == 60.0
-    assert expected_duration_s({**PLAIN, "batching": "continuous"}, history) == 12.0  # none alike: all of them
-    assert expected_duration_s(PLAIN, []) is None
-
-
 def test_budget_stopped_and_unfinished_trials_teach_nothing_about_durations():
     history = [record(PLAIN, 3.0, outcome="budget"), record(PLAIN, None, outcome=None), record(PLAIN, 20.0)]
-    assert expected_duration_s(PLAIN, history) == 20.0
+    assert ended(history) == [(PLAIN, 20.0)]
 
 
-def test_no_trial_starts_that_would_overrun_the_budget():
-    history = [record(PLAIN, 10.0), record(COMPILED, 60.0)]
-    assert overrun_reason(PLAIN, history, seconds_left=30) is None
-    assert "takes about 60s and 30s are left" in overrun_reason(COMPILED, history, seconds_left=30)
-    assert overrun_reason(COMPILED, [], seconds_left=1) is None  # nothing learned yet: the deadline stops it
+def test_no_trial_starts_that_may_overrun_the_budget():
+    durations = Durations(ended([record(PLAIN, 10.0), record(COMPILED, 60.0)]), PLAIN, "cpu")
+    assert overrun_reason(PLAIN, durations, seconds_left=13.5) is None  # at most 1.3 x 10 s
+    assert overrun_reason(PLAIN, durations, seconds_left=12.5) == (
+        "budget nearly used up: a trial like this may take up to 13s and 12s are left"
+    )
+    assert "may take up to 78s and 70s are left" in overrun_reason(COMPILED, durations, seconds_left=70)
+    assert overrun_reason(COMPILED, Durations(baseline=PLAIN), seconds_left=1) is None  # nothing ended: no scale
 
 
 # ------------------------------------------------------------------------------------ where the time went

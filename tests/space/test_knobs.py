@@ -12,13 +12,12 @@ from autotune.cli.printers import knobs_line
 from autotune.paths import PACKAGED_SPACE
 from autotune.process.results import Outcome
 from autotune.report.snippets import json_snippet, python_snippet
+from autotune.search.durations import Durations
 from autotune.search.forecast import Forecaster
-from autotune.search.loop import expected_duration_s
 from autotune.search.prepare import _with_defaults
 from autotune.search.strategy import ruled_out
 from autotune.space import KNOBS, Call, Plan, Ref, Target, build_plan, load_space, parse_space
 from autotune.space.knobs import knob_defaults, short_name
-from autotune.study import TrialRecord
 from autotune.worker.failures import classify
 
 BASELINE = {"dtype": "bfloat16", "attn_implementation": "sdpa", "quantization": "none", "batching": "generate"}
@@ -85,17 +84,13 @@ def test_a_trial_compiling_is_expected_to_take_longest_before_any_ran():
 
 
 def test_trials_that_compile_batch_and_quantize_alike_are_expected_to_take_alike():
-    def record(config: dict, seconds: float) -> TrialRecord:
-        return TrialRecord(
-            number=0, state="COMPLETE", config=config, roles=(), outcome="ok", message="", phase=None, metrics={},
-            timings={}, environment={}, plan=None, skipped=None, duration_s=seconds, pid=None, log_tail="",
-        )  # fmt: skip
-
     compiled = {**BASELINE, "cache_implementation": "static", "compile": "default"}
-    history = [record(compiled, 60.0), record(BASELINE, 10.0), record({**BASELINE, "quantization": "bnb-8bit"}, 30.0)]
-    assert expected_duration_s({**compiled, "compile": "max-autotune"}, history) == 60.0  # any mode compiles
-    assert expected_duration_s({**BASELINE, "dtype": "float32"}, history) == 10.0  # dtype does not matter
-    assert expected_duration_s({**BASELINE, "quantization": "bnb-8bit"}, history) == 30.0
+    ended = [(compiled, 60.0), (BASELINE, 10.0), ({**BASELINE, "quantization": "bnb-8bit"}, 30.0)]
+    durations = Durations(ended, BASELINE, "cuda")
+    assert durations.of(compiled).alike and durations.of(compiled).expected == 60.0
+    assert durations.of({**BASELINE, "dtype": "float32"}).expected == 10.0  # dtype does not matter
+    assert durations.of({**BASELINE, "quantization": "bnb-8bit"}).expected == 30.0
+    assert not durations.of({**compiled, "compile": "max-autotune"}).alike  # each compile mode takes its own time
 
 
 @pytest.mark.parametrize("name", [name for name, knob in KNOBS.items() if knob.failure_words])

@@ -278,6 +278,8 @@ def check_aims(kinds: Mapping[str, Any], recipes: Mapping[str, Recipe]) -> None:
 # [serving]   transformers serve optimizations: continuous batching for throughput, compile incompatible with it
 # [h100]      autotune's one H100 run (shared/notes/api-facts.md, a 1.1B Llama at batch 8): bnb-8bit 0.25x, bnb-4bit
 #             0.75x, flex_attention 0.88x, offloaded cache 0.98x the bf16 baseline; eager decode launch-bound
+# [h200]      reports/gpu/2026-11-26-h200 (a 1.1B Llama at batch 8): compile reduce-overhead's first call 21 s (its
+#             trial 2.3x a plain one), max-autotune's 74 s: 3.5x (issue 39's 1.5B model: 36-42 s and 75 s, about 2x)
 # [cpu]       benchmarks/results/techniques-cpu.md and the CPU grids (benchmarks/results/grid-demo-cpu*.json)
 
 
