@@ -265,7 +265,7 @@ class TrialLoop:
         built = build_plan(config, plan_target(self.session.profile, self.request))
         studies.record_launch(trial, config, built.to_json(), roles)
         spec = trial_spec(self.request, self.prepared, config, built.to_json())
-        if (fault := _injected_fault(self.launched)) is not None:
+        if (fault := _injected_fault(self.launched, config)) is not None:
             spec.fault = fault
         workdir = self.session.trial_workdir(trial.number)
         limits = Limits(self.request.budget.trial_timeout_s, self.deadline)
@@ -353,13 +353,26 @@ def _durations(history: list[TrialRecord]) -> list[tuple[Config, float]]:
     return [(r.config, r.duration_s) for r in history if r.duration_s is not None and r.outcome not in cut_short]
 
 
-def _injected_fault(launch_index: int) -> dict[str, str] | None:
-    """Tests make the n-th trial of a run (from 0) fail for real.
+def _injected_fault(launch_index: int, config: Config) -> dict[str, str] | None:
+    """Tests make a trial fail for real: the n-th trial this process launches (from 0), or every trial of the
+    configurations that have all the knob values a key names, whichever trial launches them.
 
-    AUTOTUNE_INJECT_FAULTS='{"3": {"phase": "load", "kind": "hang"}}' makes the fourth trial hang while loading.
+    AUTOTUNE_INJECT_FAULTS='{"3": {"phase": "load", "kind": "hang"}}' makes the fourth trial hang while loading;
+    '{"dtype=float32,attn_implementation=eager": {"phase": "load", "kind": "raise"}}' makes every float32 eager
+    trial raise while loading.
     """
     faults = os.environ.get("AUTOTUNE_INJECT_FAULTS")
-    return json.loads(faults).get(str(launch_index)) if faults else None
+    if not faults:
+        return None
+    for key, fault in json.loads(faults).items():
+        if key == str(launch_index) or ("=" in key and _has_values(config, key)):
+            return fault
+    return None
+
+
+def _has_values(config: Config, pairs: str) -> bool:
+    """Whether `config` has every value of "knob=value,knob=value"."""
+    return all(str(config.get(knob)) == value for knob, _, value in (pair.partition("=") for pair in pairs.split(",")))
 
 
 def judge_values(
