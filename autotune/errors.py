@@ -21,3 +21,10 @@ class NothingSatisfiesError(Exception):
 
 class SearchError(Exception):
     """The search cannot go on (e.g. the reference configuration fails); exit status 1."""
+
+
+class StorageUnavailableError(Exception):
+    """The study's storage stayed unreachable, locked or full past --storage-patience: exit status 75
+    (EX_TEMPFAIL: run the same command again once the storage is back)."""
+
+    EXIT_STATUS = 75

@@ -80,6 +80,16 @@ def deferred() -> Iterator[None]:
         raise Interrupted(signum)
 
 
+def pending() -> bool:
+    """Whether a signal came during deferred() and waits to be raised: a wait for storage ends at once."""
+    return _state.pending is not None
+
+
+def pending_exit_status() -> int | None:
+    """The exit status of a signal that came and was not raised (the run ended another way meanwhile)."""
+    return None if _state.seen is None else 128 + _state.seen
+
+
 def summary(interrupt: Interrupted) -> str:
     """The line the CLI prints: what was kept, what happened to the running trial, how to resume."""
     name = signal.Signals(interrupt.signum).name
