@@ -8,12 +8,14 @@ import random
 import statistics
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
 from autotune import study as studies
+from autotune.errors import StorageUnavailableError
 from autotune.process import phases
 from autotune.process.results import Outcome, TaskResult
 from autotune.process.runner import Limits, run_task
@@ -24,7 +26,7 @@ from autotune.search.prepare import Prepared, plan_target, trial_spec
 from autotune.search.session import Session, recover
 from autotune.search.strategy import Planned, Situation, next_queued, ruled_out, warm_up_set
 from autotune.space import Config, SearchSpace, build_plan, config_key
-from autotune.study import TrialRecord, artifacts
+from autotune.study import TrialRecord, artifacts, kept
 from autotune.study.optuna_internals import trial_id
 from autotune.study.recovery import OWNER_ATTR, Heartbeat, claim_configuration, this_process
 
@@ -113,7 +115,10 @@ class TrialLoop:
             stop = self._limit_reached()
             if stop:
                 return stop
-            recover(self.study, self.claims, self.events, self.session.noted_interruptions, self.session.attach_log)
+            session = self.session
+            recover(
+                self.study, self.claims, self.events, session.noted_interruptions, session.attach_log, session.workdir
+            )
             picked = self._next_trial()
             if picked is None:
                 return "every configuration of the space has been measured"
@@ -227,7 +232,7 @@ class TrialLoop:
             trial.set_user_attr(OWNER_ATTR, this_process())
             if self.request.run_id:
                 trial.set_user_attr("run_id", self.request.run_id)
-            self.session.storage.record_heartbeat(trial_id(trial))
+            self.session.storage.first_heartbeat(trial_id(trial))
         return trial
 
     def _roles(self, trial: optuna.Trial) -> list[str]:
@@ -276,9 +281,7 @@ class TrialLoop:
             started = self.started = time.monotonic()
             result = run_task(spec, workdir, limits, on_start=on_start, on_phase=on_phase)
             duration = time.monotonic() - started
-            artifacts.attach(self.session.artifact_store, trial, workdir / "worker.log", artifacts.LOG_MIMETYPE)
-            with deferred():
-                self._record(trial, config, result, duration)
+            self._store(trial, config, result, duration, workdir)
         self.space = judge_values(self.study, self.session.space, trial.number, config, result)
         if result.excludes or result.suspects:
             self.situation = self._situation()
@@ -286,6 +289,19 @@ class TrialLoop:
         self.launched += 1
         self.events.trial_finished(TrialRecord.from_frozen(self.study.get_trials(deepcopy=False)[trial.number]))
         return result
+
+    def _store(self, trial: optuna.Trial, config: Config, result: TaskResult, duration: float, workdir: Path) -> None:
+        """The trial's log and result into storage. The result is kept on local disk until the storage has it
+        (study/kept.py): through an outage the storage waits out, and past it, for the next process to store."""
+        kept_file = kept.keep(workdir, trial, result, duration)
+        try:
+            artifacts.attach(self.session.artifact_store, trial, workdir / "worker.log", artifacts.LOG_MIMETYPE)
+            with deferred():
+                self._record(trial, config, result, duration)
+        except StorageUnavailableError as error:
+            self.current = None  # not to be recorded as interrupted: its result waits on disk
+            raise StorageUnavailableError(f"{error}{kept.kept_note(trial.number, kept_file)}") from None
+        kept.forget(kept_file)
 
     def _record(self, trial: optuna.Trial, config: Config, result: TaskResult, duration: float) -> None:
         try:
@@ -295,8 +311,10 @@ class TrialLoop:
         except (UpdateFinishedTrialError, ValueError):  # ValueError: Optuna's "Cannot tell a FAIL trial"
             if self.session.storage.get_trial(trial_id(trial)).state == TrialState.RUNNING:
                 raise
-            # this process stalled past the grace period, and another one failed the trial as interrupted
-            self.events.note(f"trial #{trial.number} was failed as interrupted by another process; result not stored")
+            # this process stalled past the grace period, or its storage was unreachable that long, and another
+            # one failed the trial as interrupted: the result goes to the retry that queued, if it still waits
+            measured = kept.KeptResult(None, trial.number, trial_id(trial), result, duration, this_process())
+            self.events.note(kept.store(self.study, self.claims, measured) or f"trial #{trial.number} is stored")
         self.current = None
         if result.outcome == Outcome.BUDGET:
             self._release(config, trial.number)  # never measured: a later run may take it

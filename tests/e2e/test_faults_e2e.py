@@ -19,7 +19,7 @@ import pytest
 
 from autotune.study import open_storage, records
 from autotune.worker.demo_model import ensure_demo_model
-from tests.conftest import announced, running_trial, start_search, wait_for
+from tests.conftest import EIGHT_CONFIGURATIONS, announced, running_trial, start_search, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -58,14 +58,7 @@ def alive(pid: int) -> bool:
         return False
 
 
-# Exactly eight configurations: a search of eight trials measures each once, whichever order its strategy (which
-# ranks by measured durations) launches them in, so each fault below is attached to a configuration, not to a turn.
-EIGHT = """
-knobs:
-  dtype: [float32, bfloat16]
-  attn_implementation: [sdpa, eager]
-  execution_mode: [no_grad, inference_mode]
-"""
+# Each of the eight configurations runs once in eight trials: each fault below is attached to a configuration.
 REFERENCE = "dtype=float32,attn_implementation=sdpa,execution_mode=no_grad"
 BASELINE = "dtype=bfloat16,attn_implementation=sdpa,execution_mode=no_grad"
 HANGS = "dtype=bfloat16,attn_implementation=eager,execution_mode=no_grad"
@@ -90,7 +83,7 @@ def _key(config: dict) -> str:
 
 
 def test_every_fault_inside_a_trial_is_recorded_and_the_study_goes_on(tmp_path, env):
-    (tmp_path / "eight.yaml").write_text(EIGHT)
+    (tmp_path / "eight.yaml").write_text(EIGHT_CONFIGURATIONS)
     env = {**env, "AUTOTUNE_INJECT_FAULTS": json.dumps(FAULTS)}
     process = subprocess.Popen(
         [sys.executable, "-m", "autotune", "search", *SMALL, "--space", "eight.yaml", "--trials", "8",
