@@ -28,3 +28,8 @@ class StorageUnavailableError(Exception):
     (EX_TEMPFAIL: run the same command again once the storage is back)."""
 
     EXIT_STATUS = 75
+
+
+class OutputError(Exception):
+    """A file autotune writes (a report) could not be written: a full disk, a folder it may not write. Exit
+    status 1; what the study stores is untouched."""

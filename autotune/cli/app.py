@@ -48,7 +48,7 @@ from autotune.cli.printers import (
     print_search_summary,
     print_worker_summary,
 )
-from autotune.errors import NothingSatisfiesError, SearchError, StorageUnavailableError, UserError
+from autotune.errors import NothingSatisfiesError, OutputError, SearchError, StorageUnavailableError, UserError
 from autotune.figures.objectives import search_goal
 from autotune.search import interrupts
 from autotune.specs import BudgetSpec, HardwareSpec, ModelSpec, WorkloadSpec
@@ -457,6 +457,9 @@ def main() -> None:
     except NothingSatisfiesError as error:
         print(f"autotune: nothing satisfies the constraints: {error}", file=sys.stderr)
         sys.exit(NothingSatisfiesError.EXIT_STATUS)
+    except OutputError as error:
+        print(f"autotune: {error}", file=sys.stderr)
+        sys.exit(1)
     except StorageUnavailableError as error:
         print(f"autotune: storage unavailable: {error}", file=sys.stderr)
         sys.exit(interrupts.pending_exit_status() or StorageUnavailableError.EXIT_STATUS)

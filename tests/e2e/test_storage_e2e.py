@@ -6,14 +6,17 @@ ending), never on a fixed sleep.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -25,6 +28,7 @@ from autotune.study import records
 from autotune.study.kept import KEPT_NAME
 from autotune.worker.demo_model import ensure_demo_model
 from tests.conftest import EIGHT_CONFIGURATIONS, announced
+from tests.disks import fill, small_disk
 from tests.postgres import PostgresServer, postgres_server  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.slow
@@ -121,12 +125,10 @@ def test_workers_live_through_a_postgresql_restart_and_past_their_patience_leave
     study = optuna.load_study(study_name=name, storage=postgres_server.url)
     folder = Path(env["AUTOTUNE_CACHE_DIR"]) / "studies" / name
     owners = {w.process.pid for w in workers}
-    deadline = time.monotonic() + 600
-    while len(measuring := stalled_trials(study, folder, owners)) < 3:  # every worker mid-trial
-        assert time.monotonic() < deadline and all(w.process.poll() is None for w in workers), [
-            w.output() for w in workers
-        ]
-        time.sleep(0.5)
+    three = lambda: len(stalled_trials(study, folder, owners)) == 3  # noqa: E731
+    for each in workers:
+        wait_until(three, each, "not every worker reached its trial")  # every worker mid-trial
+    measuring = stalled_trials(study, folder, owners)
 
     postgres_server.stop()  # as maintenance does, while three trials measure
     release.touch()  # they finish during the outage
@@ -162,14 +164,69 @@ def test_workers_live_through_a_postgresql_restart_and_past_their_patience_leave
     shutil.rmtree(folder, ignore_errors=True)  # the cache is shared by the session's other tests
 
 
-HOLD_A_READ = """
-import sqlite3, sys, time
-from pathlib import Path
-connection = sqlite3.connect(sys.argv[1], isolation_level=None)
-connection.execute("BEGIN")
-connection.execute("SELECT count(*) FROM trials").fetchall()  # a read transaction: SQLite's shared lock, held
-Path(sys.argv[2]).touch()
-while not Path(sys.argv[3]).exists():
-    time.sleep(0.05)
-connection.execute("COMMIT")
-"""
+def test_a_full_disk_fails_the_trials_with_their_reason_and_the_report_with_a_line_and_damages_nothing(tmp_path, env):
+    (tmp_path / "eight.yaml").write_text(EIGHT_CONFIGURATIONS)
+    search = [sys.executable, "-m", "autotune", "search", "--model", "demo", "--gpu", "cpu", "--space", "eight.yaml",
+              *SMALL]  # fmt: skip
+    first = subprocess.run([*search, "--trials", "1"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                           timeout=900)  # fmt: skip
+    assert first.returncode == 0, first.stdout + first.stderr
+    url = f"sqlite:///{tmp_path}/studies/demo-cpu.db"
+    before = records(optuna.load_study(study_name="demo-cpu", storage=url))
+    report = tmp_path / "reports" / "demo-cpu.html"
+    written = report.read_bytes()
+
+    release = tmp_path / "release-the-stall"
+    stall = {**env, "AUTOTUNE_INJECT_FAULTS": json.dumps({"0": {"phase": "load", "kind": "stall",
+                                                                "until": str(release)}})}  # fmt: skip
+    with on_a_small_disk(tmp_path / "studies" / "demo-cpu") as trials, on_a_small_disk(tmp_path / "reports") as reports:
+        fill(reports)
+        resumed = Watched([*search, "--trials", "2"], tmp_path, stall)
+        study = optuna.load_study(study_name="demo-cpu", storage=url)
+        wait_until(lambda: stalled_trials(study, trials, {resumed.process.pid}), resumed, "no trial stalled")
+        trial_files = fill(trials)  # while the first trial runs
+        release.touch()
+        assert resumed.finish() == 1, resumed.output()
+        (line,) = resumed.errors
+        assert line == (
+            "autotune: reports/demo-cpu.html could not be written: No space left on device; the study is untouched: "
+            "`autotune report --study demo-cpu` writes the report again from it"
+        )
+        assert report.read_bytes() == written  # the previous report, whole
+        after = {r.number: r for r in records(optuna.load_study(study_name="demo-cpu", storage=url))}
+        stored = [r for r in before if r.state != "WAITING"]
+        assert stored and [(r.state, r.metrics) for r in stored] == [(after[r.number].state, after[r.number].metrics)
+                                                                     for r in stored]  # fmt: skip
+        failed = [r for r in after.values() if r.launched and r.number not in {s.number for s in stored}]
+        assert len(failed) == 2 and all(r.state == "FAIL" for r in failed), after
+        assert failed[0].message.startswith("no space left on device: 0 B free where the task writes its files")
+        assert failed[1].message.startswith("cannot write the task's files in ") and failed[1].message.endswith(
+            ": No space left on device"
+        )
+        check = sqlite3.connect(tmp_path / "studies" / "demo-cpu.db")
+        assert check.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        check.close()
+        trial_files.unlink()
+        (reports / "filler").unlink()
+        again = subprocess.run([sys.executable, "-m", "autotune", "report", "--study", "demo-cpu"], cwd=tmp_path,
+                               env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert again.returncode == 0 and report.read_bytes() != written, again.stdout + again.stderr
+
+
+@contextlib.contextmanager
+def on_a_small_disk(folder: Path) -> Iterator[Path]:
+    """`folder`, with what it holds, moved onto a small disk of its own (a tmpfs with room for all of it twice, as a
+    report written again beside the last one needs, and 2 MB to spare)."""
+    aside = folder.with_name(f"{folder.name}.aside")
+    folder.rename(aside)
+    size = sum(path.stat().st_size for path in aside.rglob("*") if path.is_file())
+    with small_disk(folder, size=f"{2 * size // 1024 + 2048}k") as disk:
+        shutil.copytree(aside, disk, dirs_exist_ok=True)
+        yield disk
+
+
+def wait_until(found: Callable[[], object], watched: Watched, failure: str, timeout_s: float = 600) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not found():
+        assert time.monotonic() < deadline and watched.process.poll() is None, f"{failure}: {watched.output()}"
+        time.sleep(0.5)
