@@ -161,7 +161,8 @@ def _first_line(error: BaseException) -> str:
 
 
 def lock_holders(path: Path) -> str:
-    """Who holds an SQLite file open on this machine, by kind: "optuna-dashboard (pid 4242)"."""
+    """The other processes of this machine that have an SQLite file open, by kind: "optuna-dashboard (pid 4242)".
+    One of them holds the lock (SQLite does not say which)."""
     target = path.resolve()
     holders = []
     for process in psutil.process_iter(["pid", "name", "cmdline"]):
@@ -174,8 +175,8 @@ def lock_holders(path: Path) -> str:
         if any(Path(file.path) == target for file in files):
             holders.append(f"{_kind(process.info['name'] or '', process.info['cmdline'] or [])} (pid {process.pid})")
     if not holders:
-        return f"{path} is locked, and no other process of this machine has it open"
-    return f"{path} is held by {', '.join(holders)}"
+        return f"no other process of this machine has {path} open"
+    return f"{path} is open in {', '.join(holders)}"
 
 
 def _kind(name: str, command: list[str]) -> str:

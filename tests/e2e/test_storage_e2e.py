@@ -21,8 +21,10 @@ from pathlib import Path
 from typing import IO
 
 import optuna
+import psutil
 import pytest
 
+from autotune import study as studies
 from autotune.extras import installed
 from autotune.study import records
 from autotune.study.kept import KEPT_NAME
@@ -230,3 +232,44 @@ def wait_until(found: Callable[[], object], watched: Watched, failure: str, time
     while not found():
         assert time.monotonic() < deadline and watched.process.poll() is None, f"{failure}: {watched.output()}"
         time.sleep(0.5)
+
+
+HOLD_A_READ = """
+import sqlite3, sys, time
+from pathlib import Path
+connection = sqlite3.connect(sys.argv[1], isolation_level=None)
+connection.execute("BEGIN")
+connection.execute("SELECT count(*) FROM trials").fetchall()  # a read transaction: SQLite's shared lock, held
+Path(sys.argv[2]).touch()
+while not Path(sys.argv[3]).exists():
+    time.sleep(0.05)
+connection.execute("COMMIT")
+"""
+
+
+def test_a_search_beside_a_reader_holding_its_sqlite_file_waits_names_the_reader_and_goes_on(tmp_path, env):
+    database = tmp_path / "studies" / "demo-cpu.db"
+    studies.open_storage(f"sqlite:///{database}").engine.dispose()  # Optuna's tables, no study yet: something to read
+    holding, release = tmp_path / "holding", tmp_path / "release"
+    reader = subprocess.Popen([sys.executable, "-c", HOLD_A_READ, str(database), str(holding), str(release)])
+    try:
+        while not holding.exists():
+            assert reader.poll() is None, "the reader ended before it held its read"
+            time.sleep(0.05)
+        holder = psutil.Process(reader.pid).name()
+        (tmp_path / "eight.yaml").write_text(EIGHT_CONFIGURATIONS)
+        command = ["search", "--model", "demo", "--gpu", "cpu", "--space", "eight.yaml", "--trials", "1", *SMALL]
+        search = Watched([sys.executable, "-m", "autotune", *command, "--storage-patience", "10s"], tmp_path, env)
+        locked = search.wait_for_line("is locked by another process")
+    finally:
+        release.touch()  # the reader commits: the search's next try goes through
+        reader.wait(timeout=60)
+    assert search.finish() == 0, search.output()
+    assert locked == (
+        "note: storage sqlite:///studies/demo-cpu.db is locked by another process (studies/demo-cpu.db is open in "
+        f"{holder} (pid {reader.pid})); retrying for up to 10.0s (--storage-patience)"
+    )
+    assert any(line.startswith("note: storage sqlite:///studies/demo-cpu.db answers again, after ") for line in
+               search.lines)  # fmt: skip
+    assert [r.outcome for r in records(optuna.load_study(study_name="demo-cpu", storage=f"sqlite:///{database}"))
+            if r.launched] == ["ok"]  # fmt: skip

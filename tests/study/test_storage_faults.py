@@ -105,7 +105,7 @@ def test_an_sqlite_file_a_reader_holds_too_long_stops_writes_with_a_line_naming_
             time.sleep(0.05)
         with pytest.raises(StorageUnavailableError) as stopped:
             study.tell(trial, 1.0)
-        assert f"is held by {_kind(Path(sys.executable).name, [sys.executable, '-c'])} (pid {reader.pid})" in str(
+        assert f"is open in {_kind(Path(sys.executable).name, [sys.executable, '-c'])} (pid {reader.pid})" in str(
             stopped.value
         )
         assert str(stopped.value).startswith(f"storage sqlite:///{path} is locked by another process (")
