@@ -295,8 +295,8 @@ class TrialLoop:
         (study/kept.py): through an outage the storage waits out, and past it, for the next process to store."""
         kept_file = kept.keep(workdir, trial, result, duration)
         try:
-            artifacts.attach(self.session.artifact_store, trial, workdir / "worker.log", artifacts.LOG_MIMETYPE)
             with deferred():
+                artifacts.attach(self.session.artifact_store, trial, workdir / "worker.log", artifacts.LOG_MIMETYPE)
                 self._record(trial, config, result, duration)
         except StorageUnavailableError as error:
             self.current = None  # not to be recorded as interrupted: its result waits on disk

@@ -126,7 +126,7 @@ def open_patient_storage(request: SearchRequest, url: str, events: SearchEvents)
     """The study's storage, waiting out an outage for --storage-patience, saying so in the search's notes, and
     ending a wait at once when a signal asks this process to stop."""
     storage = studies.open_storage(url, request.storage.patience_s, events.note)
-    storage.patience.interrupted = interrupts.pending
+    storage.patience.interrupted = interrupts.signalled
     return storage
 
 

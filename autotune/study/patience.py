@@ -56,8 +56,9 @@ class Problem:
 class Patience:
     """Retries storage calls through an outage, and says when one starts, ends, or lasts too long.
 
-    `say` prints a line (the search's notes); `interrupted` tells whether a signal asks the process to stop,
-    so a wait never outlasts Ctrl-C. Shared by the threads of one process: one outage, one pair of lines.
+    `say` prints a line (the search's notes); `interrupted` tells whether a signal asks the process to stop: the
+    wait ends at its next try (10 s at most), not at the limit. Shared by the threads of one process: one outage,
+    one pair of lines.
     """
 
     def __init__(

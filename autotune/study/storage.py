@@ -142,9 +142,9 @@ def sqlite_file_missing(url: str) -> bool:
     return url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists()
 
 
-def load_stored_study(url: str, name: str) -> optuna.Study:
+def load_stored_study(url: str, name: str, patience_s: float = DEFAULT_PATIENCE_S) -> optuna.Study:
     """An existing study, without creating a database or a study when there is none."""
-    study = None if sqlite_file_missing(url) else find_study(open_storage(url), name)
+    study = None if sqlite_file_missing(url) else find_study(open_storage(url, patience_s), name)
     if study is None:
         raise UserError(f"no study named {name!r} in {redact(url)}; check --study and --storage")
     return study

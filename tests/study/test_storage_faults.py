@@ -5,6 +5,8 @@ workers that live through the same faults are in tests/e2e/test_storage_e2e.py.
 
 from __future__ import annotations
 
+import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -68,6 +70,31 @@ def test_a_postgresql_server_down_past_the_patience_stops_the_call_with_one_line
     message = str(stopped.value)
     assert message.startswith(f"storage {studies.redact(postgres_server.url)} cannot reach its database (")
     assert "\n" not in message and message.endswith("(--storage-patience 2.0s)") and "gave up after 2." in message
+
+
+def test_a_signal_ends_a_wait_for_the_storage_at_its_next_try(postgres_server):  # noqa: F811
+    from autotune.search import interrupts
+
+    said = Said("cannot reach its database")
+    storage = studies.open_storage(postgres_server.url, patience_s=600, say=said)
+    storage.patience.interrupted = interrupts.signalled  # as a search's or a worker's storage (search/session.py)
+    study = optuna.create_study(study_name="signalled", storage=storage)
+    trial = study.ask()
+    postgres_server.stop()
+    saved = {signum: signal.getsignal(signum) for signum in interrupts.HANDLED}
+    interrupts.install()
+    try:
+        sender = threading.Thread(target=lambda: said.seen.wait(120) and os.kill(os.getpid(), signal.SIGTERM))
+        sender.start()
+        with pytest.raises(StorageUnavailableError) as stopped, interrupts.deferred():  # as a trial's result is told
+            trial.set_user_attr("measured", 42.0)
+        sender.join()
+        assert "; stopped by a signal after " in str(stopped.value)  # seconds, not the 10 minutes of patience
+        assert interrupts.pending_exit_status() == 143  # what the CLI exits with, not 75
+    finally:
+        interrupts.install()  # forget the signal
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
 
 
 def test_postgresql_as_users_write_it_takes_the_driver_installed_here(postgres_server):  # noqa: F811
