@@ -49,9 +49,8 @@ class PostgresServer:
         self.data = self.root / "data"
         if os.geteuid() == 0:
             shutil.chown(self.root, "postgres")
-        self.port = _free_port()
         subprocess.run(_as_server_user([initdb, "-D", str(self.data), "--auth=trust", "-U", "autotune"]), **_CHECKED)
-        self.start()
+        self._start_on_a_free_port()
         subprocess.run([_binary("createdb") or "createdb", *self._address(), "-U", "autotune", "studies"], **_CHECKED)
 
     @property
@@ -64,6 +63,18 @@ class PostgresServer:
         log = str(self.root / "log")
         subprocess.run(_as_server_user([self.pg_ctl, "-D", str(self.data), "-o", options, "-l", log, "-w", "start"]),
                        **_CHECKED)  # fmt: skip
+
+    def _start_on_a_free_port(self) -> None:
+        """Start on a port free a moment before; another process may bind it in that moment: then another one."""
+        for attempt in range(PORT_ATTEMPTS):
+            self.port = _free_port()
+            try:
+                self.start()
+                return
+            except subprocess.CalledProcessError:
+                log = (self.root / "log").read_text(errors="replace") if (self.root / "log").exists() else ""
+                if "could not bind" not in log or attempt == PORT_ATTEMPTS - 1:
+                    raise
 
     def stop(self) -> None:
         """Stop it as maintenance does (`pg_ctl stop -m fast`): open transactions roll back, connections close."""
@@ -84,6 +95,7 @@ class PostgresServer:
 
 
 _CHECKED = dict(check=True, capture_output=True, text=True)
+PORT_ATTEMPTS = 3
 
 
 @pytest.fixture(scope="session")

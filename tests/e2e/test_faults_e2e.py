@@ -124,8 +124,9 @@ def test_every_fault_inside_a_trial_is_recorded_and_the_study_goes_on(tmp_path, 
 
 
 def test_a_killed_search_resumes_and_retries_the_interrupted_trial_once(tmp_path, env):
-    # The third trial hangs, so the search is surely mid-trial when it is killed.
-    hang = {"2": {"phase": "measure", "kind": "hang"}}
+    # The third trial hangs while loading (which every launched trial reaches), so the search is surely mid-trial
+    # when it is killed.
+    hang = {"2": {"phase": "load", "kind": "hang"}}
     process = start_search(tmp_path, env, [*SMALL, "--trials", "5"], hang)
 
     def third_trial_running():
