@@ -24,6 +24,7 @@ from autotune.space import Config, SearchSpace, config_key, load_space, rules
 from autotune.specs import HardwareSpec, ModelSpec, QualitySpec, SearchRequest, WorkerRequest, WorkloadSpec
 from autotune.study import StudySettings, artifacts, kept
 from autotune.study.claims import Claims
+from autotune.study.patience import PatientStorage
 from autotune.study.recovery import LogAttacher, recover_interrupted
 
 
@@ -36,7 +37,7 @@ class Session:
     space: SearchSpace
     name: str
     storage_url: str
-    storage: optuna.storages.RDBStorage | None
+    storage: PatientStorage | None
     existing: optuna.Study | None
     settings: StudySettings
     joining: bool = False  # a worker joining a study: it leaves the study's settings as they are
@@ -122,9 +123,9 @@ def recover(
         events.note(f"trials {numbers} were interrupted when their process died; each is retried once")
 
 
-def open_patient_storage(request: SearchRequest, url: str, events: SearchEvents) -> optuna.storages.RDBStorage:
+def open_patient_storage(request: SearchRequest, url: str, events: SearchEvents) -> PatientStorage:
     """The study's storage, waiting out an outage for --storage-patience, saying so in the search's notes, and
-    ending a wait at once when a signal asks this process to stop."""
+    ending a wait at its next try when a signal asks this process to stop."""
     storage = studies.open_storage(url, request.storage.patience_s, events.note)
     storage.patience.interrupted = interrupts.signalled
     return storage

@@ -147,8 +147,10 @@ def store(study: optuna.Study, claims: Claims, kept: KeptResult) -> str | None:
         try:
             _tell(study, kept.trial_id, kept)
             return None
-        except UpdateFinishedTrialError:  # failed as interrupted between the read and the write
+        except (UpdateFinishedTrialError, ValueError):  # ValueError: Optuna's "Cannot tell a FAIL trial"
             trial = storage.get_trial(kept.trial_id)
+            if trial.state == TrialState.RUNNING:  # not failed meanwhile by another process: a real error
+                raise
     if not TrialRecord.from_frozen(trial).interrupted:
         return None  # stored already: its process ended after telling it, before removing the file
     return _store_on_retry(study, claims, kept, trial)

@@ -50,7 +50,7 @@ _WORDS = {  # what each kind of problem is called in the lines printed
 @dataclass(frozen=True)
 class Problem:
     kind: str  # UNREACHABLE, LOCKED or FULL
-    detail: str  # the driver's first line, or who holds an SQLite lock
+    detail: str  # the driver's first line, or which processes have a locked SQLite file open
 
 
 class Patience:
