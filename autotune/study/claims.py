@@ -15,7 +15,7 @@ from typing import TypeVar
 import sqlalchemy
 from sqlalchemy.exc import IntegrityError
 
-from autotune.study.patience import Patience
+from autotune.study.patience import Patience, storage_problem
 
 Result = TypeVar("Result")
 
@@ -41,10 +41,15 @@ class Claims:
         self.engine = engine
         self.study_id = study_id
         self.patience = patience
+        self._patiently(self._create_table)
+
+    def _create_table(self) -> None:
         try:
-            _METADATA.create_all(engine, checkfirst=True)
-        except sqlalchemy.exc.DatabaseError:  # another process created the table between check and create
-            _METADATA.create_all(engine, checkfirst=True)
+            _METADATA.create_all(self.engine, checkfirst=True)
+        except sqlalchemy.exc.DatabaseError as error:
+            if storage_problem(error) is not None:  # locked, unreachable, full: the patience waits it out
+                raise
+            _METADATA.create_all(self.engine, checkfirst=True)  # another process created it between check and create
 
     def _patiently(self, statement: Callable[[], Result]) -> Result:
         return statement() if self.patience is None else self.patience.call(statement)

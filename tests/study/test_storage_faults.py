@@ -21,6 +21,7 @@ from optuna.trial import TrialState
 from autotune import study as studies
 from autotune.errors import StorageUnavailableError
 from autotune.extras import installed
+from autotune.study.claims import Claims
 from autotune.study.patience import _kind
 from tests.disks import fill, small_disk
 from tests.postgres import PostgresServer, postgres_server  # noqa: F401 - a fixture
@@ -136,11 +137,14 @@ def test_an_sqlite_file_a_reader_holds_too_long_stops_writes_with_a_line_naming_
             stopped.value
         )
         assert str(stopped.value).startswith(f"storage sqlite:///{path} is locked by another process (")
+        with pytest.raises(StorageUnavailableError, match="is locked by another process"):
+            Claims(storage.engine, storage.get_study_id_from_name("held"), storage.patience)  # creates its table
     finally:
         release.touch()
         reader.wait(timeout=60)
     study.tell(trial, 1.0)  # once the reader lets go, the same write goes through
     assert study.trials[0].state == TrialState.COMPLETE
+    Claims(storage.engine, storage.get_study_id_from_name("held"), storage.patience)
 
 
 @pytest.mark.parametrize(
