@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -107,6 +108,7 @@ def main() -> None:
         run(options, server, work, env, cache)
     finally:
         server.remove()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def run(options: argparse.Namespace, server: PostgresServer, work: Path, env: dict[str, str], cache: Path) -> None:
@@ -127,7 +129,7 @@ def run(options: argparse.Namespace, server: PostgresServer, work: Path, env: di
                         work, stalls)  # fmt: skip
     everyone = [*workers, impatient]
     study = optuna.load_study(study_name=name, storage=server.url)
-    folder = cache / "studies" / name
+    folder = cache / "studies" / name  # its trial files, in the cache: removed at the end
     owners = {each.process.pid for each in everyone}
     wait_until(lambda: len(stalled(study, folder, owners)) == 4, "four trials measuring")
     measuring = stalled(study, folder, owners)
@@ -149,6 +151,7 @@ def run(options: argparse.Namespace, server: PostgresServer, work: Path, env: di
             if any(words in line for words in ("storage", "kept", "autotune:", "worker on study", "#")):
                 print(f"  [{second:6.1f}s] {line}")
     summarize(optuna.load_study(study_name=name, storage=server.url), measuring)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def summarize(study: optuna.Study, measuring: dict[int, int]) -> None:

@@ -103,15 +103,25 @@ def stalled_trials(study: optuna.Study, folder: Path, owners: set[int]) -> dict[
     return running
 
 
+@pytest.fixture
+def study_name(cache_dir: Path) -> Iterator[str]:
+    """A name no other test or run gives a study: a server database's trial files go to the cache, which they share.
+    Its trial files are removed after."""
+    name = f"outage-{uuid.uuid4().hex[:8]}"
+    yield name
+    shutil.rmtree(cache_dir / "studies" / name, ignore_errors=True)
+
+
 def test_workers_live_through_a_postgresql_restart_and_past_their_patience_leave_their_result_for_the_next(
     tmp_path,
     env,
+    study_name: str,
     postgres_server: PostgresServer,  # noqa: F811
 ):
     # As users write the URL, with psycopg 3 only installed (SQLAlchemy's default driver for it is psycopg2).
     assert installed("psycopg") and not installed("psycopg2")
     url = postgres_server.url.replace("postgresql+psycopg://", "postgresql://")
-    name = f"outage-{uuid.uuid4().hex[:8]}"  # its trial files go to the cache, which other tests and runs share
+    name = study_name
     (tmp_path / "eight.yaml").write_text(EIGHT_CONFIGURATIONS)  # six trials below: each one measures
     created = subprocess.run([sys.executable, "-m", "autotune", "search", "--model", "demo", "--gpu", "cpu", "--study",
                               name, "--storage", url, "--space", "eight.yaml", "--trials", "1", *SMALL], cwd=tmp_path,
@@ -163,7 +173,6 @@ def test_workers_live_through_a_postgresql_restart_and_past_their_patience_leave
     assert len(measured) == len(set(measured)) == 1 + 2 + 2 + 1, "every configuration measured once, none lost"
     assert not [r for r in by_number.values() if r.interrupted], "no trial was lost to the outage"
     assert list(folder.glob(f"trial-*/{KEPT_NAME}*")) == []
-    shutil.rmtree(folder, ignore_errors=True)  # the cache is shared by the session's other tests
 
 
 def test_a_full_disk_fails_the_trials_with_their_reason_and_the_report_with_a_line_and_damages_nothing(tmp_path, env):
