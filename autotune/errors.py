@@ -21,3 +21,15 @@ class NothingSatisfiesError(Exception):
 
 class SearchError(Exception):
     """The search cannot go on (e.g. the reference configuration fails); exit status 1."""
+
+
+class StorageUnavailableError(Exception):
+    """The study's storage stayed unreachable, locked or full past --storage-patience: exit status 75
+    (EX_TEMPFAIL: run the same command again once the storage is back)."""
+
+    EXIT_STATUS = 75
+
+
+class OutputError(Exception):
+    """A file autotune writes (a report) could not be written: a full disk, a folder it may not write. Exit
+    status 1; what the study stores is untouched."""

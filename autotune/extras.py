@@ -76,13 +76,15 @@ def why_missing(feature: str, packages: Sequence[Package]) -> str | None:
 
 
 def why_storage_missing(url: str) -> str | None:
-    """The line naming what a PostgreSQL storage URL needs here, or None (other URLs: SQLAlchemy says)."""
+    """The line naming what a PostgreSQL storage URL needs here, or None (other URLs: SQLAlchemy says).
+
+    `postgresql://` takes whichever driver is installed (psycopg2, SQLAlchemy's default for it, or psycopg 3)."""
     scheme = url.split("://", 1)[0]
     if scheme == "postgresql+psycopg":
         return why_missing("--storage postgresql+psycopg://", POSTGRES)
-    if scheme in ("postgresql", "postgresql+psycopg2") and not installed("psycopg2"):
-        return (
-            f"--storage {scheme}:// needs psycopg2 (SQLAlchemy's driver for it), which is not installed: "
-            f"write postgresql+psycopg://... and {install_line('postgres')}"
-        )
+    if scheme == "postgresql+psycopg2" and not installed("psycopg2"):
+        return "--storage postgresql+psycopg2:// needs psycopg2, which is not installed: pip install psycopg2-binary"
+    if scheme == "postgresql" and not installed("psycopg2") and not installed("psycopg"):
+        driver = "psycopg (or psycopg2)"
+        return f"--storage postgresql:// needs {driver}, which is not installed: {install_line('postgres')}"
     return None

@@ -107,6 +107,9 @@ class BudgetSpec:
         return started + self.budget_s if self.budget_s else None
 
 
+DEFAULT_STORAGE_PATIENCE_S = 600.0
+
+
 @dataclass(frozen=True)
 class StorageSpec:
     """Where a study, its trial logs and the cached models and references are kept."""
@@ -116,6 +119,7 @@ class StorageSpec:
     artifacts: str | None = None  # where trial logs and reports go (autotune.study.artifacts); None: beside SQLite
     studies_dir: Path = Path("studies")
     cache_dir: Path = field(default_factory=default_cache_dir)
+    patience_s: float = DEFAULT_STORAGE_PATIENCE_S  # how long a storage outage is waited out (study/patience.py)
 
 
 @dataclass(frozen=True)

@@ -236,6 +236,16 @@ def demo_search(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> De
     return DemoSearch(workdir, completed, records(search.study()), env)
 
 
+# Exactly eight configurations, each of which runs on a CPU: a search of eight trials measures each once, whichever
+# order its strategy (which ranks by measured durations) launches them in.
+EIGHT_CONFIGURATIONS = """
+knobs:
+  dtype: [float32, bfloat16]
+  attn_implementation: [sdpa, eager]
+  execution_mode: [no_grad, inference_mode]
+"""
+
+
 # --------------------------------------------------------------------- a search watched while it runs
 
 Found = TypeVar("Found")

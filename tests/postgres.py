@@ -1,7 +1,10 @@
-"""A real PostgreSQL server for the tests: initdb in a temporary folder, listening on 127.0.0.1 only.
+"""Real PostgreSQL servers for the tests: initdb in a temporary folder, listening on 127.0.0.1 only.
 
 Debian's `postgresql` package provides the binaries (.ci/run installs it). The server refuses to run
 as root, so as root it runs as the `postgres` user the package creates.
+
+`postgres_url` is one server for the whole session. A test that stops its server, restarts it or cuts its
+connections takes a `postgres_server` of its own (a few seconds to create), so no other test sees the outage.
 """
 
 from __future__ import annotations
@@ -35,25 +38,79 @@ def _as_server_user(command: list[str]) -> list[str]:
     return ["runuser", "-u", "postgres", "--", *command] if os.geteuid() == 0 else command
 
 
+class PostgresServer:
+    """One PostgreSQL server with a database `studies`, which a test can stop, start again, and cut off."""
+
+    def __init__(self) -> None:
+        initdb, self.pg_ctl, self.psql = _binary("initdb"), _binary("pg_ctl"), _binary("psql")
+        if initdb is None or self.pg_ctl is None:
+            pytest.skip("PostgreSQL is not installed (Debian package postgresql; .ci/run installs it)")
+        self.root = Path(tempfile.mkdtemp(prefix="autotune-postgres-"))  # not under pytest's root-only folder
+        self.data = self.root / "data"
+        if os.geteuid() == 0:
+            shutil.chown(self.root, "postgres")
+        subprocess.run(_as_server_user([initdb, "-D", str(self.data), "--auth=trust", "-U", "autotune"]), **_CHECKED)
+        self._start_on_a_free_port()
+        subprocess.run([_binary("createdb") or "createdb", *self._address(), "-U", "autotune", "studies"], **_CHECKED)
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+psycopg://autotune@127.0.0.1:{self.port}/studies"
+
+    def start(self) -> None:
+        """Start the server and wait until it accepts connections."""
+        options = f"-h 127.0.0.1 -p {self.port} -k {self.root} -c fsync=off"
+        log = str(self.root / "log")
+        subprocess.run(_as_server_user([self.pg_ctl, "-D", str(self.data), "-o", options, "-l", log, "-w", "start"]),
+                       **_CHECKED)  # fmt: skip
+
+    def _start_on_a_free_port(self) -> None:
+        """Start on a port free a moment before; another process may bind it in that moment: then another one."""
+        for attempt in range(PORT_ATTEMPTS):
+            self.port = _free_port()
+            try:
+                self.start()
+                return
+            except subprocess.CalledProcessError:
+                log = (self.root / "log").read_text(errors="replace") if (self.root / "log").exists() else ""
+                if "could not bind" not in log or attempt == PORT_ATTEMPTS - 1:
+                    raise
+
+    def stop(self) -> None:
+        """Stop it as maintenance does (`pg_ctl stop -m fast`): open transactions roll back, connections close."""
+        subprocess.run(_as_server_user([self.pg_ctl, "-D", str(self.data), "-m", "fast", "-w", "stop"]), **_CHECKED)
+
+    def sql(self, statement: str) -> str:
+        """Run one statement as the superuser, with psql; its output, unaligned."""
+        command = [self.psql or "psql", *self._address(), "-U", "autotune", "-d", "studies", "-At", "-c", statement]
+        return subprocess.run(command, **_CHECKED).stdout.strip()
+
+    def remove(self) -> None:
+        subprocess.run(_as_server_user([self.pg_ctl, "-D", str(self.data), "-m", "immediate", "-w", "stop"]),
+                       capture_output=True)  # fmt: skip
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def _address(self) -> list[str]:
+        return ["-h", "127.0.0.1", "-p", str(self.port)]
+
+
+_CHECKED = dict(check=True, capture_output=True, text=True)
+PORT_ATTEMPTS = 3
+
+
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
-    initdb, pg_ctl = _binary("initdb"), _binary("pg_ctl")
-    if initdb is None or pg_ctl is None:
-        pytest.skip("PostgreSQL is not installed (Debian package postgresql; .ci/run installs it)")
-    root = Path(tempfile.mkdtemp(prefix="autotune-postgres-"))  # not under pytest's root-only folder
-    data = root / "data"
-    if os.geteuid() == 0:
-        shutil.chown(root, "postgres")
-    port = _free_port()
-    run = dict(check=True, capture_output=True, text=True)
-    subprocess.run(_as_server_user([initdb, "-D", str(data), "--auth=trust", "-U", "autotune"]), **run)
-    options = f"-h 127.0.0.1 -p {port} -k {root} -c fsync=off"
-    subprocess.run(_as_server_user([pg_ctl, "-D", str(data), "-o", options, "-l", str(root / "log"), "-w", "start"]),
-                   **run)  # fmt: skip
+    server = PostgresServer()
     try:
-        subprocess.run([_binary("createdb") or "createdb", "-h", "127.0.0.1", "-p", str(port), "-U", "autotune",
-                        "studies"], **run)  # fmt: skip
-        yield f"postgresql+psycopg://autotune@127.0.0.1:{port}/studies"
+        yield server.url
     finally:
-        subprocess.run(_as_server_user([pg_ctl, "-D", str(data), "-m", "fast", "-w", "stop"]), capture_output=True)
-        shutil.rmtree(root, ignore_errors=True)
+        server.remove()
+
+
+@pytest.fixture
+def postgres_server() -> Iterator[PostgresServer]:
+    server = PostgresServer()
+    try:
+        yield server
+    finally:
+        server.remove()

@@ -66,7 +66,7 @@ def test_a_postgresql_storage_without_its_driver_is_bad_input_naming_the_extra(m
     _without(monkeypatch, "psycopg", "psycopg2")
     with pytest.raises(UserError, match=r'^--storage postgresql\+psycopg:// needs psycopg, .*"autotune\[postgres\]"$'):
         check_storage("postgresql+psycopg://tuner@db/studies")
-    assert 'write postgresql+psycopg://... and pip install "autotune[postgres]"' in (
-        why_storage_missing("postgresql://tuner@db/studies") or ""
+    assert why_storage_missing("postgresql://tuner@db/studies") == (
+        '--storage postgresql:// needs psycopg (or psycopg2), which is not installed: pip install "autotune[postgres]"'
     )
     assert why_storage_missing("sqlite:///studies/demo-cpu.db") is None

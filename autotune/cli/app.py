@@ -28,6 +28,7 @@ from autotune.cli.flags import (
     OldReportFlag,
     SpacePath,
     Storage,
+    StoragePatienceS,
     Study,
     ToleranceFlags,
     TrialTimeoutS,
@@ -50,7 +51,7 @@ from autotune.cli.printers import (
     print_search_summary,
     print_worker_summary,
 )
-from autotune.errors import NothingSatisfiesError, SearchError, UserError
+from autotune.errors import NothingSatisfiesError, OutputError, SearchError, StorageUnavailableError, UserError
 from autotune.figures.objectives import search_goal
 from autotune.search import interrupts
 from autotune.specs import BudgetSpec, HardwareSpec, ModelSpec, WorkloadSpec
@@ -98,6 +99,7 @@ def search(
         str | None, typer.Option("--warm-start", help="Measure this study's Pareto configurations first.")
     ] = None,
     artifacts: Artifacts = None,
+    storage_patience_s: StoragePatienceS,
     dry_run: Annotated[
         bool,
         typer.Option(
@@ -140,7 +142,7 @@ def search(
         hardware,
         workload,
         budget=budget,
-        storage=StorageSpec(study, storage, artifacts),
+        storage=StorageSpec(study, storage, artifacts, patience_s=storage_patience_s),
         space_path=space,
         seed=seed,
         constraints=tuple(parse_constraints(goal.constraints)),
@@ -186,6 +188,7 @@ def worker(
     trust_remote_code: TrustRemoteCode = False,
     run_id: Annotated[str | None, typer.Option("--run-id", hidden=True)] = None,
     artifacts: Artifacts = None,
+    storage_patience_s: StoragePatienceS,
 ) -> None:
     """Join an existing study as one more worker, on this machine's GPU (or CPU).
 
@@ -202,7 +205,7 @@ def worker(
     interrupts.install()
     if PARENT_PID_VARIABLE in os.environ:  # started by `search --devices`: end with it
         die_with_parent()
-    places = StorageSpec(study, storage, artifacts)
+    places = StorageSpec(study, storage, artifacts, patience_s=storage_patience_s)
     summary = join_study(WorkerRequest(places, device, budget, trust_remote_code, run_id), TrialPrinter(out))
     print_worker_summary(summary)
 
@@ -471,6 +474,12 @@ def main() -> None:
     except NothingSatisfiesError as error:
         print(f"autotune: nothing satisfies the constraints: {error}", file=sys.stderr)
         sys.exit(NothingSatisfiesError.EXIT_STATUS)
+    except OutputError as error:
+        print(f"autotune: {error}", file=sys.stderr)
+        sys.exit(1)
+    except StorageUnavailableError as error:
+        print(f"autotune: storage unavailable: {error}", file=sys.stderr)
+        sys.exit(interrupts.pending_exit_status() or StorageUnavailableError.EXIT_STATUS)
     except interrupts.Interrupted as interrupt:
         print(f"autotune: {interrupts.summary(interrupt)}", file=sys.stderr)
         sys.exit(interrupt.exit_status)

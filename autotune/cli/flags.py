@@ -127,6 +127,14 @@ Artifacts = Annotated[
         show_default="<study>.artifacts beside the SQLite file",
     ),
 ]
+_StoragePatience = Annotated[
+    str,
+    typer.Option(
+        "--storage-patience",
+        help="How long to wait out a storage that cannot be reached, is locked or is full, before stopping "
+        "(exit 75); a measured result is kept on local disk meanwhile.",
+    ),
+]
 _Model = Annotated[str, typer.Option("--model", help="Hub id, local folder, or 'demo' (built-in, offline).")]
 _Revision = Annotated[str | None, typer.Option("--revision", help="Model revision on the hub.")]
 _AssistantModel = Annotated[
@@ -197,6 +205,13 @@ def model_spec(
 
 def hardware_spec(gpu: _Gpu = "auto", device: Device = None, price: _Price = None) -> HardwareSpec:
     return HardwareSpec(gpu, device, price)
+
+
+def storage_patience_s(storage_patience: _StoragePatience = "10m") -> float:
+    return parse_duration(storage_patience, "--storage-patience")
+
+
+StoragePatienceS = Annotated[float, Group(storage_patience_s)]
 
 
 def trial_timeout_s(trial_timeout: _TrialTimeout = "20m") -> float:

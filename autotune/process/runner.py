@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,7 +25,7 @@ import psutil
 from autotune.process import phases
 from autotune.process.life import child_environment
 from autotune.process.results import Outcome, TaskResult, TaskSpec, write_json_atomically
-from autotune.units import format_duration
+from autotune.units import format_bytes, format_duration
 
 log = logging.getLogger(__name__)
 
@@ -53,14 +54,18 @@ def run_in_worker(
     The worker is forked by the fork server when it runs, else spawned (`python -m autotune.worker`).
     Must be called from a thread that outlives the task: the worker is killed when its parent thread ends.
     """
-    workdir.mkdir(parents=True, exist_ok=True)
     spec_path, result_path, log_path = workdir / "spec.json", workdir / "result.json", workdir / "worker.log"
-    result_path.unlink(missing_ok=True)
-    write_json_atomically(spec_path, spec.to_json())
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+        result_path.unlink(missing_ok=True)
+        write_json_atomically(spec_path, spec.to_json())
+    except OSError as error:  # a full disk, a folder that cannot be written: this task fails, not the study
+        return TaskResult(Outcome.ERROR, f"cannot write the task's files in {workdir}: {error.strerror}", phase="start")
     process = FORK_SERVER.launch(spec_path, result_path, log_path) or _spawn(spec_path, result_path, log_path)
     started = time.monotonic()  # after the fork server's own start (imports once for every task), not before
-    (workdir / "worker.pid").write_text(str(process.pid))
     try:
+        with contextlib.suppress(OSError):  # a full disk: the pid is recorded with the trial anyway (on_start)
+            (workdir / "worker.pid").write_text(str(process.pid))
         if on_start is not None:
             on_start(process.pid)
         stopped = _wait(process, started, limits, _watching(log_path, on_phase, on_tick))
@@ -75,7 +80,24 @@ def run_in_worker(
     result.timings.setdefault("wall", time.monotonic() - started)
     if not result.ok:
         result.log_tail = _tail(log_path)
+        result.message = _with_full_disk(result, workdir)
     return result
+
+
+FULL_BELOW_BYTES = 64 * 1024  # a disk with less free space cannot take a task's log and result
+
+
+def _with_full_disk(result: TaskResult, workdir: Path) -> str:
+    """A result the worker could not write, or could write only in part, on a full disk says so first."""
+    try:
+        free = shutil.disk_usage(workdir).free
+    except OSError:
+        return result.message
+    said = "No space left on device" in result.log_tail or "No space left on device" in result.message
+    if result.outcome not in (Outcome.CRASHED, Outcome.ERROR) or not (said or free < FULL_BELOW_BYTES):
+        return result.message
+    where = f"{format_bytes(free)} free where the task writes its files ({workdir})"
+    return f"no space left on device: {where}; {result.message}"
 
 
 def _watching(

@@ -18,6 +18,7 @@ from plotly.subplots import make_subplots
 
 from autotune.analysis.history import FrontPoint, History, NightSummary
 from autotune.figures.metrics import KL_FLOOR
+from autotune.report.pages import write_page
 from autotune.space.knobs import short_name
 from autotune.units import format_bytes
 
@@ -46,11 +47,9 @@ ROWS = (
 
 
 def write_history(history: History, title: str, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = path.with_name(f".{path.name}.tmp")
-    staging.write_text(render_history(history, title), encoding="utf-8")
-    staging.replace(path)
-    return path
+    return write_page(
+        render_history(history, title), path, "the studies are untouched: run the same `autotune history` again"
+    )
 
 
 def render_history(history: History, title: str) -> str:

@@ -18,6 +18,7 @@ from autotune.figures.metrics import KL_DIVERGENCE, PEAK_MEMORY, THROUGHPUT
 from autotune.report.ceiling import ceiling_section
 from autotune.report.charts import front_chart, importance_chart, parallel_chart, progress_chart, three_d_chart
 from autotune.report.data import FailureGroup, ParetoCard, ReportData
+from autotune.report.pages import write_page
 from autotune.report.serving import load_facts, load_table
 from autotune.study import TrialRecord
 from autotune.units import format_bytes, format_duration
@@ -25,11 +26,8 @@ from autotune.workloads import describe_workload
 
 
 def write_report(data: ReportData, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = path.with_name(f".{path.name}.tmp")
-    staging.write_text(render(data), encoding="utf-8")
-    staging.replace(path)
-    return path
+    again = f"the study is untouched: `autotune report --study {data.study_name}` writes the report again from it"
+    return write_page(render(data), path, again)
 
 
 def render(data: ReportData) -> str:

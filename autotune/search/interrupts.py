@@ -17,7 +17,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from types import FrameType
 
+from autotune.errors import StorageUnavailableError, UserError
+
 HANDLED = (signal.SIGINT, signal.SIGTERM)
+SUMMARY_PATIENCE_S = 2.0  # how long the line said on the way out waits for a storage that does not answer
 
 
 class Interrupted(BaseException):
@@ -80,6 +83,17 @@ def deferred() -> Iterator[None]:
         raise Interrupted(signum)
 
 
+def signalled() -> bool:
+    """Whether a signal asked this process to stop (raised already, or waiting for deferred() to end): a wait for
+    the storage ends at its next try."""
+    return _state.seen is not None
+
+
+def pending_exit_status() -> int | None:
+    """The exit status of a signal that came and was not raised (the run ended another way meanwhile)."""
+    return None if _state.seen is None else 128 + _state.seen
+
+
 def summary(interrupt: Interrupted) -> str:
     """The line the CLI prints: what was kept, what happened to the running trial, how to resume."""
     name = signal.Signals(interrupt.signum).name
@@ -98,9 +112,13 @@ def _kept(place: StudyPlace) -> str:
 
     where = studies.redact(place.storage_url)
     try:
-        stored = studies.load_stored_study(place.storage_url, place.name)
-    except Exception:  # the study was never created: nothing to resume but the command itself
-        return f"nothing was stored in {where} yet"
-    finished = [record for record in studies.records(stored) if record.launched and record.outcome]
+        stored = studies.load_stored_study(place.storage_url, place.name, patience_s=SUMMARY_PATIENCE_S)
+        finished = [record for record in studies.records(stored) if record.launched and record.outcome]
+    except UserError as error:
+        if not str(error).startswith("no study named"):
+            return f"study {place.name} in {where} could not be read just now: {error}"
+        return f"nothing was stored in {where} yet"  # never created: nothing to resume but the command itself
+    except StorageUnavailableError:
+        return f"study {place.name} in {where} could not be read just now (its storage is unavailable)"
     complete = sum(1 for record in finished if record.complete)
     return f"study {place.name} keeps its {len(finished)} recorded trials ({complete} complete) in {where}"

@@ -7,12 +7,14 @@ import os
 import random
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
 from autotune import study as studies
+from autotune.errors import StorageUnavailableError
 from autotune.process import phases
 from autotune.process.results import Outcome, TaskResult
 from autotune.process.runner import Limits, run_in_worker
@@ -23,7 +25,7 @@ from autotune.search.prepare import Prepared, plan_target, trial_spec
 from autotune.search.session import Session, recover
 from autotune.search.strategy import Situation, next_queued, ruled_out, warm_up_set
 from autotune.space import Config, SearchSpace, build_plan, config_key, rules
-from autotune.study import TrialRecord, artifacts
+from autotune.study import TrialRecord, artifacts, kept
 from autotune.study.optuna_internals import trial_id
 from autotune.study.recovery import OWNER_ATTR, Heartbeat, claim_configuration, this_process
 
@@ -113,7 +115,10 @@ class TrialLoop:
             stop = self._limit_reached()
             if stop:
                 return stop
-            recover(self.study, self.claims, self.events, self.session.noted_interruptions, self.session.attach_log)
+            session = self.session
+            recover(
+                self.study, self.claims, self.events, session.noted_interruptions, session.attach_log, session.workdir
+            )
             picked = self._next_trial()
             if picked is None:
                 return "every configuration of the space has been measured"
@@ -232,7 +237,7 @@ class TrialLoop:
             trial.set_user_attr(OWNER_ATTR, this_process())
             if self.request.run_id:
                 trial.set_user_attr("run_id", self.request.run_id)
-            self.session.storage.record_heartbeat(trial_id(trial))
+            self.session.storage.first_heartbeat(trial_id(trial))
         return trial
 
     def _roles(self, trial: optuna.Trial) -> list[str]:
@@ -272,7 +277,7 @@ class TrialLoop:
         built = build_plan(config, plan_target(self.session.profile, self.request))
         studies.record_launch(trial, config, built.to_json(), roles)
         spec = trial_spec(self.request, self.prepared, config, built.to_json())
-        if (fault := _injected_fault(self.launched)) is not None:
+        if (fault := _injected_fault(self.launched, config)) is not None:
             spec.fault = fault
         workdir = self.session.trial_workdir(trial.number)
         limits = Limits(self.request.budget.trial_timeout_s, self.deadline)
@@ -283,9 +288,7 @@ class TrialLoop:
             started = self.started = time.monotonic()
             result = run_in_worker(spec, workdir, limits, on_start=on_start, on_phase=on_phase)
             duration = time.monotonic() - started
-            artifacts.attach(self.session.artifact_store, trial, workdir / "worker.log", artifacts.LOG_MIMETYPE)
-            with deferred():
-                self._record(trial, config, result, duration)
+            self._store(trial, config, result, duration, workdir)
         self.space = judge_values(self.study, self.session.space, trial.number, config, result)
         if result.excludes or result.suspects:
             self.situation = self._situation()
@@ -293,6 +296,19 @@ class TrialLoop:
         self.launched += 1
         self.events.trial_finished(TrialRecord.from_frozen(self.study.get_trials(deepcopy=False)[trial.number]))
         return result
+
+    def _store(self, trial: optuna.Trial, config: Config, result: TaskResult, duration: float, workdir: Path) -> None:
+        """The trial's log and result into storage. The result is kept on local disk until the storage has it
+        (study/kept.py): through an outage the storage waits out, and past it, for the next process to store."""
+        kept_file = kept.keep(workdir, trial, result, duration)
+        try:
+            with deferred():
+                artifacts.attach(self.session.artifact_store, trial, workdir / "worker.log", artifacts.LOG_MIMETYPE)
+                self._record(trial, config, result, duration)
+        except StorageUnavailableError as error:
+            self.current = None  # not to be recorded as interrupted: its result waits on disk
+            raise StorageUnavailableError(f"{error}{kept.kept_note(trial.number, kept_file)}") from None
+        kept.forget(kept_file)
 
     def _record(self, trial: optuna.Trial, config: Config, result: TaskResult, duration: float) -> None:
         try:
@@ -302,8 +318,10 @@ class TrialLoop:
         except (UpdateFinishedTrialError, ValueError):  # ValueError: Optuna's "Cannot tell a FAIL trial"
             if self.session.storage.get_trial(trial_id(trial)).state == TrialState.RUNNING:
                 raise
-            # this process stalled past the grace period, and another one failed the trial as interrupted
-            self.events.note(f"trial #{trial.number} was failed as interrupted by another process; result not stored")
+            # this process stalled past the grace period, or its storage was unreachable that long, and another
+            # one failed the trial as interrupted: the result goes to the retry that queued, if it still waits
+            measured = kept.KeptResult(None, trial.number, trial_id(trial), result, duration, this_process())
+            self.events.note(kept.store(self.study, self.claims, measured) or f"trial #{trial.number} is stored")
         self.current = None
         if result.outcome == Outcome.BUDGET:
             self._release(config, trial.number)  # never measured: a later run may take it
@@ -355,13 +373,26 @@ def _planned(roles: list[str]) -> bool:
     return not {SAMPLER, RANDOM_PICK} & set(roles)
 
 
-def _injected_fault(launch_index: int) -> dict[str, str] | None:
-    """Tests make the n-th trial of a run (from 0) fail for real.
+def _injected_fault(launch_index: int, config: Config) -> dict[str, str] | None:
+    """Tests make a trial fail for real: the n-th trial this process launches (from 0), or every trial of the
+    configurations that have all the knob values a key names, whichever trial launches them.
 
-    AUTOTUNE_INJECT_FAULTS='{"3": {"phase": "load", "kind": "hang"}}' makes the fourth trial hang while loading.
+    AUTOTUNE_INJECT_FAULTS='{"3": {"phase": "load", "kind": "hang"}}' makes the fourth trial hang while loading;
+    '{"dtype=float32,attn_implementation=eager": {"phase": "load", "kind": "raise"}}' makes every float32 eager
+    trial raise while loading.
     """
     faults = os.environ.get("AUTOTUNE_INJECT_FAULTS")
-    return json.loads(faults).get(str(launch_index)) if faults else None
+    if not faults:
+        return None
+    for key, fault in json.loads(faults).items():
+        if key == str(launch_index) or ("=" in key and _has_values(config, key)):
+            return fault
+    return None
+
+
+def _has_values(config: Config, pairs: str) -> bool:
+    """Whether `config` has every value of "knob=value,knob=value"."""
+    return all(str(config.get(knob)) == value for knob, _, value in (pair.partition("=") for pair in pairs.split(",")))
 
 
 def judge_values(

@@ -149,7 +149,7 @@ def _run_on_devices(request: SearchRequest, events: SearchEvents) -> SearchSumma
                     workers.append(_start_worker(session, index, device, share, deadline, run_id, events))
             codes = [worker.wait() for worker in workers]
             # A worker that died left its trial RUNNING: fail it now and queue its retry, as a worker would.
-            recover(study, session.claims, events, session.noted_interruptions, session.attach_log)
+            recover(study, session.claims, events, session.noted_interruptions, session.attach_log, session.workdir)
         except Interrupted as interrupt:  # each worker records its own trial, then ends
             with deferred():
                 for worker in workers:
@@ -252,5 +252,6 @@ def _start_worker(
         command.append("--trust-remote-code")
     if request.storage.artifacts:
         command += ["--artifacts", request.storage.artifacts]
+    command += ["--storage-patience", f"{request.storage.patience_s:g}s"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     return _Worker(process, label, events)

@@ -17,12 +17,14 @@ from autotune.figures.constraints import Constraint, parse_constraints
 from autotune.figures.objectives import ENERGY, check_available
 from autotune.paths import default_space_path
 from autotune.profiles import GpuProfile, ResolvedHardware, hardware_for, has_energy_counter, resolve_hardware
+from autotune.search import interrupts
 from autotune.search.events import SearchEvents
 from autotune.search.prepare import Prepared, plan_target, runnable_space
 from autotune.space import Config, SearchSpace, config_key, load_space, rules
 from autotune.specs import HardwareSpec, ModelSpec, QualitySpec, SearchRequest, WorkerRequest, WorkloadSpec
-from autotune.study import StudySettings, artifacts
+from autotune.study import StudySettings, artifacts, kept
 from autotune.study.claims import Claims
+from autotune.study.patience import PatientStorage
 from autotune.study.recovery import LogAttacher, recover_interrupted
 from autotune.workloads import metrics_of_one_kind
 
@@ -36,7 +38,7 @@ class Session:
     space: SearchSpace
     name: str
     storage_url: str
-    storage: optuna.storages.RDBStorage | None
+    storage: PatientStorage | None
     existing: optuna.Study | None
     settings: StudySettings
     joining: bool = False  # a worker joining a study: it leaves the study's settings as they are
@@ -65,7 +67,7 @@ class Session:
 
     def attach(self, prepared: Prepared, events: SearchEvents) -> optuna.Study:
         """Create the study, or load it to resume; store what the report needs; recover interrupted trials."""
-        storage = self.storage or studies.open_storage(self.storage_url)
+        storage = self.storage or open_patient_storage(self.request, self.storage_url, events)
         if self.existing is None:
             self.space = self.space.including(prepared.reference_config).including(prepared.baseline_config)
             self.settings.space = self.space.to_json()
@@ -82,8 +84,8 @@ class Session:
             self.settings.prepared = prepared.facts()
             self.settings.space = self.space.to_json()
             studies.update_settings(study, self.settings)
-        self.claims = Claims(storage.engine, storage.get_study_id_from_name(self.name))
-        recover(study, self.claims, events, self.noted_interruptions, self.attach_log)
+        self.claims = Claims(storage.engine, storage.get_study_id_from_name(self.name), storage.patience)
+        recover(study, self.claims, events, self.noted_interruptions, self.attach_log, self.workdir)
         _enqueue_anchors(study, prepared)
         if self.request.warm_start:
             _enqueue_warm_start(study, find_warm_start(self.request, self.storage_url), self.space, events)
@@ -98,17 +100,36 @@ class Session:
 
 
 def recover(
-    study: optuna.Study, claims: Claims, events: SearchEvents, noted: set[int], attach_log: LogAttacher | None = None
+    study: optuna.Study,
+    claims: Claims,
+    events: SearchEvents,
+    noted: set[int],
+    attach_log: LogAttacher | None = None,
+    kept_in: Path | None = None,
 ) -> None:
-    """Fail and retry the trials of dead processes (at start, and between trials while running).
+    """Store the results that processes of this machine kept on disk and could not store (study/kept.py), then
+    fail and retry the trials of dead processes (at start, and between trials while running).
 
     Each interrupted trial is noted once per run: `noted` holds those this run has told of already.
     """
-    recovered = [number for number in recover_interrupted(study, claims, attach_log) if number not in noted]
+    spared: set[int] = set()
+    if kept_in is not None:
+        for line in kept.store_kept(study, claims, kept_in):
+            events.note(line)
+        spared = kept.waiting(study, kept_in)
+    recovered = [number for number in recover_interrupted(study, claims, attach_log, spared) if number not in noted]
     noted.update(recovered)
     if recovered:
         numbers = ", ".join(f"#{number}" for number in recovered)
         events.note(f"trials {numbers} were interrupted when their process died; each is retried once")
+
+
+def open_patient_storage(request: SearchRequest, url: str, events: SearchEvents) -> PatientStorage:
+    """The study's storage, waiting out an outage for --storage-patience, saying so in the search's notes, and
+    ending a wait at its next try when a signal asks this process to stop."""
+    storage = studies.open_storage(url, request.storage.patience_s, events.note)
+    storage.patience.interrupted = interrupts.signalled
+    return storage
 
 
 def open_session(request: SearchRequest, events: SearchEvents) -> Session:
@@ -137,7 +158,7 @@ def open_session(request: SearchRequest, events: SearchEvents) -> Session:
         settings.objectives = list(request.objectives)
     storage, existing = None, None
     if not studies.sqlite_file_missing(url):
-        storage = studies.open_storage(url)
+        storage = open_patient_storage(request, url, events)
         existing = studies.find_study(storage, name)
         if existing is not None:
             stored = studies.stored_settings(existing)
@@ -198,8 +219,9 @@ def join_session(worker: WorkerRequest, events: SearchEvents) -> tuple[Session, 
         events.note(hardware.note)
     _check_objectives(stored, hardware)
     space = SearchSpace.from_json(stored.space)
-    storage = studies.open_storage(url)
-    session = Session(_joined(worker, stored), hardware, space, name, url, storage, study, stored, True)
+    request = _joined(worker, stored)
+    storage = open_patient_storage(request, url, events)
+    session = Session(request, hardware, space, name, url, storage, study, stored, True)
     artifacts.check_location(worker.storage.artifacts, url)
     return session, stored.prepared.reference_config
 

@@ -13,7 +13,7 @@ from typing import Any
 import optuna
 from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 
-from autotune.errors import UserError
+from autotune.errors import StorageUnavailableError, UserError
 from autotune.study import load_stored_study
 
 log = logging.getLogger(__name__)
@@ -74,12 +74,15 @@ def attach(
 ) -> str | None:
     """Upload one file to a trial or a study; its artifact id, or None when there is no store or no file.
 
-    A store that fails (a full disk, a lost bucket) costs the artifact, never the trial: it is logged.
+    A store that fails (a full disk, a lost bucket) costs the artifact, never the trial: it is logged. A study
+    storage that stays unreachable past its patience stops the process as any storage call does.
     """
     if store is None or not path.is_file():
         return None
     try:
         return upload_artifact(artifact_store=store, file_path=str(path), study_or_trial=target, mimetype=mimetype)
+    except StorageUnavailableError:
+        raise
     except Exception as error:  # boto3, GCS and the file system raise their own kinds
         log.warning("could not store %s as an artifact: %s", path, error)
         return None
@@ -94,6 +97,8 @@ def attach_to_trial_id(store: Any | None, storage: optuna.storages.BaseStorage, 
         upload_artifact(
             artifact_store=store, file_path=str(path), study_or_trial=trial, storage=storage, mimetype=LOG_MIMETYPE
         )
+    except StorageUnavailableError:
+        raise
     except Exception as error:  # as in attach
         log.warning("could not store %s as an artifact: %s", path, error)
 

@@ -9,9 +9,15 @@ is identified by Optuna's study id, so a study deleted and created again under i
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
+from typing import TypeVar
 
 import sqlalchemy
 from sqlalchemy.exc import IntegrityError
+
+from autotune.study.patience import Patience, storage_problem
+
+Result = TypeVar("Result")
 
 _METADATA = sqlalchemy.MetaData()
 CLAIMS = sqlalchemy.Table(
@@ -28,24 +34,39 @@ def _hash(config_key: str) -> str:
 
 
 class Claims:
-    def __init__(self, engine: sqlalchemy.engine.Engine, study_id: int) -> None:
+    """The claims of one study. With a Patience (the storage's), each statement is retried through an outage: an
+    insert whose commit landed before its connection dropped fails again as taken, by this very trial."""
+
+    def __init__(self, engine: sqlalchemy.engine.Engine, study_id: int, patience: Patience | None = None) -> None:
         self.engine = engine
         self.study_id = study_id
+        self.patience = patience
+        self._patiently(self._create_table)
+
+    def _create_table(self) -> None:
         try:
-            _METADATA.create_all(engine, checkfirst=True)
-        except sqlalchemy.exc.DatabaseError:  # another process created the table between check and create
-            _METADATA.create_all(engine, checkfirst=True)
+            _METADATA.create_all(self.engine, checkfirst=True)
+        except sqlalchemy.exc.DatabaseError as error:
+            if storage_problem(error) is not None:  # locked, unreachable, full: the patience waits it out
+                raise
+            _METADATA.create_all(self.engine, checkfirst=True)  # another process created it between check and create
+
+    def _patiently(self, statement: Callable[[], Result]) -> Result:
+        return statement() if self.patience is None else self.patience.call(statement)
 
     def claim(self, config_key: str, trial_number: int) -> int:
         """Claim a configuration for a trial; returns the trial that holds it (this one if the claim won)."""
         try:
-            with self.engine.begin() as connection:
-                row = {"study_id": self.study_id, "config_hash": _hash(config_key), "trial_number": trial_number}
-                connection.execute(CLAIMS.insert().values(**row))
+            self._patiently(lambda: self._insert(config_key, trial_number))
             return trial_number
         except IntegrityError:
             holder = self.holder(config_key)
             return holder if holder is not None else self.claim(config_key, trial_number)
+
+    def _insert(self, config_key: str, trial_number: int) -> None:
+        with self.engine.begin() as connection:
+            row = {"study_id": self.study_id, "config_hash": _hash(config_key), "trial_number": trial_number}
+            connection.execute(CLAIMS.insert().values(**row))
 
     def take_trial(self, trial_id: int, token: int) -> bool:
         """Whether the process holding `token` is the one that popped this queued trial. Optuna pops a
@@ -54,6 +75,9 @@ class Claims:
         return self.claim(f"asked trial id {trial_id}", token) == token
 
     def holder(self, config_key: str) -> int | None:
+        return self._patiently(lambda: self._holder(config_key))
+
+    def _holder(self, config_key: str) -> int | None:
         with self.engine.connect() as connection:
             return connection.execute(
                 sqlalchemy.select(CLAIMS.c.trial_number).where(
@@ -63,6 +87,9 @@ class Claims:
 
     def release(self, config_key: str, trial_number: int) -> None:
         """Give a configuration back (its trial was interrupted or stopped by the budget, never measured)."""
+        self._patiently(lambda: self._delete(config_key, trial_number))
+
+    def _delete(self, config_key: str, trial_number: int) -> None:
         with self.engine.begin() as connection:
             connection.execute(
                 CLAIMS.delete().where(

@@ -62,8 +62,8 @@ def is_pareto_front(loss_vectors: np.ndarray) -> np.ndarray:
 # -------------------------------------------------------------------------------- ids and storage
 
 
-def trial_id(trial: optuna.Trial) -> int:
-    """A running trial's id in its storage (Trial shows only its number)."""
+def trial_id(trial: optuna.Trial | optuna.trial.FrozenTrial) -> int:
+    """A trial's id in its storage (Trial and FrozenTrial show only its number)."""
     return private_attribute(trial, "_trial_id")
 
 
@@ -91,3 +91,10 @@ def heartbeat_enabled(storage: optuna.storages.BaseStorage) -> bool:
 def stale_trial_ids(storage: optuna.storages.BaseStorage, study: optuna.Study) -> list[int]:
     """The ids of the trials that `optuna.storages.fail_stale_trials` is about to fail."""
     return private_attribute(storage, "_get_stale_trial_ids")(study_id(study))
+
+
+# RDBStorage's private methods that reach the database, which Optuna's own code calls (its _CachedStorage, which
+# every Study wraps around an RDBStorage, and fail_stale_trials): autotune's PatientStorage (study/patience.py)
+# retries them through an outage as it does the public ones.
+PRIVATE_STORAGE_CALLS = ("_get_trials", "_create_new_trial", "_set_trial_param", "_get_best_trial_id",
+                         "_get_stale_trial_ids")  # fmt: skip

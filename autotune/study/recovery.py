@@ -14,7 +14,7 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Set
 from types import TracebackType
 from typing import Any
 
@@ -58,9 +58,10 @@ class Heartbeat:
         self.storage, self.trial_id, self.every_s = storage, trial_id, every_s
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._beat, name=f"heartbeat of trial id {trial_id}", daemon=True)
+        self.failing = False  # the last beat could not be recorded: try again every RETRY_S, say so once
 
     def __enter__(self) -> Heartbeat:
-        self.storage.record_heartbeat(self.trial_id)
+        self._record()
         self.thread.start()
         return self
 
@@ -69,20 +70,44 @@ class Heartbeat:
         self.thread.join()
 
     def _beat(self) -> None:
-        while not self.stopped.wait(self.every_s):
-            try:
-                self.storage.record_heartbeat(self.trial_id)
-            except Exception as error:  # the database is briefly unreachable: the next beat tries again
-                log.warning("could not record the heartbeat of trial id %s: %s", self.trial_id, error)
+        while not self.stopped.wait(HEARTBEAT_RETRY_S if self.failing else self.every_s):
+            self._record()
+
+    def _record(self) -> None:
+        """One beat. While the database is unreachable, beats are retried every second, so the trial's heartbeat
+        resumes within a second of its return, before another worker can find it stale."""
+        try:
+            self.storage.record_heartbeat(self.trial_id)
+        except Exception as error:  # the database is unreachable, or restarting: the next beat tries again
+            if not self.failing:
+                log.info("could not record the heartbeat of trial id %s: %s", self.trial_id, _first_line(error))
+            self.failing = True
+            return
+        self.failing = False
 
 
-def recover_interrupted(study: optuna.Study, claims: Claims, attach_log: LogAttacher | None = None) -> list[int]:
-    """Fail the trials whose process died, queue their retry, release their claims; their numbers."""
+HEARTBEAT_RETRY_S = 1.0
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+
+
+def recover_interrupted(
+    study: optuna.Study, claims: Claims, attach_log: LogAttacher | None = None, spared: Set[int] = frozenset()
+) -> list[int]:
+    """Fail the trials whose process died, queue their retry, release their claims; their numbers.
+
+    `spared`: trials whose measured result another process of this host is storing now (study/kept.py). They are
+    not failed, and their heartbeat is recorded, so that no other host's process finds them stale meanwhile.
+    """
     storage = study_storage(study)
     host = socket.gethostname()
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         owner = trial.user_attrs.get(OWNER_ATTR)
-        if owner and owner.get("host") == host and not owner_alive(owner):
+        if trial.number in spared:
+            storage.record_heartbeat(storage.get_trial_id_from_study_id_trial_number(study_id(study), trial.number))
+        elif owner and owner.get("host") == host and not owner_alive(owner):
             _fail_and_retry(storage, study, trial.number, attach_log)
     _explain_stale(storage, study, attach_log)
     fail_stale_trials(study)  # other hosts' trials, by heartbeat; their retry is queued the same way

@@ -8,7 +8,9 @@ import logging
 import re
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import optuna
 import sqlalchemy.exc
@@ -16,7 +18,8 @@ from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial
 
 from autotune.errors import UserError
-from autotune.extras import why_storage_missing
+from autotune.extras import installed, why_storage_missing
+from autotune.study.patience import DEFAULT_PATIENCE_S, Patience, PatientStorage
 from autotune.study.records import FAIL_REASON_ATTR, MAX_INTERRUPTIONS
 from autotune.study.settings import StudySettings, name_metrics, update_settings
 
@@ -53,20 +56,20 @@ def redact(url: str) -> str:
     return re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", url)
 
 
-def open_storage(url: str) -> optuna.storages.RDBStorage:
-    missing = why_storage_missing(url)
-    if missing:
-        raise UserError(missing)
+def open_storage(
+    url: str, patience_s: float = DEFAULT_PATIENCE_S, say: Callable[[str], None] | None = None
+) -> PatientStorage:
+    """The storage at `url`. Opening it is not retried (a server that cannot be reached now is most likely a wrong
+    URL: bad input); each call after that is retried through an outage of up to `patience_s` (study/patience.py),
+    `say` printing when one starts and ends."""
+    driver_url = with_installed_driver(url)
     if url.startswith("sqlite:///"):
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-    engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
-    if url.startswith("postgresql"):  # an unreachable server is an error in seconds, not after the OS gives up
-        engine_kwargs["connect_args"] = {"connect_timeout": POSTGRES_CONNECT_TIMEOUT_S}
     for attempt in range(SCHEMA_RACE_ATTEMPTS):
         try:
-            return optuna.storages.RDBStorage(
-                url,
-                engine_kwargs=engine_kwargs,
+            storage = PatientStorage(
+                driver_url,
+                engine_kwargs=_engine_arguments(url, patience_s),
                 heartbeat_interval=HEARTBEAT_INTERVAL_S,
                 grace_period=GRACE_PERIOD_S,
                 heartbeat_stale_trial_callback=RetryInterrupted(max_retry=MAX_INTERRUPTIONS),
@@ -75,9 +78,37 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
             if not _lost_schema_race(error):
                 raise UserError(f"cannot open storage {redact(url)}: {_first_line(error)}; check --storage") from None
             time.sleep(0.2 * (attempt + 1))  # another process created the schema meanwhile: it is there now
+            continue
         except Exception as error:  # SQLAlchemy raises many kinds: a bad URL, a missing driver, a refused connection
             raise UserError(f"cannot open storage {redact(url)}: {_first_line(error)}; check --storage") from None
+        sqlite_file = Path(url.removeprefix("sqlite:///")) if url.startswith("sqlite:///") else None
+        storage.patience = Patience(patience_s, redact(url), say or log.warning, sqlite_file)
+        return storage
     raise UserError(f"cannot open storage {redact(url)}: its schema could not be created; check --storage")
+
+
+def _engine_arguments(url: str, patience_s: float) -> dict[str, Any]:
+    if url.startswith("sqlite"):  # SQLite waits this long for a lock before it says "database is locked"
+        return {"connect_args": {"timeout": min(SQLITE_LOCK_WAIT_S, patience_s)}}
+    arguments: dict[str, Any] = {"pool_pre_ping": True}  # a connection the server dropped is replaced, not used
+    if url.startswith("postgresql"):  # an unreachable server is an error in seconds, not after the OS gives up
+        arguments["connect_args"] = {"connect_timeout": POSTGRES_CONNECT_TIMEOUT_S}
+    return arguments
+
+
+SQLITE_LOCK_WAIT_S = 60.0
+
+
+def with_installed_driver(url: str) -> str:
+    """`postgresql://` as users write it, for the driver installed here: SQLAlchemy's default for that scheme is
+    psycopg2, and where only psycopg 3 (the postgres extra) is installed, it serves the URL instead."""
+    missing = why_storage_missing(url)
+    if missing:
+        raise UserError(missing)
+    scheme, rest = url.split("://", 1) if "://" in url else (url, "")
+    if scheme == "postgresql" and not installed("psycopg2"):
+        return f"postgresql+psycopg://{rest}"
+    return url
 
 
 class RetryInterrupted(RetryHeartbeatStaleTrialCallback):
@@ -111,9 +142,9 @@ def sqlite_file_missing(url: str) -> bool:
     return url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists()
 
 
-def load_stored_study(url: str, name: str) -> optuna.Study:
+def load_stored_study(url: str, name: str, patience_s: float = DEFAULT_PATIENCE_S) -> optuna.Study:
     """An existing study, without creating a database or a study when there is none."""
-    study = None if sqlite_file_missing(url) else find_study(open_storage(url), name)
+    study = None if sqlite_file_missing(url) else find_study(open_storage(url, patience_s), name)
     if study is None:
         raise UserError(f"no study named {name!r} in {redact(url)}; check --study and --storage")
     return study

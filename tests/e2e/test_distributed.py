@@ -1,5 +1,6 @@
-"""Many workers on one study: PostgreSQL shared by `autotune worker` processes, one worker per device,
-and a nightly warm start. Real processes, a real PostgreSQL server, the demo model.
+"""Many workers on one study: PostgreSQL shared by `autotune worker` processes (one killed, the connections of the
+others cut by the server), one worker per device, and a nightly warm start. Real processes, a real PostgreSQL
+server, the demo model.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import time
 from pathlib import Path
 
 import optuna
+import psutil
 import pytest
 import sqlalchemy
 
@@ -60,7 +62,7 @@ def measured_keys(study: optuna.Study) -> list[str]:
     ]
 
 
-def test_three_workers_share_a_postgresql_study_and_survive_one_killed(
+def test_three_workers_share_a_postgresql_study_and_survive_one_killed_and_their_connections_cut(
     tmp_path,
     env,
     stalling_env,
@@ -87,10 +89,12 @@ def test_three_workers_share_a_postgresql_study_and_survive_one_killed(
     assert doomed is not None, "the first worker never started a trial"
     victim.send_signal(signal.SIGKILL)  # mid-trial
     victim.wait()
+    cut = _terminate_backends(postgres_url, [worker.pid for worker in workers[1:]])  # their connections, mid-trial
+    assert cut, "the other workers held no connection to cut"
     release.touch()
     for worker in workers[1:]:
         output, _ = worker.communicate(timeout=1200)
-        assert worker.returncode == 0, output  # the others went on
+        assert worker.returncode == 0, output  # the others went on, on new connections
 
     study = optuna.load_study(study_name="shared", storage=postgres_url)
     states = [t.state.name for t in study.get_trials(deepcopy=False)]
@@ -109,6 +113,26 @@ def test_three_workers_share_a_postgresql_study_and_survive_one_killed(
     keys = measured_keys(study)
     assert len(keys) == len(set(keys)), "a configuration was measured twice"
     assert len(keys) == 1 + 3 + 3  # the search's trial, then three by each surviving worker
+
+
+def _terminate_backends(url: str, pids: list[int]) -> list[int]:
+    """pg_terminate_backend on every server process serving a connection of these processes; their ids."""
+    ports = [
+        connection.laddr.port
+        for pid in pids
+        for connection in psutil.Process(pid).net_connections(kind="tcp")
+        if connection.raddr and connection.raddr.port == sqlalchemy.engine.make_url(url).port
+    ]
+    engine = sqlalchemy.create_engine(url)
+    try:
+        with engine.begin() as connection:
+            backends = connection.execute(
+                sqlalchemy.text("SELECT pid FROM pg_stat_activity WHERE client_port = ANY(:ports)"), {"ports": ports}
+            ).scalars()
+            return [pid for pid in list(backends) if connection.execute(
+                sqlalchemy.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid}).scalar()]  # fmt: skip
+    finally:
+        engine.dispose()
 
 
 def test_one_worker_per_device_shares_the_study(tmp_path, env):

@@ -19,7 +19,7 @@ import pytest
 
 from autotune.study import open_storage, records
 from autotune.worker.demo_model import ensure_demo_model
-from tests.conftest import announced, running_trial, start_search, wait_for
+from tests.conftest import EIGHT_CONFIGURATIONS, announced, running_trial, start_search, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -58,58 +58,75 @@ def alive(pid: int) -> bool:
         return False
 
 
+# Each of the eight configurations runs once in eight trials: each fault below is attached to a configuration.
+REFERENCE = "dtype=float32,attn_implementation=sdpa,execution_mode=no_grad"
+BASELINE = "dtype=bfloat16,attn_implementation=sdpa,execution_mode=no_grad"
+HANGS = "dtype=bfloat16,attn_implementation=eager,execution_mode=no_grad"
+RAISES = "dtype=float32,attn_implementation=eager,execution_mode=no_grad"
+RUNS_OUT_OF_MEMORY = "dtype=float32,attn_implementation=sdpa,execution_mode=inference_mode"  # float32 needs the
+# most memory of the eight: its out-of-memory rules out no other configuration (strategy.ruled_out)
+EXITS = "dtype=bfloat16,attn_implementation=sdpa,execution_mode=inference_mode"
+KILLED = "dtype=float32,attn_implementation=eager,execution_mode=inference_mode"  # killed from outside, below, in
+# its hang while loading, which every launched trial reaches
+NORMAL = "dtype=bfloat16,attn_implementation=eager,execution_mode=inference_mode"
+FAULTS = {
+    HANGS: {"phase": "load", "kind": "hang"},
+    RAISES: {"phase": "load", "kind": "raise"},
+    RUNS_OUT_OF_MEMORY: {"phase": "warmup", "kind": "oom"},
+    EXITS: {"phase": "measure", "kind": "exit"},
+    KILLED: {"phase": "load", "kind": "hang"},
+}
+
+
+def _key(config: dict) -> str:
+    return ",".join(f"{knob}={config[knob]}" for knob in ("dtype", "attn_implementation", "execution_mode"))
+
+
 def test_every_fault_inside_a_trial_is_recorded_and_the_study_goes_on(tmp_path, env):
-    # Trials 0 and 1 are the reference and the baseline; then a hang, an exception, an allocation that
-    # cannot be served, an exit without a result, and a worker killed from outside; then a normal trial.
-    faults = {
-        "2": {"phase": "load", "kind": "hang"},
-        "3": {"phase": "load", "kind": "raise"},
-        "4": {"phase": "warmup", "kind": "oom"},
-        "5": {"phase": "measure", "kind": "exit"},
-        # killed from outside, below; while loading, which every launched trial reaches (a 7th trial whose
-        # configuration fails while loading never reached a warm-up hang, and CI's run found nothing to kill)
-        "6": {"phase": "load", "kind": "hang"},
-    }
-    env = {**env, "AUTOTUNE_INJECT_FAULTS": json.dumps(faults)}
+    (tmp_path / "eight.yaml").write_text(EIGHT_CONFIGURATIONS)
+    env = {**env, "AUTOTUNE_INJECT_FAULTS": json.dumps(FAULTS)}
     process = subprocess.Popen(
-        [sys.executable, "-m", "autotune", "search", *SMALL, "--trials", "8", "--trial-timeout", TRIAL_TIMEOUT],
+        [sys.executable, "-m", "autotune", "search", *SMALL, "--space", "eight.yaml", "--trials", "8",
+         "--trial-timeout", TRIAL_TIMEOUT],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     killed: list[int] = []
 
-    def kill_the_seventh_trials_worker() -> None:
+    def kill_the_hanging_trials_worker() -> None:
         while process.poll() is None and not killed:
             trial = running_trial(tmp_path)
-            trials = tmp_path / "studies" / "demo-cpu"
-            if trial is not None and len(launched(load(tmp_path))) == 7 and announced(trials, trial.number, "load"):
+            hanging = trial is not None and _key(trial.user_attrs["config"]) == KILLED
+            if hanging and announced(tmp_path / "studies" / "demo-cpu", trial.number, "load"):
                 os.kill(trial.user_attrs["worker_pid"], signal.SIGKILL)  # in its hang: loading was announced
                 killed.append(trial.user_attrs["worker_pid"])
             time.sleep(0.3)
 
-    killer = threading.Thread(target=kill_the_seventh_trials_worker, daemon=True)
+    killer = threading.Thread(target=kill_the_hanging_trials_worker, daemon=True)
     killer.start()
     stdout, stderr = process.communicate(timeout=900)
     assert process.returncode == 0, stdout + stderr
     assert killed, "the test never found the worker to kill"
 
-    runs = launched(load(tmp_path))
-    assert len(runs) == 8
-    outcomes = [(record.outcome, record.phase) for record in runs]
-    assert outcomes[0][0] == outcomes[1][0] == "ok"
-    assert outcomes[2] == ("timeout", None)
-    assert outcomes[3] == ("error", "load") and "injected failure" in runs[3].message
-    assert outcomes[4][0] == "oom" and "allocate" in runs[4].message
-    assert outcomes[5][0] == "crashed" and "without a result" in runs[5].message
-    assert outcomes[6][0] == "crashed" and "SIGKILL" in runs[6].message
-    assert outcomes[7][0] not in ("timeout", "crashed")  # the study went on with a normal trial
-    for record in runs[2:7]:
-        assert record.state == "FAIL" and record.metrics == {}
+    runs = {_key(record.config): record for record in launched(load(tmp_path))}
+    assert len(runs) == 8 == len(launched(load(tmp_path))), "each of the eight configurations measured once"
+    for key in (REFERENCE, BASELINE, NORMAL):  # the study went on with normal trials, whenever they ran
+        assert runs[key].outcome == "ok", (key, runs[key].message)
+    assert (runs[REFERENCE].roles, runs[BASELINE].roles) == (("reference",), ("baseline",))
+    assert (runs[HANGS].outcome, runs[HANGS].phase) == ("timeout", None)
+    assert (runs[RAISES].outcome, runs[RAISES].phase) == ("error", "load")
+    assert "injected failure" in runs[RAISES].message
+    assert runs[RUNS_OUT_OF_MEMORY].outcome == "oom" and "allocate" in runs[RUNS_OUT_OF_MEMORY].message
+    assert runs[EXITS].outcome == "crashed" and "without a result" in runs[EXITS].message
+    assert runs[KILLED].outcome == "crashed" and "SIGKILL" in runs[KILLED].message
+    for key in FAULTS:
+        assert runs[key].state == "FAIL" and runs[key].metrics == {}
     assert "time spent:" in stdout and "failed trials" in stdout
 
 
 def test_a_killed_search_resumes_and_retries_the_interrupted_trial_once(tmp_path, env):
-    # The third trial hangs, so the search is surely mid-trial when it is killed.
-    hang = {"2": {"phase": "measure", "kind": "hang"}}
+    # The third trial hangs while loading (which every launched trial reaches), so the search is surely mid-trial
+    # when it is killed.
+    hang = {"2": {"phase": "load", "kind": "hang"}}
     process = start_search(tmp_path, env, [*SMALL, "--trials", "5"], hang)
 
     def third_trial_running():

@@ -26,8 +26,9 @@ from tests.conftest import announced
 pytestmark = pytest.mark.slow
 
 SMALL = ["--model", "demo", "--gpu", "cpu", "--batch-size", "2", "--input-len", "32", "--output-len", "16"]
-HANG_THIRD = json.dumps({"2": {"phase": "measure", "kind": "hang"}})
-HANG_FIRST = json.dumps({"0": {"phase": "measure", "kind": "hang"}})
+# Hangs while loading, which every launched trial reaches (a configuration may fail before it measures).
+HANG_THIRD = json.dumps({"2": {"phase": "load", "kind": "hang"}})
+HANG_FIRST = json.dumps({"0": {"phase": "load", "kind": "hang"}})
 
 
 @pytest.fixture
@@ -52,7 +53,7 @@ def _hanging_trial(url: str, database: Path, process: subprocess.Popen, after: i
                 trials = []
             running = [t for t in trials if t.state.name == "RUNNING" and "worker_pid" in t.user_attrs]
             complete = [t for t in trials if t.state.name == "COMPLETE"]
-            hanging = running and announced(database.parent / "demo-cpu", running[0].number, "measure")
+            hanging = running and announced(database.parent / "demo-cpu", running[0].number, "load")
             if hanging and len(complete) == after:
                 return running[0]
         time.sleep(0.5)

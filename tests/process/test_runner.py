@@ -50,9 +50,20 @@ def _fault_children() -> list[psutil.Process]:
     return [p for p in psutil.process_iter(["cmdline"]) if CHILD_MARKER in " ".join(p.info["cmdline"] or [])]
 
 
+def _running(pids: set[int]) -> list[int]:
+    """The processes among `pids` that still run (a killed one is gone, or a zombie until it is reaped)."""
+    running = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                running.append(pid)
+        except psutil.Error:
+            continue
+    return running
+
+
 def test_a_hanging_worker_is_killed_with_its_children_at_the_timeout(tmp_path):
     seen_children: set[int] = set()
-    started = time.monotonic()
     spec = faulty_spec(tmp_path, "hang_with_child", phase="start")
     result = run_in_worker(
         spec,
@@ -62,18 +73,23 @@ def test_a_hanging_worker_is_killed_with_its_children_at_the_timeout(tmp_path):
     )
     assert result.outcome == Outcome.TIMEOUT
     assert "trial timeout" in result.message
-    assert time.monotonic() - started < 8 + 10
+    # From the worker's launch (not the test's start: a fork server this process starts first imports torch).
+    assert result.timings["wall"] < 8 + 10
     assert seen_children, "the worker never started its child, so the test proves nothing"
-    time.sleep(0.5)
-    assert _fault_children() == [], "a child of the killed worker survived"
+    gone_by = time.monotonic() + 10  # killed with SIGKILL: only their reaping can lag
+    while survivors := _running(seen_children):
+        assert time.monotonic() < gone_by, f"a child of the killed worker survived: {survivors}"
+        time.sleep(0.1)
     assert not psutil.pid_exists(result.pid) or psutil.Process(result.pid).status() == psutil.STATUS_ZOMBIE
 
 
 def test_the_budget_deadline_stops_a_running_worker(tmp_path):
     deadline = time.monotonic() + 6
     result = run_in_worker(faulty_spec(tmp_path, "hang", phase="start"), tmp_path / "w", Limits(600, deadline))
+    ended = time.monotonic()
     assert result.outcome == Outcome.BUDGET
-    assert time.monotonic() - deadline < 6
+    launched = ended - result.timings["wall"]  # after the deadline, where a fork server had to start first
+    assert ended - max(deadline, launched) < 6
 
 
 def test_a_worker_killed_from_outside_is_crashed(tmp_path):

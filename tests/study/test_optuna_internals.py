@@ -38,6 +38,8 @@ def test_every_private_api_autotune_uses_is_there(running):
     assert internals.study_system_attrs(study)["autotune-test"] == {"a": 1}
     assert internals.heartbeat_enabled(storage) is True
     assert internals.stale_trial_ids(storage, study) == []  # its heartbeat is fresh
+    for name in internals.PRIVATE_STORAGE_CALLS:  # retried through an outage (study/patience.py)
+        assert callable(getattr(optuna.storages.RDBStorage, name)), name
     # (1, 1) and (0, 0) as losses: the first is dominated; the second alone spans 1.1 x 1.1.
     losses = np.array([[1.0, 1.0], [0.0, 0.0]])
     assert internals.is_pareto_front(losses).tolist() == [False, True]

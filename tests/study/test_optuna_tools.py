@@ -134,8 +134,9 @@ def test_artifacts_go_beside_the_sqlite_file_and_a_server_database_needs_a_locat
 
 
 def _interrupted_search(workdir: Path, env: dict[str, str]) -> int:
-    """A search killed (SIGKILL) while its fourth trial runs; the number of that trial."""
-    faults = {"2": {"phase": "load", "kind": "raise"}, "3": {"phase": "measure", "kind": "hang"}}
+    """A search killed (SIGKILL) while its fourth trial runs; the number of that trial. Both faults are met while
+    loading, which every launched trial reaches (a configuration may fail before it measures)."""
+    faults = {"2": {"phase": "load", "kind": "raise"}, "3": {"phase": "load", "kind": "hang"}}
     process = start_search(workdir, env, [*SMALL, "--trials", "5"], faults)
 
     def fourth_trial_running():
@@ -145,10 +146,10 @@ def _interrupted_search(workdir: Path, env: dict[str, str]) -> int:
     trial = wait_for(fourth_trial_running, process, "the search never reached its fourth trial")
     log = workdir / "studies" / "demo-cpu" / f"trial-{trial.number:04d}" / "worker.log"
 
-    def measuring() -> bool:  # where the injected hang is
-        return b"autotune phase: measure" in log.read_bytes()
+    def loading() -> bool:  # where the injected hang is
+        return log.exists() and b"autotune phase: load" in log.read_bytes()
 
-    wait_for(measuring, process, "the fourth trial never reached its hang", poll_s=0.3)
+    wait_for(loading, process, "the fourth trial never reached its hang", poll_s=0.3)
     workers = [child.pid for child in psutil.Process(process.pid).children(recursive=True)]
     process.send_signal(signal.SIGKILL)
     process.wait()
@@ -164,38 +165,57 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+def _start_dashboard(workdir: Path) -> tuple[subprocess.Popen, str, dict]:
+    """optuna-dashboard on the study of `workdir`, once it answers: the process, its address, its study list.
+    On a port free a moment before, which another process may take meanwhile: then on another one."""
+    for _ in range(3):
+        port = _free_port()
+        dashboard = subprocess.Popen(
+            [str(Path(sys.executable).parent / "optuna-dashboard"), "sqlite:///studies/demo-cpu.db",
+             "--artifact-dir", "studies/demo-cpu.artifacts", "--port", str(port), "--quiet"],
+            cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while dashboard.poll() is None:
+            try:
+                return dashboard, base, json.loads(_get(f"{base}/api/studies"))
+            except OSError:
+                assert time.monotonic() < deadline, "the dashboard never answered"
+                time.sleep(0.5)
+    raise AssertionError("the dashboard ended before it answered, on three ports")
+
+
 def _get(url: str) -> bytes:
     with urllib.request.urlopen(url, timeout=30) as answer:
         return answer.read()
 
 
 @pytest.mark.slow
-def test_optuna_dashboard_shows_objective_names_and_why_trials_failed_with_their_logs(tmp_path, cache_dir):
+def test_optuna_dashboard_reads_while_a_search_writes_and_shows_objective_names_and_failures_with_logs(
+    tmp_path, cache_dir
+):
     ensure_demo_model(cache_dir)
     env = {**os.environ, "AUTOTUNE_CACHE_DIR": str(cache_dir)}
     interrupted = _interrupted_search(tmp_path, env)
-    resumed = subprocess.run([sys.executable, "-m", "autotune", "search", *SMALL, "--trials", "1"],
-                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert "trial logs and the report are stored as Optuna artifacts in studies/demo-cpu.artifacts" in resumed.stdout
-
-    port = _free_port()
-    dashboard = subprocess.Popen(
-        [str(Path(sys.executable).parent / "optuna-dashboard"), "sqlite:///studies/demo-cpu.db",
-         "--artifact-dir", "studies/demo-cpu.artifacts", "--port", str(port), "--quiet"],
-        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    dashboard, base, listed = _start_dashboard(tmp_path)
     try:
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                listed = json.loads(_get(f"{base}/api/studies"))
-                break
-            except OSError:
-                assert time.monotonic() < deadline and dashboard.poll() is None, "the dashboard never answered"
-                time.sleep(0.5)
         (study_id,) = [s["study_id"] for s in listed["study_summaries"] if s["study_name"] == "demo-cpu"]
+        # The search resumes, and writes its trial, while the dashboard reads the same file again and again.
+        command = [sys.executable, "-m", "autotune", "search", *SMALL, "--trials", "1"]
+        resuming = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True)  # fmt: skip
+        reads = 0
+        while resuming.poll() is None:
+            json.loads(_get(f"{base}/api/studies/{study_id}"))
+            reads += 1
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                resuming.wait(timeout=0.2)
+        stdout, stderr = resuming.communicate()
+        assert resuming.returncode == 0 and reads > 0, stdout + stderr
+        assert "is locked" not in stdout + stderr  # a reader that reads in short statements never held it up
+        assert "trial logs and the report are stored as Optuna artifacts in studies/demo-cpu.artifacts" in stdout
+
         detail = json.loads(_get(f"{base}/api/studies/{study_id}"))
         assert detail["objective_names"] == studies.metric_names()
         assert detail["artifacts"] and detail["artifacts"][0]["filename"].endswith(".html")  # the report
@@ -209,12 +229,13 @@ def test_optuna_dashboard_shows_objective_names_and_why_trials_failed_with_their
             log = _get(f"{base}/artifacts/{study_id}/{trial['trial_id']}/{log_meta['artifact_id']}")
             return reason, log
 
-        reason, log = reason_and_log(2)
+        (raised,) = [t["number"] for t in trials.values() if "injected failure" in str(t["user_attrs"])]
+        reason, log = reason_and_log(raised)
         assert reason.startswith("error: ") and "injected failure" in reason
         assert b"injected failure" in log
         reason, log = reason_and_log(interrupted)
         assert reason.startswith("interrupted: its process (pid ")
-        assert b"autotune phase: measure at " in log  # how far it got: it hung while measuring
+        assert b"autotune phase: load at " in log  # how far it got: it hung while loading
     finally:
         dashboard.terminate()
         dashboard.wait(timeout=10)
