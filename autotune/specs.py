@@ -21,16 +21,17 @@ LoadMode = Literal["rate", "concurrency"]
 
 @dataclass
 class ServeSpec:
-    """The load a `serve` trial puts on `transformers serve`, and the latency objectives it is judged by.
+    """The load a `serve` trial puts on `transformers serve`.
 
     rate: requests arrive as a Poisson process at each rate (requests/s); concurrency: that many clients,
-    each sending its next request when the last one ends. `slo` maps a figure (`ttft_p95_s`, `itl_p95_s`,
-    `e2e_p99_s`, ...) to its bound in seconds.
+    each sending its next request when the last one ends. `levels`: the levels measured, each of them; `bracket`:
+    (lowest, highest) of the levels a capacity probe may try, climbing by doubling from the lowest until goodput
+    falls under the SLO, then narrowing by bisection (autotune/workloads/capacity.py).
     """
 
     mode: LoadMode = "concurrency"
     levels: list[float] = field(default_factory=lambda: [1.0, 4.0])
-    slo: dict[str, float] = field(default_factory=dict)
+    bracket: list[float] | None = None
     requests_per_level: int = 16
     warmup_requests: int = 2
     port: int | None = None  # None: a free port chosen by the system
@@ -46,7 +47,7 @@ class WorkloadSpec:
     """
 
     kind: str = "throughput"  # a kind of autotune.workloads.KINDS
-    batch_size: int = 8
+    batch_size: int = 8  # with batch_sizes: the largest of them
     input_len: int = 128
     output_len: int = 64
     prompts_path: str | None = None
@@ -55,16 +56,36 @@ class WorkloadSpec:
     max_iterations: int = 200
     warmup_iterations: int = 2
     serve: ServeSpec | None = None  # the load of the serve workload
+    # A capacity probe's batch sizes, ascending (--batch-size 1-128 or 1,8,32): a throughput trial measures the
+    # largest that meets the SLO and fits in memory. Empty: batch_size alone.
+    batch_sizes: list[int] = field(default_factory=list)
+    # The latency target every figure that depends on it is judged by (--slo): a figure such as `itl_p95_s` -> its
+    # bound in seconds. A trial that meets it at no batch or rate is off the front.
+    slo: dict[str, float] = field(default_factory=dict)
+    slo_share: float = 0.95  # serve: the share of requests that must meet the SLO at a rate it sustains
 
     def __post_init__(self) -> None:
         if isinstance(self.serve, dict):
-            self.serve = ServeSpec(**self.serve)
+            serve = dict(self.serve)
+            self.slo = self.slo or serve.pop("slo", None) or {}  # stored before the SLO was every kind's
+            serve.pop("slo", None)
+            self.serve = ServeSpec(**serve)
+
+    @property
+    def probes_capacity(self) -> bool:
+        """A trial looks for the largest batch or rate within the SLO and the memory, not one fixed shape."""
+        return len(self.batch_sizes) > 1 or bool(self.serve and self.serve.bracket)
 
     def to_json(self) -> dict[str, Any]:
-        """Plain data; without the serve load for the other workloads, as studies stored it before it existed."""
+        """Plain data; without what a workload leaves at its default and studies stored before it existed (the serve
+        load of other kinds, a probe's batch sizes, an SLO), so that those studies resume."""
         data = asdict(self)
-        if data["serve"] is None:
-            del data["serve"]
+        defaults = {"serve": None, "batch_sizes": [], "slo": {}, "slo_share": 0.95}
+        for name, default in defaults.items():
+            if data[name] == default:
+                del data[name]
+        if data.get("serve") is not None and data["serve"]["bracket"] is None:
+            del data["serve"]["bracket"]
         return data
 
 

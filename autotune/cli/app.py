@@ -355,6 +355,7 @@ def measure(
         "timings": result.timings,
         "environment": result.environment,
         "serve": result.details.serve,  # serve workload: the command that ran, figures per load level
+        "capacity": result.details.capacity,  # an SLO or a capacity probe: its points and what it found
     }
     print_measurement(document, as_json)
     if not result.ok:
@@ -435,7 +436,7 @@ def best(
     stored = studies.load_stored_study(url, study)
     settings = studies.stored_settings(stored)
     records = studies.records(stored)
-    constraints = parse_constraints([*settings.constraints, *map(str, asked)])
+    constraints = [*settings.feasibility, *(c for c in asked if c not in settings.feasibility)]
     chosen = pick(records, constraints, goal, settings.objective_metrics)
     if chosen.chosen is None:
         raise NothingSatisfiesError(chosen.why_none())

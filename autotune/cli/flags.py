@@ -20,9 +20,11 @@ from autotune.analysis.tolerances import GivenTolerances
 from autotune.data import load_prompts
 from autotune.errors import UserError
 from autotune.extras import why_missing
+from autotune.figures.slo import parse_slo
 from autotune.specs import BudgetSpec, HardwareSpec, ModelSpec, WorkloadSpec
 from autotune.units import parse_duration
 from autotune.workloads import KINDS, foreign_flags, workload_kind
+from autotune.workloads.capacity import parse_batch_sizes
 
 Command = TypeVar("Command", bound=Callable[..., Any])
 
@@ -159,7 +161,14 @@ _WorkloadKind = Annotated[
         help=", ".join(f"{kind.name} ({kind.help})" for kind in KINDS.values()) + ".",
     ),
 ]
-_BatchSize = Annotated[int, typer.Option("--batch-size", min=1, help="Prompts per generation (throughput).")]
+_BatchSize = Annotated[
+    str,
+    typer.Option(
+        "--batch-size",
+        help="Prompts per generation: 8; or a range, 1-128 (by doubling), or a list, 1,8,32: throughput searches them "
+        "for the largest batch within --slo and the memory.",
+    ),
+]
 _InputLen = Annotated[int, typer.Option("--input-len", min=1, help="Tokens per prompt.")]
 _OutputLen = Annotated[int, typer.Option("--output-len", min=2, help="Tokens generated per prompt.")]
 _Prompts = Annotated[
@@ -168,10 +177,25 @@ _Prompts = Annotated[
 _Load = Annotated[
     str | None,
     typer.Option(
-        "--load", help="serve: rate=2,4,8 (Poisson arrivals/s) or concurrency=1,8,32; concurrency=1,4 if not given."
+        "--load",
+        help="serve: rate=2,4,8 (Poisson arrivals/s) or concurrency=1,8,32, each measured; or a range, rate=1-64, "
+        "searched for the highest level that keeps --slo-share of requests within --slo. concurrency=1,4 if not given.",
     ),
 ]
-_Slo = Annotated[str | None, typer.Option("--slo", help='serve: latency objectives, "ttft_p95<=300ms,itl_p95<=50ms".')]
+_Slo = Annotated[
+    str | None,
+    typer.Option(
+        "--slo",
+        help='The latency target, "ttft_p95<=300ms,itl_p95<=50ms" (itl: the time per output token). A configuration '
+        "that meets it at no batch (throughput) or load (serve) is off the front.",
+    ),
+]
+_SloShare = Annotated[
+    str | None,
+    typer.Option(
+        "--slo-share", help="serve: the share of requests that must meet --slo at a load: 95%, 0.9.", show_default="95%"
+    ),
+]
 _Threshold = Annotated[
     str | None,
     typer.Option("--threshold", help="Throughput loss that is a regression: 5%, 0.05.", show_default="GPU 5%, CPU 25%"),
@@ -228,18 +252,23 @@ def budget_spec(*, budget: _Budget = None, trials: _Trials = None, timeout_s: Tr
 
 def workload_spec(
     kind: _WorkloadKind = "throughput",
-    batch_size: _BatchSize = 8,
+    batch_size: _BatchSize = "8",
     input_len: _InputLen = 128,
     output_len: _OutputLen = 64,
     prompts: _Prompts = None,
     load: _Load = None,
     slo: _Slo = None,
+    slo_share: _SloShare = None,
     serve_port: _ServePort = None,
 ) -> WorkloadSpec:
     workload = workload_kind(kind)
-    own = {"--load": load, "--slo": slo, "--serve-port": serve_port}  # flags that belong to one kind
+    own = {"--load": load, "--slo": slo, "--slo-share": slo_share, "--serve-port": serve_port}  # some kinds' only
     if problem := foreign_flags(workload, own):
         raise UserError(problem)
+    sizes = parse_batch_sizes(batch_size)
+    if len(sizes) > 1 and workload.probes != "batch":
+        probing = " or ".join(other.name for other in KINDS.values() if other.probes == "batch")
+        raise UserError(f"--batch-size {batch_size}: batch sizes are searched under --workload {probing}; give one")
     if missing := why_missing(f"--workload {kind}", workload.packages):
         raise UserError(missing)
     if serve_port is not None and (problem := port_problem(serve_port)):
@@ -247,8 +276,29 @@ def workload_spec(
     if prompts is not None:
         load_prompts(prompts)  # bad prompts are bad input, before anything runs
     path = str(prompts.resolve()) if prompts else None
-    spec = WorkloadSpec(kind, batch_size, input_len, output_len, prompts_path=path, **workload.options(own))
+    spec = WorkloadSpec(
+        kind,
+        sizes[-1],
+        input_len,
+        output_len,
+        prompts_path=path,
+        batch_sizes=sizes if len(sizes) > 1 else [],
+        slo=parse_slo(slo or ""),
+        slo_share=_share(slo_share, "--slo-share") if slo_share else 0.95,
+        **workload.options(own),
+    )
     return workload.as_run(spec)  # what its trials run, as the study stores it
+
+
+def _share(text: str, flag: str) -> float:
+    """`95%` or `0.95` -> 0.95; above 0 and at most 100%."""
+    try:
+        value = float(text.rstrip("%")) / (100 if text.endswith("%") else 1)
+    except ValueError:
+        raise UserError(f"{flag} {text!r} is not a share: write it like 95% or 0.95") from None
+    if not 0 < value <= 1:
+        raise UserError(f"{flag} {text!r} must be above 0% and at most 100%")
+    return value
 
 
 def port_problem(port: int) -> str | None:

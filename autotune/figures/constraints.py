@@ -128,6 +128,11 @@ class Constraint:
         return scaled
 
 
+# What a workload with an SLO adds to a study's constraints: a trial that meets the SLO at no batch or load is
+# infeasible, so off the front (its reason: the trial's capacity, autotune/workloads/capacity.py).
+MEETS_SLO = Constraint("meets_slo", ">=", 1.0)
+
+
 def parse_constraint(text: str, shown: str | None = None) -> Constraint:
     """`memory<=20GB` -> Constraint("peak_memory_gb", "<=", 20.0); UserError when it cannot be read.
 

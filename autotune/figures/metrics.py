@@ -74,7 +74,7 @@ REPORTED: tuple[Metric, ...] = (
     Metric("roofline_fraction", "share of the profile's peak memory bandwidth", "", "maximize"),
     Metric("cost_per_million_tokens_usd", "cost per million generated tokens", "USD", "minimize"),
     Metric("warmup_s", "warm-up (compile included)", "s", "minimize"),
-    # the serve workload (transformers serve under load)
+    # the serve workload (transformers serve under load); latency percentiles of every workload
     Metric("goodput_req_s", "goodput: requests/s within the SLOs", "req/s", "maximize"),
     Metric("requests_per_s", "completed requests per second", "req/s", "maximize"),
     Metric("errors", "failed requests", "", "minimize"),
@@ -85,9 +85,12 @@ REPORTED: tuple[Metric, ...] = (
             ("itl", "inter-token latency"),
             ("e2e", "request latency"),
         )
-        for q in (50, 95, 99)
+        for q in (50, 90, 95, 99)
     ),
     Metric("energy_j_per_token", "GPU energy per generated token", "J", "minimize"),
+    # capacity: the largest batch or load within the SLO (autotune/workloads/capacity.py)
+    Metric("capacity", "capacity: the largest batch or load within the SLO", "", "maximize"),
+    Metric("meets_slo", "meets the SLO at some batch or load (1 yes, 0 no)", ""),
 )
 
 METRICS: dict[str, Metric] = {metric.name: metric for metric in REPORTED}

@@ -51,6 +51,9 @@ class TaskSpec:
     reference_path: str | None = None  # trial: the reference log-probabilities to compare with
     greedy_reference_path: str | None = None  # trial: the reference's greedy continuations of the inputs
     memory_cap_bytes: int | None = None  # cap GPU memory to the profile's size
+    memory_limit_bytes: float | None = (
+        None  # a capacity probe skips a batch predicted to need more (profile, --constraint)
+    )
     bandwidth_gb_s: float | None = None  # peak memory bandwidth of the card trials run on, for the roofline
     price_per_hour: float | None = None  # for the cost per million tokens
     fault: dict[str, str] | None = None  # tests: {"phase": ..., "kind": ...} makes the worker fail for real
@@ -88,6 +91,8 @@ class TaskDetails:
     reference: FoundReference | None = None  # prepare
     plan: dict[str, Any] | None = None  # trial: the plan that ran, when this installation changed the planned one
     serve: dict[str, Any] | None = None  # serve trial: the command that ran and the figures of each load level
+    # trial with an SLO or a capacity probe: its points (autotune.workloads.capacity.Capacity), unit, what it found
+    capacity: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {key: value for key, value in asdict(self).items() if value is not None}

@@ -23,7 +23,7 @@ from optuna.trial import FrozenTrial
 from autotune import study as studies
 from autotune.analysis.found import BestFound, best_found
 from autotune.analysis.pareto import hypervolume, scaled_losses, study_front
-from autotune.figures.constraints import Constraint, parse_constraints
+from autotune.figures.constraints import Constraint
 from autotune.figures.metrics import KL_DIVERGENCE, OBJECTIVES, PEAK_MEMORY, THROUGHPUT, Metric
 from autotune.report.ceiling import CeilingRow, ceiling_rows
 from autotune.report.snippets import json_snippet, python_snippet, serve_command
@@ -170,7 +170,7 @@ def collect(study: optuna.Study, storage_url: str) -> ReportData:
         baseline=baseline,
         reference=reference,
         outcomes=dict(Counter(record.outcome for record in launched)),
-        constraints=parse_constraints(settings.constraints),
+        constraints=settings.feasibility,
         importances=importances(study, objectives),
         parallel=parallel(launched, settings.space, objectives),
         progress=progress(launched, objectives),

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from autotune.errors import UserError
+from autotune.figures.constraints import Constraint
+from autotune.figures.metrics import PEAK_MEMORY
 from autotune.paths import demo_draft_path
 from autotune.process.results import Candidate, Outcome, TaskResult, TaskSpec
 from autotune.process.runner import Limits, run_in_worker
@@ -190,6 +192,13 @@ def baseline_config(
     return space.including(defaults).normalize(defaults)
 
 
+def memory_limit(profile_bytes: int | None, constraints: Iterable[Constraint]) -> float | None:
+    """The most memory a trial may use: the profile's, or less where a --constraint on peak memory says so."""
+    bounds = [c.bound * 1e9 for c in constraints if c.metric == PEAK_MEMORY.name and c.op in ("<=", "<")]
+    limits = [*bounds, *([profile_bytes] if profile_bytes else [])]
+    return min(limits) if limits else None
+
+
 def trial_spec(request: SearchRequest, prepared: Prepared, config: Config, plan: dict[str, Any]) -> TaskSpec:
     """What a worker needs to measure one configuration."""
     profile, price = prepared.hardware.profile, request.hardware.price_per_hour
@@ -204,6 +213,7 @@ def trial_spec(request: SearchRequest, prepared: Prepared, config: Config, plan:
         reference_path=prepared.reference_path,
         greedy_reference_path=prepared.greedy_reference_path,
         memory_cap_bytes=profile.memory_bytes,
+        memory_limit_bytes=memory_limit(profile.memory_bytes, request.constraints),
         bandwidth_gb_s=prepared.hardware.bandwidth_gb_s,
         price_per_hour=price if price is not None else profile.price_per_hour,
     )

@@ -55,7 +55,7 @@ class Session:
 
     @property
     def constraints(self) -> list[Constraint]:
-        return parse_constraints(self.settings.constraints)
+        return self.settings.feasibility
 
     @property
     def profile(self) -> GpuProfile:

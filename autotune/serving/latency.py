@@ -67,17 +67,19 @@ def level_figures(level: float, records: Sequence[RequestRecord], slo: dict[str,
         "requests_per_s": len(done) / duration if duration > 0 else 0.0,
         "output_tok_s": sum(record.tokens for record in done) / duration if duration > 0 else 0.0,
         "goodput_req_s": met / duration if duration > 0 else 0.0,
+        "slo_share": met / len(records) if records else 0.0,  # of the requests sent, those that met the SLO
         "slo_met": bool(done) and all(percentiles.get(name, float("inf")) <= bound for name, bound in slo.items()),
         **percentiles,
     }
 
 
 def serve_figures(
-    records: Sequence[RequestRecord], slo: dict[str, float]
+    records: Sequence[RequestRecord], slo: dict[str, float], slo_share: float = 0.95
 ) -> tuple[dict[str, float], dict[str, dict], list[dict[str, Any]]]:
     """Flat metrics of the trial, the spread of each latency, and the figures of each load level.
 
-    Latency percentiles pool the measured requests of every level; rates are the best level's.
+    Latency percentiles pool the measured requests of every level; rates are the best level's. With an SLO, a level
+    is sustained when at least `slo_share` of its requests met it: `capacity` is the highest such level.
     """
     measured = [record for record in records if record.level is not None]
     levels = sorted({record.level for record in measured if record.level is not None})
@@ -96,6 +98,9 @@ def serve_figures(
         "throughput_tok_s": best_tok_s,
         "e2e_throughput_tok_s": best_tok_s,
     }
+    if slo:
+        sustained = [level["load"] for level in per_level if level["slo_share"] >= slo_share]
+        metrics |= {"meets_slo": float(bool(sustained)), "capacity": max(sustained, default=0.0)}
     metrics |= {
         "ttft_s": metrics["ttft_p50_s"],
         "ttft_p95_s": metrics["ttft_p95_s"],

@@ -26,7 +26,6 @@ import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.figures.constraints import parse_constraints
 from autotune.process.results import TaskResult, write_json_atomically
 from autotune.study.claims import Claims
 from autotune.study.optuna_internals import study_id, study_storage, trial_id
@@ -170,7 +169,7 @@ def store_kept(study: optuna.Study, claims: Claims, study_folder: Path) -> list[
 def _tell(study: optuna.Study, trial_id: int, kept: KeptResult) -> None:
     settings = stored_settings(study)
     trial = optuna.Trial(study, trial_id)
-    record_result(study, trial, kept.result, kept.duration_s, parse_constraints(settings.constraints),
+    record_result(study, trial, kept.result, kept.duration_s, settings.feasibility,
                   settings.objective_metrics)  # fmt: skip
 
 

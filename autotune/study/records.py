@@ -47,6 +47,9 @@ class TrialRecord:
     constraints: dict[str, float] = field(default_factory=dict)  # Optuna's values: feasible when all <= 0
     finished_at: datetime | None = None
     serve: dict[str, Any] | None = None  # serve workload: the command that ran, figures per load level
+    # an SLO or a capacity probe: the points measured and their verdicts (autotune.workloads.capacity.Capacity),
+    # "unit" (batch, rate or concurrency) and "said" (what the probe found, one line)
+    capacity: dict[str, Any] | None = None
     blame: dict[str, Any] | None = None  # failed: {"knob", "value", "certain"}, the value its failure points at
 
     @property
@@ -94,6 +97,7 @@ class TrialRecord:
             constraints=dict(trial.constraints),
             finished_at=trial.datetime_complete,
             serve=attrs.get("serve"),
+            capacity=attrs.get("capacity"),
             blame=attrs.get("blame"),
         )
 
@@ -178,6 +182,8 @@ def record_result(
             trial.set_user_attr("plan", result.details.plan)
         if result.details.serve is not None:
             trial.set_user_attr("serve", result.details.serve)
+        if result.details.capacity is not None:
+            trial.set_user_attr("capacity", result.details.capacity)
         trial.set_user_attr("metrics", result.metrics)
         trial.set_user_attr("stats", result.stats)
         for key, value in violations(constraints, result.metrics).items():

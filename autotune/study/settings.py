@@ -11,6 +11,7 @@ from typing import Any
 import optuna
 
 from autotune.errors import StudyMismatchError, UserError
+from autotune.figures.constraints import MEETS_SLO, Constraint, parse_constraints
 from autotune.figures.metrics import OBJECTIVES, Metric, objectives_named
 from autotune.space import SearchSpace
 from autotune.study.optuna_internals import set_study_system_attr, study_system_attrs
@@ -104,6 +105,12 @@ class StudySettings:
         values["constraints"] = list(data.get("constraints") or [])
         values["objectives"] = list(data.get("objectives") or [metric.name for metric in OBJECTIVES])
         return cls(**values)
+
+    @property
+    def feasibility(self) -> list[Constraint]:
+        """What a trial must meet to be on the front: the study's --constraint flags, and its workload's SLO."""
+        slo = [MEETS_SLO] if self.workload.get("slo") else []
+        return [*parse_constraints(self.constraints), *slo]
 
     @property
     def objective_metrics(self) -> tuple[Metric, ...]:

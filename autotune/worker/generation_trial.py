@@ -3,8 +3,11 @@ the timed generation (autotune/worker/generation.py), then speed, memory, energy
 
 from __future__ import annotations
 
+import gc
 import importlib
 import json
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -15,16 +18,18 @@ from autotune.space import rules
 from autotune.space.plan import Plan
 from autotune.worker.environment import environment, installed_version
 from autotune.worker.extensions import build_library_extensions
-from autotune.worker.failures import BrokenOutputError, UnsupportedError
+from autotune.worker.failures import BrokenOutputError, UnsupportedError, classify
 from autotune.worker.generation import build_inputs, entered, make_generation
 from autotune.worker.loading import import_first_call_modules, load_model, load_tokenizer
 from autotune.worker.measurement.energy import EnergyCounter, energy_figures
 from autotune.worker.measurement.memory import PeakMemory
 from autotune.worker.measurement.quality import broken_reason, compare_with_reference, load_reference, prefix_agreement
 from autotune.worker.measurement.speed import (
+    Iteration,
     cost_per_million_tokens,
     decode_bytes_per_step,
     kv_bytes_per_token,
+    latency_percentiles,
     roofline,
     speed_figures,
 )
@@ -32,13 +37,18 @@ from autotune.worker.measurement.timing import repeat_until
 from autotune.worker.tasks import Phases
 from autotune.worker.tensor_parallel import ranks_of, shared_clock
 from autotune.workloads import KINDS
+from autotune.workloads.capacity import Capacity, Probe
 
 
 def run(spec: TaskSpec, phases: Phases) -> TaskResult:
-    """Load the model with the plan, run the timed generation (warm-up, then measured iterations), check quality."""
+    """Load the model with the plan, run the timed generation (warm-up, then measured iterations), check quality.
+
+    With a capacity probe (several batch sizes, autotune/workloads/capacity.py), the loaded model measures each
+    batch in ascending order until one is past the SLO, out of memory, or predicted not to fit; the trial's figures
+    are those of the largest batch that met the SLO.
+    """
     assert spec.candidate is not None and spec.reference_path is not None
     planned = Plan.from_json(spec.candidate.plan)
-    workload_spec = spec.workload
     ranks = ranks_of(planned)
     with phases("load"):
         refuse_what_cannot_run(spec.candidate.config, planned)
@@ -50,33 +60,98 @@ def run(spec: TaskSpec, phases: Phases) -> TaskResult:
         import_first_call_modules()
         memory = PeakMemory(spec.device)
         model = load_model(spec.model, plan, spec.device)
-    inputs = build_inputs(tokenizer, workload_spec, KINDS[workload_spec.kind].requests(workload_spec))
+    sizes = spec.workload.batch_sizes or [KINDS[spec.workload.kind].requests(spec.workload)]
+    probe = Probe(sizes, spec.workload.slo, spec.memory_limit_bytes)
+    points = _climb(probe, lambda size: _measure_batch(spec, model, plan, tokenizer, size, memory, phases))
+    capacity = probe.capacity()
+    chosen = points[capacity.chosen.size if capacity.chosen else min(points)]
+    workload_spec = replace(spec.workload, batch_size=int(chosen.size))
+    with phases("quality"), entered(plan.contexts):  # the forward passes run as generate() did (precision, kernel)
+        quality = _quality(spec, model, chosen.iterations[-1].generated)
+    speed, stats = speed_figures(chosen.iterations, chosen.warmup[0])
+    figures = _roofline_and_cost(spec, model, plan, workload_spec, speed)
+    metrics = {**speed, **chosen.latency, **quality, **chosen.memory, **figures}
+    metrics["warmup_s"] = phases.timings["warmup"]
+    if ranks > 1:
+        metrics["tp_ranks"] = float(ranks)  # the memory figures are rank 0's: one shard and its share of the work
+    metrics |= energy_figures(chosen.joules, sum(len(row) for i in chosen.iterations for row in i.generated))
+    details = TaskDetails(plan=plan.to_json() if plan != planned else None)  # what ran, when this installation differs
+    if spec.workload.batch_sizes or spec.workload.slo:
+        metrics |= {"capacity": chosen.size if capacity.chosen else 0.0, "meets_slo": float(bool(capacity.chosen))}
+        details.capacity = {**capacity.to_json(), "unit": "batch", "said": _said(capacity)}
+    return TaskResult(Outcome.OK, metrics=metrics, stats=stats, environment=environment(spec.device), details=details)
+
+
+@dataclass(frozen=True)
+class MeasuredBatch:
+    """One batch size measured: its iterations, warm-up, latency percentiles, memory and energy."""
+
+    size: int
+    iterations: list[Iteration]
+    warmup: list[Iteration]
+    latency: dict[str, float]
+    memory: dict[str, float]
+    joules: float | None
+
+    def figures(self) -> dict[str, float]:
+        """What the probe judges it by: its speed, its latency percentiles, its peak memory."""
+        speed, _ = speed_figures(self.iterations, self.warmup[0])
+        return {**speed, **self.latency, "peak_memory_bytes": self.memory["peak_memory_bytes"]}
+
+
+def _climb(probe: Probe, measure: Callable[[int], MeasuredBatch]) -> dict[float, MeasuredBatch]:
+    """Measure the probe's sizes until it stops; an out-of-memory error ends it (and the trial, at its first size)."""
+    measured: dict[float, MeasuredBatch] = {}
+    while (size := probe.next_size()) is not None:
+        if (skipped := probe.too_big(size)) is not None:
+            probe.add(skipped)
+            continue
+        try:
+            point = measure(int(size))
+        except BaseException as error:
+            if not measured or classify(error, None).outcome != Outcome.OOM:
+                raise
+            probe.record_oom(size, f"{type(error).__name__}: {error}")
+            _free_memory()
+            continue
+        measured[size] = point
+        probe.record(size, point.figures())
+    return measured
+
+
+def _measure_batch(
+    spec: TaskSpec, model: Any, plan: Plan, tokenizer: Any, size: int, memory: PeakMemory, phases: Phases
+) -> MeasuredBatch:
+    workload = replace(spec.workload, batch_size=size)
+    inputs = build_inputs(tokenizer, workload, size)
     with phases("setup"):
-        workload = make_generation(model, plan, inputs, workload_spec, tokenizer.pad_token_id)
+        generation = make_generation(model, plan, inputs, workload, tokenizer.pad_token_id)
     with phases("warmup"):
-        warmup = [workload.run() for _ in range(max(1, workload_spec.warmup_iterations))]
+        warmup = [generation.run() for _ in range(max(1, workload.warmup_iterations))]
     with phases("measure"):
         memory.reset()
         energy = EnergyCounter(spec.device)
         energy.start()
-        w = workload_spec
-        iterations = repeat_until(workload.run, w.min_iterations, w.min_seconds, w.max_iterations, shared_clock)
+        w = workload
+        iterations = repeat_until(generation.run, w.min_iterations, w.min_seconds, w.max_iterations, shared_clock)
         joules = energy.joules()
         peak = memory.peak_bytes()
-        workload.close()
-    with phases("quality"), entered(plan.contexts):  # the forward passes run as generate() did (precision, kernel)
-        quality = _quality(spec, model, iterations[-1].generated)
-    speed, stats = speed_figures(iterations, warmup[0])
-    figures = _roofline_and_cost(spec, model, plan, workload_spec, speed)
-    metrics = {**speed, **quality, **memory.details(), **figures}
-    metrics["peak_memory_bytes"] = float(peak)
-    metrics["peak_memory_gb"] = peak / 1e9
-    metrics["warmup_s"] = phases.timings["warmup"]
-    if ranks > 1:
-        metrics["tp_ranks"] = float(ranks)  # the memory figures are rank 0's: one shard and its share of the work
-    metrics |= energy_figures(joules, sum(len(row) for i in iterations for row in i.generated))
-    details = TaskDetails(plan=plan.to_json() if plan != planned else None)  # what ran, when this installation differs
-    return TaskResult(Outcome.OK, metrics=metrics, stats=stats, environment=environment(spec.device), details=details)
+        generation.close()
+    measured = {**memory.details(), "peak_memory_bytes": float(peak), "peak_memory_gb": peak / 1e9}
+    return MeasuredBatch(size, iterations, warmup, latency_percentiles(iterations), measured, joules)
+
+
+def _free_memory() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _said(capacity: Capacity) -> str:
+    """What the probe found, in one line for the log and the report."""
+    if capacity.chosen is None:
+        return capacity.why_none("batch")
+    return f"batch {capacity.chosen.size:g} is the largest within the SLO; {capacity.why_stopped('batch')}"
 
 
 def refuse_what_cannot_run(config: dict[str, Any], plan: Plan) -> None:

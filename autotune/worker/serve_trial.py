@@ -74,13 +74,13 @@ def run(spec: TaskSpec, phases: Any) -> TaskResult:
         os.sched_setaffinity(0, own_cores)
         print(f"transformers serve log (end):\n{server.log_tail()}", file=sys.stderr)
         server.remove_log()
-    metrics, stats, levels = serve_figures(records, load.slo)
+    metrics, stats, levels = serve_figures(records, spec.workload.slo, spec.workload.slo_share)
     with phases("quality"):
         model = load_model(spec.model, plan, spec.device)
         metrics |= compare_with_reference(model, load_reference(Path(spec.reference_path)))
     metrics |= _memory(peak) | energy_figures(joules, _generated_tokens(records))
     metrics |= {"client_cpu_share": client_cpu, "warmup_s": phases.timings["load"]}
-    serve = _details(argv, load, levels, server_cores, client_cores)
+    serve = _details(argv, load, spec.workload.slo, levels, server_cores, client_cores)
     details = TaskDetails(serve={**serve, "server_pid": server.process.pid if server.process else None})
     return TaskResult(Outcome.OK, metrics=metrics, stats=stats, environment=environment(spec.device), details=details)
 
@@ -129,13 +129,18 @@ def _generated_tokens(records: list[RequestRecord]) -> float:
 
 
 def _details(
-    argv: list[str], load: ServeSpec, levels: list[dict], server_cores: list[int], client_cores: list[int]
+    argv: list[str],
+    load: ServeSpec,
+    slo: dict[str, float],
+    levels: list[dict],
+    server_cores: list[int],
+    client_cores: list[int],
 ) -> dict[str, Any]:
     return {
         "command": shlex.join(argv),
         "argv": argv,
         "mode": load.mode,
-        "slo": load.slo,
+        "slo": slo,
         "levels": levels,
         "server_cores": server_cores,
         "client_cores": client_cores,

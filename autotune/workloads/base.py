@@ -24,8 +24,11 @@ class WorkloadKind:
 
     name: ClassVar[str]
     help: ClassVar[str]
-    # The command-line flags only this kind reads; given with another kind they are bad input.
+    # The command-line flags only some kinds read, this one among them; given with another kind they are bad input.
     flags: ClassVar[tuple[str, ...]] = ()
+    # What a capacity probe of its trials climbs: "batch" (--batch-size 1-128), "load" (--load rate=1-64), or
+    # nothing (a range is bad input).
+    probes: ClassVar[str | None] = None
     # The figures only this kind's trials report (metric names, autotune/figures/metrics.py).
     metrics: ClassVar[frozenset[str]] = frozenset()
     # An objective's family (speed, time, memory) -> the recipes it calls for, in order (autotune/space/knobs/).
@@ -102,11 +105,14 @@ def metrics_of_one_kind() -> dict[str, str]:
 
 def foreign_flags(kind: WorkloadKind, given: Mapping[str, Any]) -> str | None:
     """Why flags of other kinds, given with this kind, are bad input; None when there are none."""
-    owners = {flag: other.name for other in KINDS.values() for flag in other.flags}
+    owners: dict[str, list[str]] = {}
+    for other in KINDS.values():
+        for flag in other.flags:
+            owners.setdefault(flag, []).append(other.name)
     foreign = [flag for flag, value in given.items() if value is not None and flag not in kind.flags and flag in owners]
     if not foreign:
         return None
-    kinds = sorted({owners[flag] for flag in foreign})
+    kinds = list(dict.fromkeys(name for flag in foreign for name in owners[flag]))
     verb = "applies" if len(foreign) == 1 else "apply"
     return f"{', '.join(foreign)} {verb} only to --workload {_listed(kinds)}"
 

@@ -9,18 +9,21 @@ from typing import Any, ClassVar
 
 from autotune.errors import UserError
 from autotune.extras import SERVE
-from autotune.figures.slo import parse_slo
 from autotune.specs import ServeSpec, WorkloadSpec
 from autotune.workloads.base import WorkloadKind, register
 
-LOAD_FORM = "rate=2,4,8 (Poisson arrivals, requests/s) or concurrency=1,8,32 (clients)"
+LOAD_FORM = (
+    "rate=2,4,8 (Poisson arrivals, requests/s) or concurrency=1,8,32 (clients), each measured; or a range searched "
+    "for the highest level within the SLO, rate=1-64"
+)
 
 
 @register
 class Serve(WorkloadKind):
     name = "serve"
     help = "transformers serve under load (--load, --slo)"
-    flags = ("--load", "--slo", "--serve-port")
+    flags = ("--load", "--slo", "--slo-share", "--serve-port")
+    probes = "load"
     metrics = frozenset(
         {"goodput_req_s", "requests_per_s", "errors", "ttft_p99_s"}
         | {f"{figure}_p{q}_s" for figure in ("itl", "e2e") for q in (50, 95, 99)}
@@ -44,23 +47,29 @@ class Serve(WorkloadKind):
         return spec if spec.serve is not None else replace(spec, serve=ServeSpec())
 
     def options(self, given: Mapping[str, Any]) -> dict[str, Any]:
-        load, slo = given.get("--load"), given.get("--slo")
-        spec = ServeSpec(slo=parse_slo(slo or ""), port=given.get("--serve-port"))
-        if load:
-            spec.mode, spec.levels = parse_load(load)  # type: ignore[assignment]
+        spec = ServeSpec(port=given.get("--serve-port"))
+        if load := given.get("--load"):
+            spec.mode, levels = parse_load(load)  # type: ignore[assignment]
+            if "-" in load:
+                spec.levels, spec.bracket = [], levels
+            else:
+                spec.levels = levels
         return {"serve": spec}
 
 
 def parse_load(text: str) -> tuple[str, list[float]]:
-    """`rate=2,4,8` -> ("rate", [2, 4, 8]); `concurrency=1,8` -> ("concurrency", [1, 8])."""
+    """`rate=2,4,8` -> ("rate", [2, 4, 8]); `concurrency=1,8` -> ("concurrency", [1, 8]); a range `rate=1-64` -> its
+    two ends, ("rate", [1, 64])."""
     mode, separator, values = text.strip().partition("=")
     mode = mode.strip().lower()
     if not separator or mode not in ("rate", "concurrency"):
         raise UserError(f"--load {text!r} is not a load: write {LOAD_FORM}")
     try:
-        levels = [float(value) for value in values.split(",")]
+        levels = [float(value) for value in values.split("-" if "-" in values else ",")]
     except ValueError:
         raise UserError(f"--load {text!r}: every level must be a number, as in {LOAD_FORM}") from None
+    if "-" in values and (len(levels) != 2 or not levels[0] < levels[1]):
+        raise UserError(f"--load {text!r}: a range is its lowest and highest level, lowest first, as in rate=1-64")
     if not levels or any(not level > 0 for level in levels):
         raise UserError(f"--load {text!r}: every level must be above 0, as in {LOAD_FORM}")
     if mode == "concurrency" and any(level != int(level) for level in levels):

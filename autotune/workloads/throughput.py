@@ -8,4 +8,6 @@ from autotune.workloads.base import WorkloadKind, register
 @register
 class Throughput(WorkloadKind):
     name = "throughput"
-    help = "a batch of prompts at once (--batch-size)"
+    help = "a batch of prompts at once (--batch-size); with a range, the largest batch within --slo and the memory"
+    flags = ("--slo",)
+    probes = "batch"

@@ -98,7 +98,7 @@ def test_measure_serve_json_prints_percentiles_goodput_and_errors(tmp_path, cli_
         for q in (50, 95, 99):
             assert metrics[f"{figure}_p{q}_s"] > 0
     assert metrics["errors"] == 0 and metrics["goodput_req_s"] <= metrics["requests_per_s"]
-    assert document["workload"]["serve"]["slo"] == {"ttft_p95_s": 2.0, "itl_p95_s": 0.5}
+    assert document["workload"]["slo"] == {"ttft_p95_s": 2.0, "itl_p95_s": 0.5}
     assert not _left_running(document["serve"]["argv"])
 
 

@@ -45,7 +45,9 @@ def test_a_latency_trial_runs_one_prompt_and_its_record_says_so():
 def test_the_serve_kind_reads_its_own_flags_and_needs_a_servable_plan():
     serve = KINDS["serve"]
     options = serve.options({"--load": "rate=4,2", "--slo": "ttft_p95<=300ms", "--serve-port": None})
-    assert options == {"serve": ServeSpec(mode="rate", levels=[2.0, 4.0], slo={"ttft_p95_s": 0.3})}
+    assert options == {"serve": ServeSpec(mode="rate", levels=[2.0, 4.0])}  # the SLO is every kind's: WorkloadSpec
+    bracket = serve.options({"--load": "concurrency=1-32"})["serve"]
+    assert (bracket.mode, bracket.levels, bracket.bracket) == ("concurrency", [], [1.0, 32.0])
     assert serve.as_run(WorkloadSpec("serve")).serve == ServeSpec()  # a serve trial switched to by the knob
     assert serve.plan_problem(["sdpa_backend=math"]) == "transformers serve has no flag for: sdpa_backend=math"
     assert KINDS["throughput"].plan_problem(["sdpa_backend=math"]) is None

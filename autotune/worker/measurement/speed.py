@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autotune.figures.stats import Summary
+from autotune.figures.stats import Summary, percentile
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,24 @@ def speed_figures(iterations: list[Iteration], first: Iteration) -> tuple[dict[s
         "compile_s": max(0.0, first.elapsed_s - summaries["iteration_s"].p50),
     }
     return metrics, {name: summary.to_json() for name, summary in summaries.items()}
+
+
+LATENCY_PERCENTILES = (50, 90, 95, 99)
+
+
+def latency_percentiles(iterations: list[Iteration]) -> dict[str, float]:
+    """What an SLO judges a batch by: time to first token and end-to-end time of each call, and the time per output
+    token (each gap between a request's tokens: `itl`), at p50, p90, p95 and p99."""
+    samples = {
+        "ttft": [i.ttft_s for i in iterations],
+        "itl": [gap for i in iterations for gap in i.gaps_s] or [0.0],
+        "e2e": [i.elapsed_s for i in iterations],
+    }
+    return {
+        f"{figure}_p{q}_s": percentile(sorted(values), q)
+        for figure, values in samples.items()
+        for q in LATENCY_PERCENTILES
+    }
 
 
 # ----------------------------------------------------------------------------------------- roofline
