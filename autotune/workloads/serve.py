@@ -24,10 +24,7 @@ class Serve(WorkloadKind):
     help = "transformers serve under load (--load, --slo)"
     flags = ("--load", "--slo", "--slo-share", "--serve-port")
     probes = "load"
-    metrics = frozenset(
-        {"goodput_req_s", "requests_per_s", "errors", "ttft_p99_s"}
-        | {f"{figure}_p{q}_s" for figure in ("itl", "e2e") for q in (50, 95, 99)}
-    )
+    metrics = frozenset({"goodput_req_s", "requests_per_s", "errors"})  # latency percentiles: every kind's
     # Continuous batching first: it keeps the GPU busy under concurrent requests; then what a single batch wants.
     aims: ClassVar[Mapping[str, tuple[str, ...]]] = {
         "speed": ("serve", "throughput"),
