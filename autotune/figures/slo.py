@@ -32,8 +32,14 @@ def parse_slo(text: str) -> dict[str, float]:
 
 
 def describe_slo(slo: dict[str, float]) -> str:
-    """{"ttft_p95_s": 0.3} -> "ttft_p95<=300ms"."""
-    return ",".join(f"{name.removesuffix('_s')}<={bound * 1000:g}ms" for name, bound in slo.items())
+    """{"ttft_p95_s": 0.3, "e2e_p99_s": 2.0} -> "ttft_p95<=300ms,e2e_p99<=2s", as --slo reads it."""
+    return ",".join(f"{name.removesuffix('_s')}<={_seconds(bound)}" for name, bound in slo.items())
+
+
+def _seconds(bound: float) -> str:
+    if bound >= 1:
+        return f"{bound:g}s"
+    return f"{bound * 1000:g}ms" if bound >= 1e-3 else f"{bound * 1e6:g}us"
 
 
 def in_ms(seconds: float) -> str:

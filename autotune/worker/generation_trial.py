@@ -34,7 +34,7 @@ from autotune.worker.measurement.speed import (
     speed_figures,
 )
 from autotune.worker.measurement.timing import repeat_until
-from autotune.worker.tasks import Phases
+from autotune.worker.tasks import Phases, inject_fault
 from autotune.worker.tensor_parallel import ranks_of, shared_clock
 from autotune.workloads import KINDS
 from autotune.workloads.capacity import Capacity, Probe
@@ -129,6 +129,8 @@ def _measure_batch(
     with phases("warmup"):
         warmup = [generation.run() for _ in range(max(1, workload.warmup_iterations))]
     with phases("measure"):
+        if (fault := spec.fault) and fault.get("batch") is not None and size >= int(fault["batch"]):
+            inject_fault(fault["kind"])  # tests: a probe that fails from this batch on
         memory.reset()
         energy = EnergyCounter(spec.device)
         energy.start()

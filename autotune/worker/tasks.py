@@ -69,7 +69,7 @@ class Phases:
     def __call__(self, name: str) -> Iterator[None]:
         self.current = name
         self.announce(name)
-        if self.fault and self.fault.get("phase") == name:
+        if self.fault and self.fault.get("phase") == name and "batch" not in self.fault:  # batch: the probe injects
             inject_fault(self.fault["kind"], self.fault.get("until"))
         start = time.perf_counter()
         yield

@@ -17,9 +17,10 @@ from typing import Any, Literal
 
 from autotune.errors import UserError
 from autotune.figures.slo import in_ms
+from autotune.units import format_bytes
 
 Verdict = Literal["met", "slo", "oom", "memory"]  # met the SLO; refused: past it, out of memory, predicted not to fit
-REFUSED_WHY = {"slo": "past the SLO", "oom": "out of memory", "memory": "predicted not to fit in memory"}
+REFUSED_WHY = {"slo": "past the SLO", "oom": "out of memory", "memory": "over the memory"}
 BATCH_FORM = "a number (8), a range searched by doubling (1-128), or a list (1,8,32)"
 MOST_BATCH = 4096
 
@@ -126,10 +127,15 @@ class Probe:
         predicted = self.predicted_peak(size)
         if self.memory_limit is None or predicted is None or predicted <= self.memory_limit:
             return None
-        why = f"predicted {predicted / 1e9:.2f} GB peak > {self.memory_limit / 1e9:.2f} GB"
+        why = f"predicted peak {format_bytes(predicted)} > {format_bytes(self.memory_limit)}, not run"
         return Point(size, "memory", reason=why)
 
     def record(self, size: float, figures: dict[str, float]) -> Point:
+        """A measured point: refused when its peak memory is above the limit, or when it misses the SLO."""
+        peak = figures.get("peak_memory_bytes")
+        if self.memory_limit is not None and peak is not None and peak > self.memory_limit:
+            why = f"peak {format_bytes(peak)} > {format_bytes(self.memory_limit)}"
+            return self.add(Point(size, "memory", figures, why))
         misses = slo_misses(figures, self.slo)
         point = Point(size, "slo", figures, "; ".join(misses)) if misses else Point(size, "met", figures)
         return self.add(point)

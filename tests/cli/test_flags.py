@@ -60,7 +60,7 @@ def test_groups_build_their_specs_from_the_flags():
     assert model == ModelSpec("demo")
     assert hardware == HardwareSpec("cpu", None, 2.5)
     assert budget == BudgetSpec(budget_s=90.0, max_trials=3, trial_timeout_s=120.0)
-    assert workload == WorkloadSpec("latency", input_len=32)
+    assert workload == WorkloadSpec("latency", batch_size=1, input_len=32)  # latency runs one prompt at a time
 
 
 def test_defaults_are_those_written_once_in_the_groups():
@@ -70,6 +70,25 @@ def test_defaults_are_those_written_once_in_the_groups():
     assert hardware == HardwareSpec("auto", None, None)
     assert budget == BudgetSpec(None, None, 1200.0)
     assert workload == WorkloadSpec()
+
+
+def test_one_batch_size_pins_the_batch_as_before_and_a_range_is_a_probes():
+    """--batch-size 8 stores the very workload studies stored before capacity existed: a resumed study binds."""
+    pinned = _workload(["--batch-size", "8"])
+    assert pinned == WorkloadSpec("throughput", 8) and not pinned.probes_capacity
+    before = ["kind", "batch_size", "input_len", "output_len", "prompts_path", "min_iterations", "min_seconds",
+              "max_iterations", "warmup_iterations"]  # fmt: skip
+    assert list(pinned.to_json()) == before
+    probed = _workload(["--batch-size", "1-32", "--slo", "itl_p95<=50ms"])
+    assert (probed.batch_size, probed.batch_sizes, probed.slo) == (32, [1, 2, 4, 8, 16, 32], {"itl_p95_s": 0.05})
+    assert probed.probes_capacity
+
+
+def _workload(args: list[str]) -> WorkloadSpec:
+    spy = _spy()
+    result = CliRunner().invoke(spy, ["--model", "demo", *args])
+    assert result.exit_code == 0, result.output
+    return spy.seen[-1][3]  # type: ignore[attr-defined]
 
 
 def test_bad_input_in_a_group_is_one_user_error():

@@ -48,6 +48,17 @@ CASES = [
     (["search", *DEMO, "--prompts", "{things}"], "cannot read prompts file"),
     (["search", *DEMO, "--prompts", "{things}/missing.jsonl"], "cannot read prompts file"),
     (["search", *DEMO, "--workload", "chat"], "--workload 'chat' is not a workload"),
+    (["search", *DEMO, "--batch-size", "0-8"], "--batch-size '0-8': batch sizes go from 1 to 4096"),
+    (
+        ["search", *DEMO, "--workload", "latency", "--batch-size", "1-8"],
+        "batch sizes are searched under --workload thr",
+    ),
+    (
+        ["search", *DEMO, "--workload", "latency", "--slo", "itl_p95<=5ms"],
+        "--slo applies only to --workload throughput",
+    ),
+    (["search", *DEMO, "--workload", "serve", "--load", "rate=8-2"], "a range is its lowest and highest level"),
+    (["search", *DEMO, "--workload", "serve", "--slo-share", "120%"], "--slo-share '120%' must be above 0%"),
     (["search", *DEMO, "--price", "-1"], "--price"),
     (["search", *DEMO, "--trial-timeout", "0s"], "--trial-timeout must be longer than zero"),
     (["search", *DEMO, "--seed", "x"], "--seed"),

@@ -89,6 +89,8 @@ def test_the_study_holds_eight_distinct_trials_each_in_its_own_process(first_run
         assert record.metrics["peak_memory_gb"] > 0
         assert record.metrics["kl_divergence"] >= 0
         assert 0 < record.metrics["top1_agreement"] <= 1
+        # one batch size and no SLO: one shape measured, as before capacity probes existed
+        assert record.capacity is None and "capacity" not in record.metrics and "meets_slo" not in record.metrics
 
 
 def test_reference_and_baseline_come_first_and_the_reference_matches_itself(first_run):

@@ -35,7 +35,8 @@ def test_a_malformed_load_is_bad_input(text):
 def test_slo_bounds_are_in_seconds_and_read_back():
     slo = parse_slo("ttft_p95<=300ms, itl_p95<=50ms,e2e_p99<=2s")
     assert slo == {"ttft_p95_s": 0.3, "itl_p95_s": 0.05, "e2e_p99_s": 2.0}
-    assert describe_slo(slo) == "ttft_p95<=300ms,itl_p95<=50ms,e2e_p99<=2000ms"
+    assert describe_slo(slo) == "ttft_p95<=300ms,itl_p95<=50ms,e2e_p99<=2s"
+    assert parse_slo(describe_slo(slo)) == slo and describe_slo({"itl_p95_s": 2e-4}) == "itl_p95<=200us"
 
 
 @pytest.mark.parametrize(

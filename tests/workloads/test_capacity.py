@@ -56,7 +56,14 @@ def test_a_batch_predicted_not_to_fit_is_skipped_with_its_reason_and_ends_the_pr
     verdicts = [(p.size, p.verdict) for p in capacity.points]
     assert verdicts == [(1, "met"), (2, "met"), (4, "met"), (8, "met"), (16, "met"), (32, "met"), (64, "memory")]
     assert capacity.points[-1].figures == {}  # never run
-    assert capacity.why_stopped("batch") == "batch 64 predicted not to fit in memory: predicted 0.74 GB peak > 0.50 GB"
+    assert capacity.why_stopped("batch") == "batch 64 over the memory: predicted peak 740.00 MB > 500.00 MB, not run"
+
+
+def test_a_measured_batch_over_the_memory_limit_is_refused_for_memory():
+    probe = Probe([1, 2, 4], {"itl_p95_s": 1.0}, memory_limit=115 * MB)  # batch 2 measures 120 MB: too few to predict
+    capacity = run(probe, step_time)
+    assert [(p.size, p.verdict) for p in capacity.points] == [(1, "met"), (2, "memory")]
+    assert capacity.why_stopped("batch") == "batch 2 over the memory: peak 120.00 MB > 115.00 MB"
 
 
 def test_an_oom_ends_the_bracket_and_the_lower_points_are_kept():
