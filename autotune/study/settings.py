@@ -106,6 +106,10 @@ class StudySettings:
         values["objectives"] = list(data.get("objectives") or [metric.name for metric in OBJECTIVES])
         return cls(**values)
 
+    def _bound(self, key: str) -> Any:
+        """A binding setting as it compares: a workload as its trials run it (every field, each kind's own)."""
+        return workload_as_run(self.workload) if key == "workload" else getattr(self, key)
+
     @property
     def feasibility(self) -> list[Constraint]:
         """What a trial must meet to be on the front: the study's --constraint flags, and its workload's SLO."""
@@ -124,7 +128,7 @@ class StudySettings:
                 "its --objective/--objectives flags or give none to keep them, or pass --study NEW_NAME"
             )
         for key in self.BINDING:
-            if getattr(self, key) != getattr(stored, key):
+            if self._bound(key) != stored._bound(key):
                 label = {"space_fingerprint": "search space"}.get(key, key)
                 raise StudyMismatchError(
                     f"study {name!r} was created with another {label} ({_short(getattr(stored, key))}, "

@@ -81,3 +81,27 @@ def test_task_details_keep_the_json_the_worker_wrote():
     trial = TaskResult(Outcome.OK, details=TaskDetails(plan={"dtype": "float16"}))
     assert TaskResult.from_json(trial.to_json()).details == TaskDetails(plan={"dtype": "float16"})
     assert TaskResult(Outcome.OOM).to_json()["details"] == {}
+
+
+def test_a_trial_that_meets_the_slo_at_no_batch_is_off_the_front_with_its_reason(tmp_path):
+    from autotune.analysis.pareto import front_numbers
+    from autotune.process.results import Outcome, TaskDetails, TaskResult
+    from autotune.workloads.capacity import Probe
+
+    settings = fakes.settings()
+    settings.workload = {**settings.workload, "slo": {"itl_p95_s": 0.005}}
+    study = studies.create_study(studies.open_storage(f"sqlite:///{tmp_path}/s.db"), "slo", settings, seed=0)
+    assert [str(c) for c in settings.feasibility] == ["meets_slo>=1"]
+    for step_s in (0.004, 0.006):  # the second is faster in tokens/s, but its one batch misses the SLO
+        probe = Probe([8], settings.workload["slo"])
+        probe.record(8, {"itl_p95_s": step_s})
+        capacity = probe.capacity()
+        said = capacity.why_none("batch") if capacity.chosen is None else "batch 8 is the largest within the SLO"
+        metrics = fakes.metrics(1000 * step_s / 0.004, 2.0, 1e-3, 0.99, 10.1, meets_slo=float(bool(capacity.chosen)))
+        details = TaskDetails(capacity={**capacity.to_json(), "unit": "batch", "said": said})
+        studies.record_result(study, study.ask(), TaskResult(Outcome.OK, metrics=metrics, details=details), 3.0,
+                              settings.feasibility)  # fmt: skip
+    met, missed = studies.records(study)
+    assert front_numbers(study) == {met.number}
+    assert met.feasible and not missed.feasible
+    assert missed.capacity["said"] == "meets the SLO at no batch: batch 8 past the SLO: itl_p95 6 ms > 5 ms"
