@@ -178,6 +178,8 @@ def print_dry_run(run: DryRun, as_json: bool) -> None:
         "time: the trial's expected duration against a plain one (the baseline's kind); at most: the longest it may "
         "take, which must fit in the budget left for it to start (docs/search-strategy.md)"
     )
+    if run.probe:
+        out.print(f"{run.probe}: a plain trial here is such a probe")
     if run.sampler_next:
         out.print("then Optuna's sampler proposes the rest (study.make_sampler)")
     else:

@@ -48,6 +48,14 @@ class WorkloadKind:
         """How many requests a trial runs at once: it sizes the plan (paged cache) and what a value may run with."""
         return spec.batch_size
 
+    def probe_cost(self, spec: WorkloadSpec) -> float:
+        """How long a trial that probes capacity may take against a trial of one shape: at most, every point runs."""
+        return 1.0
+
+    def probe_line(self, spec: WorkloadSpec) -> str | None:
+        """What each trial's capacity probe tries, and what that may cost, for --dry-run; None without a probe."""
+        return None
+
     def as_run(self, spec: WorkloadSpec) -> WorkloadSpec:
         """The spec as the trials run it, the one stored with them (a kind may fix a field the flags leave open)."""
         return spec

@@ -113,3 +113,13 @@ def test_the_cli_prints_the_plan_as_json_and_creates_nothing(tmp_path: Path, cli
     assert plan[0]["why"] == "reference" and plan[2]["why"].startswith("recommended for throughput")
     assert plan[2]["config"]["compile"] == "reduce-overhead"
     assert list(tmp_path.iterdir()) == []  # no study, no report, no folder
+
+
+def test_a_dry_run_says_what_each_trials_capacity_probe_tries_and_may_cost():
+    workload = WorkloadSpec(batch_size=32, batch_sizes=[1, 2, 4, 8, 16, 32], slo={"itl_p95_s": 0.005})
+    run = dry_run(SearchRequest(ModelSpec("demo"), HardwareSpec("h100"), workload, budget=BudgetSpec(max_trials=3)))
+    assert run.probe == (
+        "each trial probes its capacity: batch sizes 1, 2, 4, 8, 16, 32, climbing within itl_p95<=5ms and the memory; "
+        "up to about 6x a trial of one batch of the same configuration"
+    )
+    assert planned("h100", "balanced", trials=3).probe is None  # one batch: no probe
