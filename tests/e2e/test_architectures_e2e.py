@@ -47,7 +47,7 @@ def test_every_architecture_loads_with_each_attention_it_takes_and_generates(tin
     from autotune.worker.loading import load_model, load_tokenizer
 
     spec = ModelSpec(tiny_model.name, path=str(tiny_model))
-    target = Target("cpu", requests=WORKLOAD.requests)
+    target = Target("cpu", requests=WORKLOAD.batch_size)
     refused = set()
     for attention in ATTENTIONS:
         config = {"dtype": "float32", "attn_implementation": attention}
