@@ -3,7 +3,10 @@ compare --format markdown, history), the fourth slowed for real by CPU-bound pro
 `autotune history` on them: its table, its chart in Chromium, and the verdicts agreeing with compare's.
 
 Every night runs on one core, and the slowed night's busy processes on that same core: the slowdown is then the
-busy processes' share of that core, whatever else runs on the others (the suite runs in two processes).
+busy processes' share of that core. Other processes may share that core too (the suite runs in two processes, and
+a busy machine runs more): a night slowed by them alone, even to a third of its speed, stays under the tolerance
+the nights are compared with (70%), and the slowed night, with eleven busy processes beside it, is down to a
+twelfth of its core's share, beyond it whatever ran beside the night before.
 """
 
 from __future__ import annotations
@@ -41,7 +44,8 @@ class Nights:
     summary: str  # what it appended to $GITHUB_STEP_SUMMARY
 
 
-BUSY_PROCESSES = 2
+BUSY_PROCESSES = 11
+TOLERANCE = "--threshold 70%"  # a regression is a loss of more than 70% of the throughput
 CORE = min(os.sched_getaffinity(0))  # where every night and the busy processes run
 
 
@@ -51,7 +55,7 @@ def on_one_core() -> None:
 
 @contextmanager
 def busy_core() -> Iterator[None]:
-    """CPU-bound processes on the nights' core: a noisy neighbour that leaves a trial a third of its core."""
+    """CPU-bound processes on the nights' core: noisy neighbours that leave a trial a twelfth of its core."""
     hogs = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP], preexec_fn=on_one_core) for _ in range(BUSY_PROCESSES)]
     try:
         yield
@@ -73,6 +77,7 @@ def nights(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> Nights:
         "AUTOTUNE_NIGHTLY_PREFIX": PREFIX,
         "AUTOTUNE_SEARCH": f"--model demo --gpu cpu --seed 0 {SMALLEST}",
         "AUTOTUNE_TRIALS": "3",
+        "AUTOTUNE_TOLERANCES": TOLERANCE,
         "GITHUB_STEP_SUMMARY": str(summary),
     }
     statuses = {}
@@ -86,7 +91,8 @@ def nights(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> Nights:
 
 
 def test_history_marks_the_slowed_night_as_compare_does(nights):
-    shown = run_cli(["history", "--studies", f"{PREFIX}-2026-11-*"], nights.workdir, nights.env, timeout=300)
+    args = ["history", "--studies", f"{PREFIX}-2026-11-*", *TOLERANCE.split()]
+    shown = run_cli(args, nights.workdir, nights.env, timeout=300)
     assert shown.returncode == 0, shown.stdout + shown.stderr
     print(shown.stdout)
     rows = {night: line for line in shown.stdout.splitlines() for night in NIGHTS if line.startswith(f"│ {night}")}
