@@ -56,7 +56,13 @@ def on_one_core() -> None:
 @contextmanager
 def busy_core() -> Iterator[None]:
     """CPU-bound processes on the nights' core: noisy neighbours that leave a trial a twelfth of its core."""
-    hogs = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP], preexec_fn=on_one_core) for _ in range(BUSY_PROCESSES)]
+    # Each in a session of its own: with the kernel's autogroup scheduling a session shares a core as one, and the
+    # trial workers each run in a session of their own (seen: eleven busy processes of one session slowed a night by
+    # 40%, not to a twelfth).
+    hogs = [
+        subprocess.Popen([sys.executable, "-c", BUSY_LOOP], preexec_fn=on_one_core, start_new_session=True)
+        for _ in range(BUSY_PROCESSES)
+    ]
     try:
         yield
     finally:
