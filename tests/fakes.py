@@ -279,10 +279,10 @@ def add_probed(study: optuna.Study, cfg: dict[str, Any], stack: Stack, kl: float
     return capacity
 
 
-# Each stack stops climbing for one of the reasons: predicted not to fit in MEMORY_LIMIT (reference at 4), the SLO
+# Each stack stops climbing for one of the reasons: predicted not to fit in MEMORY_LIMIT (reference at 8), the SLO
 # (baseline at 32, continuous batching at 64), out of memory (compiled at 64); eager fp16 meets the SLO at no batch.
 STACKS = {
-    "reference": Stack(40, 4.0, 0.25, 4.0, 20),
+    "reference": Stack(40, 4.0, 0.25, 2.5, 100),
     "baseline": Stack(45, 3.0, 0.15, 2.0, 20),
     "compiled": Stack(120, 1.2, 0.1, 2.2, 10, oom_from=64),
     "continuous": Stack(60, 2.5, 0.08, 0.5, 20),
