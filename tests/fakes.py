@@ -6,7 +6,7 @@ plan, ...), so the report and `autotune best` read them exactly as they read a r
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -241,10 +241,10 @@ class Stack:
         }
 
 
-def probed(stack: Stack) -> Capacity:
+def probed(stack: Stack, slo: dict[str, float]) -> Capacity:
     """The stack's capacity as the worker's probe finds it (autotune.workloads.capacity.Probe, driven as the worker
     drives it)."""
-    probe = Probe(CAPACITY_WORKLOAD["batch_sizes"], CAPACITY_SLO, MEMORY_LIMIT)
+    probe = Probe(CAPACITY_WORKLOAD["batch_sizes"], slo, MEMORY_LIMIT)
     while (size := probe.next_size()) is not None:
         if (skipped := probe.too_big(size)) is not None:
             probe.add(skipped)
@@ -257,7 +257,7 @@ def probed(stack: Stack) -> Capacity:
 
 def add_probed(study: optuna.Study, cfg: dict[str, Any], stack: Stack, kl: float, roles=("sampler",)) -> Capacity:
     """A complete trial whose figures are those of its chosen batch, as the throughput worker reports them."""
-    capacity = probed(stack)
+    capacity = probed(stack, studies.stored_settings(study).workload["slo"])
     chosen = capacity.chosen or capacity.points[0]
     point = chosen.figures
     tok_s = point["throughput_tok_s"]
@@ -290,14 +290,21 @@ STACKS = {
 }
 
 
-def capacity_study(path: Path) -> tuple[optuna.Study, str]:
-    """A throughput study that searched batches 1-64 within itl_p95<=6ms on an A10G profile, a probe per trial."""
-    study, url = new_study(path, "capacity", workload=CAPACITY_WORKLOAD)
-    add_probed(study, REFERENCE, STACKS["reference"], 0.0, roles=("reference",))
-    add_probed(study, BASELINE, STACKS["baseline"], 0.001, roles=("baseline",))
-    add_probed(study, COMPILED, STACKS["compiled"], 0.001)
-    add_probed(study, CONTINUOUS, STACKS["continuous"], 0.002)
-    add_probed(study, EAGER_FP16, STACKS["eager"], 0.002)
+def capacity_study(
+    path: Path, name: str = "capacity", slo: dict[str, float] = CAPACITY_SLO, speed: float = 1.0
+) -> tuple[optuna.Study, str]:
+    """A throughput study that searched batches 1-64 within an SLO (itl_p95<=6ms) on an A10G profile, a probe per
+    trial; `speed` scales every stack's tokens/s (not its latency: the same batches meet the SLO)."""
+    study, url = new_study(path, name, workload={**CAPACITY_WORKLOAD, "slo": slo})
+    for cfg, stack, kl, roles in (
+        (REFERENCE, "reference", 0.0, ("reference",)),
+        (BASELINE, "baseline", 0.001, ("baseline",)),
+        (COMPILED, "compiled", 0.001, ("sampler",)),
+        (CONTINUOUS, "continuous", 0.002, ("sampler",)),
+        (EAGER_FP16, "eager", 0.002, ("sampler",)),
+    ):
+        scaled = replace(STACKS[stack], tok_s_at_1=STACKS[stack].tok_s_at_1 * speed)
+        add_probed(study, cfg, scaled, kl, roles)
     return study, url
 
 
