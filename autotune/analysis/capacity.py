@@ -57,10 +57,14 @@ class Terms:
     @classmethod
     def of(cls, settings: StudySettings) -> Terms:
         workload = WorkloadSpec(**settings.workload)
-        by_share = KINDS[workload.kind].probes == "load"  # a load level meets the SLO for a share of its requests
-        target = SloTarget(dict(workload.slo), workload.slo_share if by_share else None)
         device = "GPU" if settings.profile.get("kind", "cuda") == "cuda" else "CPU"
-        return cls(target, workload.output_len, device, settings.profile.get("price_per_hour"))
+        return cls(slo_target(workload), workload.output_len, device, settings.profile.get("price_per_hour"))
+
+
+def slo_target(workload: WorkloadSpec) -> SloTarget:
+    """The SLO a workload's capacities are judged by."""
+    by_share = KINDS[workload.kind].probes == "load"  # a load level meets the SLO for a share of its requests
+    return SloTarget(dict(workload.slo), workload.slo_share if by_share else None)
 
 
 @dataclass(frozen=True)
@@ -112,7 +116,7 @@ class AtCapacity:
         """Per device, per hour and per million tokens, with the size and the SLO they hold at; empty without one."""
         if self.size is None or self.tokens_per_s_per_device is None:
             return ""
-        parts = [f"{self.tokens_per_s_per_device:.4g} generated tok/s per {self.device}"]
+        parts = [f"{self.tokens_per_s_per_device:.4g} generated tok/s end to end per {self.device}"]
         if self.devices > 1:
             parts[0] += f" ({self.devices} {self.device}s, {self.tokens_per_s:.4g} tok/s in all)"
         hourly = f"{count(self.tokens_per_hour)} tokens"

@@ -153,7 +153,7 @@ def search(
     check_search_inputs(request, report)
     interrupts.install()
     summary = run_search(request, printer)
-    print_search_summary(summary)
+    print_search_summary(summary, _capacity_within(request.workload))
     print_finished(finish(summary, report, artifacts))
     if summary.failed_workers:
         print(f"autotune: {'; '.join(summary.failed_workers)} (its lines above say why)", file=sys.stderr)
@@ -313,6 +313,13 @@ def history(
     out_path = report_path(report_file, old_report_flag) or Path("reports/history.html")
     nights, path = build_history(names, storage, out_path, tolerances, artifacts)
     print_history(nights, path, "json" if as_json else output.value)
+
+
+def _capacity_within(workload: WorkloadSpec) -> str:
+    """ "within itl_p95<=6ms" where the trials' figures are at their capacity; empty where they are at one shape."""
+    from autotune.analysis.capacity import slo_target
+
+    return slo_target(workload).within if workload.slo or workload.probes_capacity else ""
 
 
 def _given(context: typer.Context, parameter: str) -> bool:

@@ -119,7 +119,12 @@ def _duration(record: TrialRecord) -> str:
 # ------------------------------------------------------------------------------------ search, worker
 
 
-def print_search_summary(summary: SearchSummary) -> None:
+# Figures of the teacher-forced comparison with the reference: the same at any batch or load, so under any SLO.
+BATCH_FREE = {KL_DIVERGENCE.name, "top1_agreement", "perplexity", "perplexity_delta"}
+
+
+def print_search_summary(summary: SearchSummary, capacity_within: str = "") -> None:
+    """`capacity_within`: "within itl_p95<=6ms" where the trials' figures are at their capacity within an SLO."""
     out.print(
         f"study {summary.study_name}: {summary.launched} trials in {format_duration(summary.elapsed_s)} "
         f"({summary.stop_reason})"
@@ -129,7 +134,8 @@ def print_search_summary(summary: SearchSummary) -> None:
     )
     out.print(f"time spent: {spent}")
     for found in summary.best:
-        out.print(f"best {found.metric.label}: {_best_figure(found)}, {_found_when(found)}")
+        at = f" at its capacity {capacity_within}" if capacity_within and found.metric.name not in BATCH_FREE else ""
+        out.print(f"best {found.metric.label}: {_best_figure(found)}{at}, {_found_when(found)}")
     if summary.passed_over:
         listed = "; ".join(summary.passed_over)
         out.print(f"not started, the budget left could not finish them: {listed}")
@@ -222,17 +228,27 @@ def print_front(
     study's objectives the usual ones leave out."""
     extra = [metric for metric in objectives if metric.name not in SHOWN_IN_FRONT]
     title = f"Pareto front of {study_name}" + (f" (baseline: {knobs_line(baseline)})" if baseline else "")
+    probed = next((card.at_capacity for card in cards if card.at_capacity is not None), None)
+    if probed is not None:
+        title += f", each at its capacity {probed.target.within}"
+        missed = cards[0].baseline_capacity
+        if missed is not None and missed.size is None:
+            title += f"; the baseline meets it at no {missed.unit.name}: vs baseline compares with its figures past it"
     table = Table(title=title)
     changes = "changes from the baseline" if baseline else "configuration"
-    for column in ("#", changes, "tok/s", "vs baseline", "ttft", "memory", "KL", "top-1"):
+    for column in ("#", changes, *(["capacity"] if probed else []), "tok/s", "vs baseline", "ttft", "memory"):
+        table.add_column(column)
+    for column in ("KL", "top-1"):
         table.add_column(column)
     for metric in extra:
         table.add_column(metric.heading)
     for card in cards:
         m = card.record.metrics
+        found = card.at_capacity
         table.add_row(
             str(card.record.number),
             changes_line(card.record.config, baseline) if baseline else knobs_line(card.record.config),
+            *([found.unit.size_text(found.size) if found and found.size is not None else "-"] if probed else []),
             f"{m[THROUGHPUT.name]:.1f}",
             f"{card.speedup:.2f}x" if card.speedup else "-",
             f"{m['ttft_s'] * 1000:.1f} ms",
@@ -399,7 +415,7 @@ def _level_line(study_b: str, level: Level, tolerances: Tolerances) -> str:
 
 
 def _capacities(before: AtCapacity | None, after: AtCapacity | None) -> str:
-    """ "; at capacity within itl_p95<=6ms: batch 16 -> 32, 2055 -> 4100 generated tok/s per GPU, $0.137 -> ..."."""
+    """ "; at capacity within itl_p95<=6ms: batch 16 -> 32, 2055 -> 4100 generated tok/s end to end per GPU, ..."."""
     if before is None or after is None:
         return ""
     sizes = [before, after]
@@ -407,7 +423,7 @@ def _capacities(before: AtCapacity | None, after: AtCapacity | None) -> str:
     per_device = " -> ".join(_per(f.tokens_per_s_per_device, "{:.4g}") for f in sizes)
     cost = " -> ".join(_per(f.cost_per_million_tokens, "${:.4g}") for f in sizes)
     return (
-        f"; at capacity {after.target.within}: {said}, {per_device} generated tok/s per {after.device}, "
+        f"; at capacity {after.target.within}: {said}, {per_device} generated tok/s end to end per {after.device}, "
         f"{cost} per 1M generated tokens"
     )
 

@@ -68,6 +68,16 @@ class ParetoCard:
     json: str
     at_capacity: AtCapacity | None = None  # a trial that probed its capacity: where it is, what it carries there
     curve: CapacityCurve | None = None
+    baseline_capacity: AtCapacity | None = None  # the baseline's, which the speedup and memory saving compare with
+
+    def baseline_words(self) -> str:
+        """Where the baseline's figures that the ratios compare with were measured, when it probed a capacity."""
+        found = self.baseline_capacity
+        if found is None:
+            return ""
+        if found.size is None:
+            return f", which meets the SLO at no {found.unit.name} (its figures are past the SLO)"
+        return f" at its own capacity ({found.unit.size_text(found.size)})"
 
 
 @dataclass(frozen=True)
@@ -269,7 +279,8 @@ def model_id_for_code(settings: StudySettings) -> str:
 
 def card(record: TrialRecord, settings: StudySettings, baseline: TrialRecord | None) -> ParetoCard:
     """Figures against the baseline and the reference, and the snippets, for one measured configuration."""
-    found = at_capacity(record, Terms.of(settings))
+    terms = Terms.of(settings)
+    found = at_capacity(record, terms)
     batch = _chosen_batch(found)
     plan = Plan.from_json(record.plan) if record.plan else Plan()
     plan = paged_cache_for(plan, batch.size) if batch else plan  # sized for the batch chosen, not the largest tried
@@ -295,6 +306,7 @@ def card(record: TrialRecord, settings: StudySettings, baseline: TrialRecord | N
         json=json_snippet(model_id, record.config, plan, found.to_json() if found else None),
         at_capacity=found,
         curve=capacity_curve(record, found),
+        baseline_capacity=at_capacity(baseline, terms) if baseline else None,
     )
 
 

@@ -198,10 +198,10 @@ def night_cells(history: History, night: NightSummary) -> list[str]:
 
 
 def _fastest(found: AtCapacity | None) -> str:
-    """ "batch 16: 2055 generated tok/s per GPU, $0.137 per 1M tokens"."""
+    """ "batch 16: 2055 generated tok/s end to end per GPU, $0.137 per 1M tokens"."""
     if found is None or found.size is None or found.tokens_per_s_per_device is None:
         return "-"
-    figures = f"{found.tokens_per_s_per_device:.4g} generated tok/s per {found.device}"
+    figures = f"{found.tokens_per_s_per_device:.4g} generated tok/s end to end per {found.device}"
     cost = found.cost_per_million_tokens
     return f"{found.unit.size_text(found.size)}: {figures}" + (f", ${cost:.4g} per 1M tokens" if cost else "")
 

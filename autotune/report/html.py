@@ -127,10 +127,10 @@ def card_facts(card: ParetoCard) -> list[str]:
     at = f" at {found.where}" if found is not None and found.size is not None else ""
     speed = f"{m[THROUGHPUT.name]:.1f} tok/s{at}"
     if card.speedup is not None:
-        speed += f": {card.speedup:.2f}× the baseline's throughput" + (" at its own capacity" if at else "")
+        speed += f": {card.speedup:.2f}× the baseline's throughput{card.baseline_words()}"
     memory = f"peak memory {format_bytes(m.get('peak_memory_bytes', m[PEAK_MEMORY.name] * 1e9))}{at}"
     if card.memory_saving is not None:
-        memory += f": {_memory_vs_baseline(card.memory_saving)}"
+        memory += f": {_memory_vs_baseline(card.memory_saving)}{card.baseline_words()}"
     quality = f"quality loss vs the reference: KL {card.kl:.2e} nats/token" if card.kl is not None else ""
     if card.top1_loss is not None:
         quality += f", top-1 disagreement {card.top1_loss * 100:.1f}%"

@@ -168,7 +168,8 @@ def test_best_on_a_capacity_study_says_its_capacity_and_what_it_carries_beside_i
     assert "trial #2 (maximize throughput_tok_s; a capacity within itl_p95<=6ms; 4 of 5 complete" in table.stdout
     assert "capacity within itl_p95<=6ms: batch 32; batch 64 out of memory" in table.stdout
     assert "tok/s at batch 32 within itl_p95<=6ms" in table.stdout
-    assert "generated tok/s per GPU" in table.stdout and "per 1M generated tokens at $1.01 per GPU-hour" in table.stdout
+    assert "generated tok/s end to end per GPU" in table.stdout
+    assert "per 1M generated tokens at $1.01 per GPU-hour" in table.stdout
     document = json.loads(run_main([*args, "--format", "json"], tmp_path, cli_env).stdout)
     assert document["capacity"]["capacity"] == 32 and document["capacity"]["within"] == "within itl_p95<=6ms"
     assert document["deploy"]["capacity"] == document["capacity"]

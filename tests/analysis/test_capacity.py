@@ -46,7 +46,9 @@ def test_the_figures_at_capacity_are_the_chosen_batchs_per_gpu_per_hour_per_mill
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB"
     )
     per_gpu = f"{point['e2e_throughput_tok_s']:.4g}"
-    assert compiled.figures_line().startswith(f"at batch 32 within itl_p95<=6ms: {per_gpu} generated tok/s per GPU, ")
+    assert compiled.figures_line().startswith(
+        f"at batch 32 within itl_p95<=6ms: {per_gpu} generated tok/s end to end per GPU, "
+    )
     assert f"per 1M generated tokens at ${PRICE:.2f} per GPU-hour" in compiled.figures_line()
 
 
@@ -57,7 +59,7 @@ def test_a_deployment_on_two_gpus_carries_its_tokens_on_both_and_pays_for_both(p
     one, two = at_capacity(record, terms), at_capacity(on_two, terms)
     assert two.devices == 2 and two.tokens_per_s_per_device == pytest.approx(one.tokens_per_s / 2)
     assert two.cost_per_million_tokens == pytest.approx(2 * one.cost_per_million_tokens)
-    assert "generated tok/s per GPU (2 GPUs," in two.figures_line()
+    assert "generated tok/s end to end per GPU (2 GPUs," in two.figures_line()
 
 
 def test_the_price_is_the_one_the_trials_cost_was_computed_with(probed):

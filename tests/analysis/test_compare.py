@@ -174,7 +174,7 @@ def test_compare_prints_capacity_beside_the_slo_it_holds_within(tmp_path: Path, 
     compiled = fakes.STACKS["compiled"].figures(32)["e2e_throughput_tok_s"]
     assert (
         f"; at capacity within itl_p95<=6ms: batch 32 -> batch 32, {compiled:.4g} -> {0.8 * compiled:.4g} generated "
-        "tok/s per GPU, $"
+        "tok/s end to end per GPU, $"
     ) in table.stdout
     markdown = run_main(["compare", "night-1", "night-2", "--storage", url, "--format", "markdown"], tmp_path, cli_env)
     assert "Figures at each configuration's capacity within itl_p95&lt;=6ms." in markdown.stdout

@@ -165,7 +165,7 @@ def test_nights_that_probed_capacities_show_it_and_a_night_with_another_slo_is_n
     cost = first.fastest_capacity.cost_per_million_tokens
     assert night_cells(found, first)[-3:-1] == [
         "itl_p95<=6ms",
-        f"batch 32: {per_gpu:.4g} generated tok/s per GPU, ${cost:.4g} per 1M tokens",
+        f"batch 32: {per_gpu:.4g} generated tok/s end to end per GPU, ${cost:.4g} per 1M tokens",
     ]
     titles = [annotation.text for annotation in history_figure(found).layout.annotations]
     assert titles[-1] == "capacity (batch or load within the SLO)"

@@ -302,8 +302,8 @@ def test_every_figure_a_capacity_card_states_is_said_at_its_batch_and_slo(probed
         for fact in facts[1:]:
             if "quality loss" not in fact:  # KL and top-1 are teacher-forced: no batch, no SLO
                 assert f"at batch {chosen:g} within itl_p95<=6ms" in fact, fact
-        assert any("generated tok/s per GPU" in fact and "per 1M generated tokens at $1.01 per GPU-hour" in fact
-                   for fact in facts)  # fmt: skip
+        deployed = [fact for fact in facts if "generated tok/s end to end per GPU" in fact]
+        assert len(deployed) == 1 and "per 1M generated tokens at $1.01 per GPU-hour" in deployed[0]
 
 
 def test_the_snippets_carry_the_batch_chosen_and_a_paged_cache_sized_for_it(probed):
@@ -321,3 +321,12 @@ def test_the_snippets_carry_the_batch_chosen_and_a_paged_cache_sized_for_it(prob
     assert document["capacity"]["within"] == "within itl_p95<=6ms"
     stored = Plan.from_json(continuous.record.plan).continuous  # as the trial ran it: sized for batch 64
     assert (stored["num_blocks"], stored["max_requests_per_batch"]) == (64 * 6 + 2, 64)
+
+
+def test_a_baseline_that_meets_the_slo_nowhere_is_named_so_beside_the_ratios_with_it(probed):
+    compiled, eager = probed.trials[2], probed.trials[4]  # eager fp16 meets the SLO at no batch
+    facts = card_facts(card(compiled, probed.settings, eager))
+    missed = ", which meets the SLO at no batch (its figures are past the SLO)"
+    assert f"× the baseline's throughput{missed}" in facts[1] and facts[2].endswith(f"than the baseline's{missed}")
+    own = card_facts(next(c for c in probed.cards if c.record.number == 2))
+    assert "× the baseline's throughput at its own capacity (batch 16)" in own[1]
