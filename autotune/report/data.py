@@ -26,6 +26,7 @@ from autotune.analysis.found import BestFound, best_found
 from autotune.analysis.pareto import hypervolume, scaled_losses, study_front
 from autotune.figures.constraints import MEETS_SLO, Constraint
 from autotune.figures.metrics import KL_DIVERGENCE, OBJECTIVES, PEAK_MEMORY, THROUGHPUT, Metric
+from autotune.figures.slo import describe_slo
 from autotune.report.ceiling import CeilingRow, ceiling_rows
 from autotune.report.snippets import Batch, json_snippet, python_snippet, serve_command
 from autotune.space.knobs.batching import paged_cache_for
@@ -102,7 +103,7 @@ class SloLine:
 
     @property
     def label(self) -> str:
-        return f"SLO {self.figure.removesuffix('_s')} ≤ {self.bound_s * 1000:g} ms"
+        return f"SLO {describe_slo({self.figure: self.bound_s})}"
 
 
 @dataclass(frozen=True)

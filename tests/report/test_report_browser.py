@@ -53,7 +53,7 @@ def test_capacity_curves_are_drawn_with_the_slo_line_and_the_chosen_point(tmp_pa
     assert sorted(curves) == sorted(f"fig-capacity-{card.record.number}" for card in data.cards)
     for card in data.cards:
         curve, drawn = card.curve, curves[f"fig-capacity-{card.record.number}"]
-        names = ["decode throughput (tokens/s)", "itl_p95 (ms)", "SLO itl_p95 ≤ 6 ms"]
+        names = ["decode throughput (tokens/s)", "itl_p95 (ms)", "SLO itl_p95<=6ms"]
         names.append(f"capacity: batch {curve.chosen.size:g}")
         names += ["refused, not measured"] if curve.unmeasured else []
         assert drawn["names"] == names
@@ -61,7 +61,7 @@ def test_capacity_curves_are_drawn_with_the_slo_line_and_the_chosen_point(tmp_pa
         by_name = drawn["drawn"]
         assert sorted(by_name) == sorted(names)  # every trace drew into the SVG
         assert by_name["decode throughput (tokens/s)"] == [measured, 1]
-        assert by_name["SLO itl_p95 ≤ 6 ms"] == [0, 1]  # a line across the latency axis
+        assert by_name["SLO itl_p95<=6ms"] == [0, 1]  # a line across the latency axis
         assert by_name[names[3]] == [1, 0]  # the chosen point
         if curve.unmeasured:
             assert by_name["refused, not measured"] == [1, 0]

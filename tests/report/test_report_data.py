@@ -270,7 +270,7 @@ def test_each_front_card_has_its_curve_with_the_size_chosen_and_why_the_next_was
     assert (curve.refused.carried is not None) == measured  # past the SLO: measured; out of memory or skipped: not
     assert curve.unmeasured == ([] if measured else [curve.refused])
     assert [(line.figure, line.bound_s, line.label) for line in curve.slo_lines] == [
-        ("itl_p95_s", 0.006, "SLO itl_p95 ≤ 6 ms")
+        ("itl_p95_s", 0.006, "SLO itl_p95<=6ms")
     ]
     assert curve.said.startswith(f"capacity within itl_p95<=6ms: batch {chosen}; batch {refused} ")
 
@@ -282,14 +282,14 @@ def test_a_serve_curve_is_goodput_against_the_rate_with_each_bound_of_the_slo(tm
     assert [point.size for point in curve.points] == [1, 2, 4, 8, 12, 16]
     assert [point.carried for point in curve.points] == pytest.approx([1, 2, 4, 8 * 0.97, 10 * 0.81, 10 * 0.4])
     assert curve.chosen.size == 8 and curve.chosen.share == 0.97 and curve.refused.size == 12
-    assert [line.label for line in curve.slo_lines] == ["SLO ttft_p95 ≤ 300 ms", "SLO itl_p95 ≤ 50 ms"]
+    assert [line.label for line in curve.slo_lines] == ["SLO ttft_p95<=300ms", "SLO itl_p95<=50ms"]
     # Drawn as the throughput curves are (tests/report/test_report_browser.py opens those in Chromium).
     assert [trace.name for trace in capacity_chart(curve).data] == [
         "goodput (requests/s within the SLO)",
         "ttft_p95 (ms)",
         "itl_p95 (ms)",
-        "SLO ttft_p95 ≤ 300 ms",
-        "SLO itl_p95 ≤ 50 ms",
+        "SLO ttft_p95<=300ms",
+        "SLO itl_p95<=50ms",
         "capacity: 8 requests/s",
     ]
 
