@@ -288,9 +288,16 @@ def capacity_chart(curve: CapacityCurve) -> go.Figure:
             x=[point.size for point in measured],
             y=[point.carried for point in measured],
             name=unit.carried_axis,
-            mode="lines+markers",
+            mode="lines+markers+text",
             line={"color": CARRIED_COLOUR, "width": 3},
-            marker={"size": 10, "symbol": ["circle" if p.verdict == "met" else "x" for p in measured]},
+            marker={
+                "size": [10 if p.verdict == "met" else 16 for p in measured],
+                "symbol": ["circle" if p.verdict == "met" else "x" for p in measured],
+                "color": [CARRIED_COLOUR if p.verdict == "met" else REFUSED_COLOUR for p in measured],
+            },
+            text=["" if p.verdict == "met" else REFUSED_WHY.get(p.verdict, p.verdict) for p in measured],
+            textposition="bottom left",
+            textfont={"color": REFUSED_COLOUR},
             hovertext=[_curve_hover(curve, point) for point in measured],
             hoverinfo="text",
         )
@@ -325,11 +332,14 @@ def capacity_chart(curve: CapacityCurve) -> go.Figure:
         )
     _mark_chosen(figure, curve)
     _mark_unmeasured(figure, curve)
+    # Headroom above the highest latency and bound: the SLO's line stays clear of the top of the chart.
+    latencies = [value * 1000 for p in measured for value in p.latency.values()]
+    top = max([*latencies, *(line.bound_s * 1000 for line in curve.slo_lines)], default=1.0) * 1.3
     figure.update_layout(
         title=f"Trial #{curve.number}: {unit.carried_axis.split(' (')[0]} and latency against {unit.axis}",
         xaxis=_size_axis(unit.axis, sizes),
         yaxis={"title": unit.carried_axis, "rangemode": "tozero"},
-        yaxis2={"title": "latency (ms)", "overlaying": "y", "side": "right", "rangemode": "tozero", "showgrid": False},
+        yaxis2={"title": "latency (ms)", "overlaying": "y", "side": "right", "range": [0, top], "showgrid": False},
         height=420,
         legend={"orientation": "h", "y": -0.25},
         margin={"t": 60},
