@@ -12,6 +12,7 @@ from html import escape
 
 import plotly.graph_objects as go
 
+from autotune.analysis.capacity import Terms
 from autotune.figures.metrics import KL_DIVERGENCE, METRICS, THROUGHPUT, Metric
 from autotune.report.data import CapacityCurve, CurvePoint, Progress, ReportData
 from autotune.study import TrialRecord
@@ -85,13 +86,23 @@ def front_chart(
     against = f" vs {x_metric.heading}" if x_metric else ", trial by trial"
     coloured = f" (colour: {colour.label})" if colour else ""
     figure.update_layout(
-        title=f"{y_metric.heading.capitalize()}{against}{coloured}",
+        title=f"{y_metric.heading.capitalize()}{against}{coloured}{_at_capacity(data)}",
         xaxis={"title": _axis_title(x_metric) if x_metric else "trial", "type": _axis_type(x_metric)},
         yaxis={"title": _axis_title(y_metric), "type": _axis_type(y_metric)},
         height=520,
         legend={"orientation": "h", "y": -0.2},
     )
     return figure
+
+
+def _at_capacity(data: ReportData) -> str:
+    """Where trials probed capacities, the SLO their figures hold within, and what those with none show."""
+    if not data.capacities:
+        return ""
+    none = any(found.size is None for found in data.capacities.values())
+    return f"<br>at each one's capacity {escape(Terms.of(data.settings).target.within)}" + (
+        " (trials with none: figures past the SLO)" if none else ""
+    )
 
 
 def _x_value(record: TrialRecord, metric: Metric | None) -> float:
@@ -148,7 +159,7 @@ def three_d_chart(
             scene[f"{axis}_type"] = "log"
     title = "All three objectives" if len(objectives) == 3 else "The first three objectives"
     figure.update_layout(
-        title=f"{title} (red: Pareto front)",
+        title=f"{title} (red: Pareto front){_at_capacity(data)}",
         scene=scene,
         height=600,
         margin={"l": 0, "r": 0, "b": 0, "t": 60},

@@ -249,6 +249,8 @@ def test_a_configuration_that_meets_the_slo_nowhere_is_off_the_front_with_its_re
     assert all(probed.infeasible_reason(record) == "" for record in probed.trials[:4])
     page = render(probed)
     assert "<th>capacity within itl_p95&lt;=6ms</th>" in page and "<td>none</td>" in page
+    titled = "at each one's capacity within itl_p95&lt;=6ms (trials with none: figures past the SLO)"
+    assert page.count(titled) == 2, page  # the front's titles, 2-D and 3-D: #4 meets the SLO at no batch
     assert "Searched under <code>a capacity within itl_p95&lt;=6ms</code>" in page
 
 
