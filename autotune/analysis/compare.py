@@ -9,15 +9,16 @@ is lower by more than the throughput tolerance, or when nothing fits at all.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from autotune.analysis.capacity import AtCapacity, SloTarget, Terms, at_capacity
 from autotune.analysis.tolerances import DEFAULT_TOLERANCES, GivenTolerances, Tolerances
 from autotune.figures.metrics import KL_DIVERGENCE, KL_FLOOR, PEAK_MEMORY, THROUGHPUT  # KL below its floor: equal
 from autotune.study import TrialRecord
 
 __all__ = ["DEFAULT_TOLERANCES", "Comparison", "GivenTolerances", "Level", "Miss", "Movement", "Tolerances", "compare"]
 
-MOVED = (THROUGHPUT.name, "ttft_s", "tpot_s", PEAK_MEMORY.name, KL_DIVERGENCE.name)
+MOVED = (THROUGHPUT.name, "ttft_s", "tpot_s", PEAK_MEMORY.name, KL_DIVERGENCE.name, "capacity")
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,8 @@ class Level:
     best_after: float | None  # B's best throughput at equal-or-better memory and quality (within tolerance)
     config_after: dict | None
     nearest_miss: Miss | None = None  # when nothing of B fits: what came nearest, and by how much it missed
+    at_capacity_before: AtCapacity | None = None  # where the level's configuration probed its capacity
+    at_capacity_after: AtCapacity | None = None  # and B's best there
 
     def change(self) -> float | None:
         """(after - before) / before of the best throughput that fits; None when nothing fits."""
@@ -78,6 +81,8 @@ class Comparison:
     movements: list[Movement] = field(default_factory=list)
     levels: list[Level] = field(default_factory=list)
     tolerances: Tolerances = DEFAULT_TOLERANCES["cuda"]
+    target: SloTarget | None = None  # the SLO both studies were searched within
+    not_compared: str | None = None  # why their figures do not compare (another SLO); nothing else is set then
 
     @property
     def threshold(self) -> float:
@@ -94,8 +99,10 @@ class Comparison:
 
 
 def compare(before: list[TrialRecord], front_before: set[int], after: list[TrialRecord], front_after: set[int],
-            tolerances: Tolerances) -> Comparison:  # fmt: skip
-    """Compare study A (before) with study B (after)."""
+            tolerances: Tolerances, terms: tuple[Terms, Terms] | None = None) -> Comparison:  # fmt: skip
+    """Compare study A (before) with study B (after); `terms`: what each study's figures at capacity hold under."""
+    if terms is not None and (why := terms[0].target.differs(terms[1].target)):
+        return Comparison(tolerances=tolerances, not_compared=f"{why}: figures at capacity do not compare")
     complete_before = {_key(r): r for r in before if r.complete}
     complete_after = {_key(r): r for r in after if r.complete}
     on_front: dict[str, list[str]] = {}
@@ -103,14 +110,25 @@ def compare(before: list[TrialRecord], front_before: set[int], after: list[Trial
         for record in records:
             if record.number in front:
                 on_front.setdefault(_key(record), []).append(label)
-    comparison = Comparison(tolerances=tolerances)
+    comparison = Comparison(tolerances=tolerances, target=terms[0].target if terms and terms[0].target.slo else None)
     for key, labels in on_front.items():
         a, b = complete_before.get(key), complete_after.get(key)
         config = (a or b).config
         comparison.movements.append(Movement(config, tuple(labels), _figures(a), _figures(b), _changes(a, b)))
     for record in (r for r in before if r.number in front_before and r.complete):
-        comparison.levels.append(_level(record, list(complete_after.values()), tolerances))
+        level = _level(record, list(complete_after.values()), tolerances)
+        comparison.levels.append(_at_capacity(level, record, complete_after, terms) if terms else level)
     return comparison
+
+
+def _at_capacity(level: Level, record: TrialRecord, after: dict[str, TrialRecord], terms: tuple[Terms, Terms]) -> Level:
+    """The level with the figures at capacity of its configuration and of B's best there, where they probed one."""
+    best = next((r for r in after.values() if r.config == level.config_after), None) if level.config_after else None
+    return replace(
+        level,
+        at_capacity_before=at_capacity(record, terms[0]),
+        at_capacity_after=at_capacity(best, terms[1]) if best else None,
+    )
 
 
 def _key(record: TrialRecord) -> str:

@@ -2,7 +2,9 @@
 
 Each night is summed up by its front: every point's throughput, peak memory and KL, and the best of each
 (the highest throughput, the lowest memory, the lowest KL on the front). A night regressed when
-`autotune compare` with the night before says so, with the same tolerances (autotune.analysis.compare).
+`autotune compare` with the night before says so, with the same tolerances (autotune.analysis.compare). Nights that
+probed capacities are summed up at capacity too (the fastest point's batch or load and what it carries there), and a
+night searched within another SLO than the night before is not compared with it.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from autotune.analysis.capacity import AtCapacity, SloTarget, Terms, at_capacity
 from autotune.analysis.compare import Comparison, GivenTolerances, compare
 from autotune.figures.metrics import KL_DIVERGENCE, PEAK_MEMORY, THROUGHPUT
 from autotune.space import Config
@@ -27,6 +30,7 @@ class Night:
     records: list[TrialRecord]
     front: set[int]  # its trials on the front (Optuna's best_trials)
     device: str  # the kind of its profile (cuda, cpu): the default tolerances of a comparison from it
+    terms: Terms | None = None  # what its figures at capacity hold under (its SLO, device, price)
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,7 @@ class FrontPoint:
     throughput: float
     memory_gb: float
     kl: float
+    capacity: AtCapacity | None = None  # where it probed one: its capacity and what it carries there
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,7 @@ class NightSummary:
     points: list[FrontPoint]  # its front, fastest first
     previous: str | None  # the night before, if any
     comparison: Comparison | None  # the night before -> this one
+    target: SloTarget | None = None  # the SLO it was searched within, where it had one
 
     @property
     def label(self) -> str:
@@ -64,6 +70,11 @@ class NightSummary:
         return min((p.kl for p in self.points), default=None)
 
     @property
+    def fastest_capacity(self) -> AtCapacity | None:
+        """The capacity of the front's fastest point, and what it carries there."""
+        return self.points[0].capacity if self.points else None
+
+    @property
     def regressed(self) -> list[str]:
         """What regressed since the night before ("throughput", "memory", "KL"); empty when nothing did."""
         return self.comparison.regressed_figures() if self.comparison else []
@@ -78,6 +89,8 @@ class NightSummary:
         """Against the night before: "first night", "ok", or "REGRESSED <figures>" with the worst throughput loss."""
         if self.comparison is None:
             return "first night"
+        if self.comparison.not_compared:
+            return f"not compared: {self.comparison.not_compared}"
         if not self.regressed:
             return "ok"
         worst, figures = self.worst_loss, self.regressed
@@ -121,7 +134,9 @@ def history(nights: Sequence[Night], given: GivenTolerances | None = None) -> Hi
         before = nights[index - 1] if index else None
         comparison = None
         if before is not None:
-            comparison = compare(before.records, before.front, night.records, night.front, given.on(before.device))
+            terms = (before.terms, night.terms) if before.terms and night.terms else None
+            tolerances = given.on(before.device)
+            comparison = compare(before.records, before.front, night.records, night.front, tolerances, terms)
         summaries.append(
             NightSummary(
                 study=night.study,
@@ -130,6 +145,7 @@ def history(nights: Sequence[Night], given: GivenTolerances | None = None) -> Hi
                 points=_front_points(night),
                 previous=before.study if before else None,
                 comparison=comparison,
+                target=night.terms.target if night.terms and night.terms.target.slo else None,
             )
         )
     return History(summaries)
@@ -148,6 +164,7 @@ def _front_points(night: Night) -> list[FrontPoint]:
             record.metrics[THROUGHPUT.name],
             record.metrics[PEAK_MEMORY.name],
             record.metrics[KL_DIVERGENCE.name],
+            at_capacity(record, night.terms) if night.terms else None,
         )
         for record in night.records
         if record.number in night.front

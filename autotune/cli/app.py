@@ -153,7 +153,7 @@ def search(
     check_search_inputs(request, report)
     interrupts.install()
     summary = run_search(request, printer)
-    print_search_summary(summary)
+    print_search_summary(summary, _capacity_within(request.workload))
     print_finished(finish(summary, report, artifacts))
     if summary.failed_workers:
         print(f"autotune: {'; '.join(summary.failed_workers)} (its lines above say why)", file=sys.stderr)
@@ -236,21 +236,29 @@ def compare(
 
     A regression: at a point of STUDY_A's front, STUDY_B's best throughput at that memory and KL is lower.
 
+    Studies searched with an SLO compare their figures at capacity, and only under the same SLO.
+
     Each figure has its own tolerance, by the device of STUDY_A, above that figure's run-to-run noise there.
 
     Example: autotune compare night-1 night-2 --format markdown >> "$GITHUB_STEP_SUMMARY"
     """
     from autotune import study as studies
+    from autotune.analysis.capacity import Terms
     from autotune.analysis.compare import compare as compare_studies
     from autotune.analysis.pareto import front_numbers
 
     url_a = storage or studies.default_storage(study_a)
     url_b = storage_b or storage or studies.default_storage(study_b)
     a, b = studies.load_stored_study(url_a, study_a), studies.load_stored_study(url_b, study_b)
-    device = studies.stored_settings(a).profile.get("kind", "cuda")
+    settings_a, settings_b = studies.stored_settings(a), studies.stored_settings(b)
+    device = settings_a.profile.get("kind", "cuda")
+    terms = (Terms.of(settings_a), Terms.of(settings_b))
     comparison = compare_studies(
-        studies.records(a), front_numbers(a), studies.records(b), front_numbers(b), tolerances.on(device)
+        studies.records(a), front_numbers(a), studies.records(b), front_numbers(b), tolerances.on(device), terms
     )
+    if comparison.not_compared:
+        why = f"{study_a} and {study_b} do not compare: {comparison.not_compared}"
+        raise UserError(f"{why}; compare studies searched with the same --slo (autotune best prints each one's)")
     print_comparison(study_a, study_b, comparison, "json" if as_json else output.value)
     if comparison.regressed:
         raise typer.Exit(3)
@@ -305,6 +313,13 @@ def history(
     out_path = report_path(report_file, old_report_flag) or Path("reports/history.html")
     nights, path = build_history(names, storage, out_path, tolerances, artifacts)
     print_history(nights, path, "json" if as_json else output.value)
+
+
+def _capacity_within(workload: WorkloadSpec) -> str:
+    """ "within itl_p95<=6ms" where the trials' figures are at their capacity; empty where they are at one shape."""
+    from autotune.analysis.capacity import slo_target
+
+    return slo_target(workload).within if workload.slo or workload.probes_capacity else ""
 
 
 def _given(context: typer.Context, parameter: str) -> bool:

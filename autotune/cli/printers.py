@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from autotune.cli.progress import ProgressDisplay
+from autotune.figures.constraints import MEETS_SLO, Constraint
 from autotune.figures.metrics import KL_DIVERGENCE, OBJECTIVES, PEAK_MEMORY, THROUGHPUT, Metric
 from autotune.figures.slo import describe_slo, in_ms
 from autotune.space import Config
@@ -21,9 +22,10 @@ from autotune.units import format_bytes, format_duration
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from autotune.analysis.capacity import AtCapacity
     from autotune.analysis.compare import Comparison, Level, Tolerances
     from autotune.analysis.found import BestFound
-    from autotune.analysis.history import History
+    from autotune.analysis.history import FrontPoint, History
     from autotune.analysis.pick import Pick
     from autotune.profiles import DetectedDevice
     from autotune.report.data import ParetoCard
@@ -117,7 +119,12 @@ def _duration(record: TrialRecord) -> str:
 # ------------------------------------------------------------------------------------ search, worker
 
 
-def print_search_summary(summary: SearchSummary) -> None:
+# Figures of the teacher-forced comparison with the reference: the same at any batch or load, so under any SLO.
+BATCH_FREE = {KL_DIVERGENCE.name, "top1_agreement", "perplexity", "perplexity_delta"}
+
+
+def print_search_summary(summary: SearchSummary, capacity_within: str = "") -> None:
+    """`capacity_within`: "within itl_p95<=6ms" where the trials' figures are at their capacity within an SLO."""
     out.print(
         f"study {summary.study_name}: {summary.launched} trials in {format_duration(summary.elapsed_s)} "
         f"({summary.stop_reason})"
@@ -127,7 +134,8 @@ def print_search_summary(summary: SearchSummary) -> None:
     )
     out.print(f"time spent: {spent}")
     for found in summary.best:
-        out.print(f"best {found.metric.label}: {_best_figure(found)}, {_found_when(found)}")
+        at = f" at its capacity {capacity_within}" if capacity_within and found.metric.name not in BATCH_FREE else ""
+        out.print(f"best {found.metric.label}: {_best_figure(found)}{at}, {_found_when(found)}")
     if summary.passed_over:
         listed = "; ".join(summary.passed_over)
         out.print(f"not started, the budget left could not finish them: {listed}")
@@ -220,17 +228,27 @@ def print_front(
     study's objectives the usual ones leave out."""
     extra = [metric for metric in objectives if metric.name not in SHOWN_IN_FRONT]
     title = f"Pareto front of {study_name}" + (f" (baseline: {knobs_line(baseline)})" if baseline else "")
+    probed = next((card.at_capacity for card in cards if card.at_capacity is not None), None)
+    if probed is not None:
+        title += f", each at its capacity {probed.target.within}"
+        missed = cards[0].baseline_capacity
+        if missed is not None and missed.size is None:
+            title += f"; the baseline meets it at no {missed.unit.name}: vs baseline compares with its figures past it"
     table = Table(title=title)
     changes = "changes from the baseline" if baseline else "configuration"
-    for column in ("#", changes, "tok/s", "vs baseline", "ttft", "memory", "KL", "top-1"):
+    for column in ("#", changes, *(["capacity"] if probed else []), "tok/s", "vs baseline", "ttft", "memory"):
+        table.add_column(column)
+    for column in ("KL", "top-1"):
         table.add_column(column)
     for metric in extra:
         table.add_column(metric.heading)
     for card in cards:
         m = card.record.metrics
+        found = card.at_capacity
         table.add_row(
             str(card.record.number),
             changes_line(card.record.config, baseline) if baseline else knobs_line(card.record.config),
+            *([found.unit.size_text(found.size) if found and found.size is not None else "-"] if probed else []),
             f"{m[THROUGHPUT.name]:.1f}",
             f"{card.speedup:.2f}x" if card.speedup else "-",
             f"{m['ttft_s'] * 1000:.1f} ms",
@@ -272,7 +290,13 @@ def print_measurement(document: dict[str, Any], as_json: bool) -> None:
 # ------------------------------------------------------------------------------------ compare
 
 
-MOVED_FIGURES = ("throughput_tok_s", "ttft_s", "peak_memory_gb", "kl_divergence")
+MOVED_FIGURES = {"throughput_tok_s": "tok/s", "ttft_s": "ttft", "peak_memory_gb": "memory", "kl_divergence": "KL"}
+
+
+def _moved_columns(comparison: Comparison) -> dict[str, str]:
+    """The figures whose change the table shows, capacity where either study probed one."""
+    probed = any("capacity" in (m.before or {}) or "capacity" in (m.after or {}) for m in comparison.movements)
+    return MOVED_FIGURES | ({"capacity": "capacity"} if probed else {})
 
 
 def print_comparison(study_a: str, study_b: str, comparison: Comparison, output: str = "table") -> None:
@@ -283,12 +307,13 @@ def print_comparison(study_a: str, study_b: str, comparison: Comparison, output:
     if output == "markdown":
         print(comparison_markdown(study_a, study_b, comparison))
         return
-    table = Table(title=f"{study_a} -> {study_b}: figures of the configurations on either front")
-    for column in ("configuration", "front", "tok/s", "ttft", "memory", "KL"):
+    columns = _moved_columns(comparison)
+    table = Table(title=f"{study_a} -> {study_b}: figures of the configurations on either front{_within(comparison)}")
+    for column in ("configuration", "front", *columns.values()):
         table.add_column(column)
     for movement in comparison.movements:
         changes = movement.change
-        cells = [_change(changes, name) for name in MOVED_FIGURES]
+        cells = [_change(changes, name) for name in columns]
         table.add_row(knobs_line(movement.config), "+".join(movement.on_front), *cells)
     out.print(table)
     t = comparison.tolerances
@@ -300,19 +325,27 @@ def print_comparison(study_a: str, study_b: str, comparison: Comparison, output:
         out.print(_level_line(study_b, level, t))
 
 
+def _within(comparison: Comparison) -> str:
+    """Where the studies probed capacities: the SLO every figure of the comparison holds within."""
+    target = comparison.target
+    return f", at each one's capacity {target.within} (both studies)" if target else ""
+
+
 def comparison_markdown(study_a: str, study_b: str, comparison: Comparison) -> str:
     t = comparison.tolerances
     verdict = "**REGRESSED**: " + ", ".join(comparison.regressed_figures()) if comparison.regressed else "no regression"
+    columns = _moved_columns(comparison)
     lines = [
         f"### autotune compare: {_md(study_a)} → {_md(study_b)}: {verdict}",
         "",
         f"Tolerances: throughput -{t.throughput:.0%}, memory +{t.memory:.0%}, KL +{t.kl:.0%}.",
+        *([f"Figures at each configuration's capacity {_md(comparison.target.within)}."] if comparison.target else []),
         "",
-        "| configuration | front | tok/s | ttft | memory | KL |",
-        "|---|---|---|---|---|---|",
+        "| configuration | front | " + " | ".join(columns.values()) + " |",
+        "|---|---|" + "---|" * len(columns),
     ]
     for movement in comparison.movements:
-        cells = [_change(movement.change, name) for name in MOVED_FIGURES]
+        cells = [_change(movement.change, name) for name in columns]
         lines.append(f"| `{_md(knobs_line(movement.config))}` | {'+'.join(movement.on_front)} | {' | '.join(cells)} |")
     lines += ["", "Each level of the earlier front:", ""]
     lines += [f"- {_md(_level_line(study_b, level, t))}" for level in comparison.levels]
@@ -331,11 +364,15 @@ def _comparison_document(study_a: str, study_b: str, comparison: Comparison) -> 
         "after": study_b,
         "threshold": comparison.threshold,
         "tolerances": asdict(tolerances),
+        "slo": comparison.target.slo if comparison.target else None,
+        "within": comparison.target.within if comparison.target else None,
         "regressed": bool(comparison.regressed),
         "configurations": [asdict(movement) for movement in comparison.movements],
         "levels": [
             {
                 **asdict(level),
+                "at_capacity_before": _capacity_json(level.at_capacity_before),
+                "at_capacity_after": _capacity_json(level.at_capacity_after),
                 "change": level.change(),
                 "regression": level.regression(),
                 "regressed_figure": level.regressed_figure(tolerances),
@@ -343,6 +380,10 @@ def _comparison_document(study_a: str, study_b: str, comparison: Comparison) -> 
             for level in comparison.levels
         ],
     }
+
+
+def _capacity_json(found: AtCapacity | None) -> dict[str, Any] | None:
+    return found.to_json() if found is not None else None
 
 
 def _level_line(study_b: str, level: Level, tolerances: Tolerances) -> str:
@@ -355,6 +396,7 @@ def _level_line(study_b: str, level: Level, tolerances: Tolerances) -> str:
         return (
             f"{flag}: {where}: best throughput {level.throughput_before:.1f} -> {level.best_after:.1f} tok/s{by} "
             f"({level.change():+.1%}; a loss over {tolerances.throughput:.0%} regresses)"
+            f"{_capacities(level.at_capacity_before, level.at_capacity_after)}"
         )
     miss = level.nearest_miss
     if miss is None:
@@ -372,6 +414,24 @@ def _level_line(study_b: str, level: Level, tolerances: Tolerances) -> str:
     )
 
 
+def _capacities(before: AtCapacity | None, after: AtCapacity | None) -> str:
+    """ "; at capacity within itl_p95<=6ms: batch 16 -> 32, 2055 -> 4100 generated tok/s end to end per GPU, ..."."""
+    if before is None or after is None:
+        return ""
+    sizes = [before, after]
+    said = " -> ".join(f.unit.size_text(f.size) if f.size is not None else "none" for f in sizes)
+    per_device = " -> ".join(_per(f.tokens_per_s_per_device, "{:.4g}") for f in sizes)
+    cost = " -> ".join(_per(f.cost_per_million_tokens, "${:.4g}") for f in sizes)
+    return (
+        f"; at capacity {after.target.within}: {said}, {per_device} generated tok/s end to end per {after.device}, "
+        f"{cost} per 1M generated tokens"
+    )
+
+
+def _per(value: float | None, form: str) -> str:
+    return "-" if value is None else form.format(value)
+
+
 def _shown(name: str, value: float) -> str:
     return format_bytes(value * 1e9) if name == "memory" else f"{value:.2e}"
 
@@ -385,8 +445,10 @@ def _change(changes: dict[str, float], name: str) -> str:
 
 def print_history(history: History, chart: Path, output: str = "table") -> None:
     """The nights as a table (default), Markdown (a CI job's summary page) or one JSON document."""
-    rows = [_night_cells(history, night) for night in history.nights]
-    headings = ("night", "study", "trials", "front", "best tok/s", "lowest memory", "lowest KL", "vs the night before")
+    from autotune.report.history import history_headings, night_cells
+
+    headings = history_headings(history)
+    rows = [night_cells(history, night) for night in history.nights]
     if output == "json":
         print(json.dumps(_history_document(history, str(chart))))
     elif output == "markdown":
@@ -407,21 +469,6 @@ def print_history(history: History, chart: Path, output: str = "table") -> None:
         out.print(f"chart: {chart}")
 
 
-def _night_cells(history: History, night: Any) -> list[str]:
-    change = night.best_change(history.before(night))
-    best = f"{night.best_throughput:.1f}" if night.best_throughput is not None else "-"
-    return [
-        night.label,
-        night.study,
-        str(night.launched),
-        str(len(night.points)),
-        best + (f" ({change:+.1%})" if change is not None else ""),
-        format_bytes(night.lowest_memory_gb * 1e9) if night.lowest_memory_gb is not None else "-",
-        f"{night.lowest_kl:.2e}" if night.lowest_kl is not None else "-",
-        night.verdict(),
-    ]
-
-
 def _history_document(history: History, chart: str) -> dict[str, Any]:
     return {
         "chart": chart,
@@ -430,10 +477,12 @@ def _history_document(history: History, chart: str) -> dict[str, Any]:
                 "study": night.study,
                 "date": night.date,
                 "launched": night.launched,
-                "front": [asdict(point) for point in night.points],
+                "front": [_front_point(point) for point in night.points],
                 "best_throughput_tok_s": night.best_throughput,
                 "lowest_peak_memory_gb": night.lowest_memory_gb,
                 "lowest_kl": night.lowest_kl,
+                "slo": night.target.slo if night.target else None,
+                "fastest_at_capacity": _capacity_json(night.fastest_capacity),
                 "previous": night.previous,
                 "regressed": night.regressed,
                 "verdict": night.verdict(),
@@ -441,6 +490,10 @@ def _history_document(history: History, chart: str) -> dict[str, Any]:
             for night in history.nights
         ],
     }
+
+
+def _front_point(point: FrontPoint) -> dict[str, Any]:
+    return {**asdict(point), "capacity": _capacity_json(point.capacity)}
 
 
 # ------------------------------------------------------------------------------------ best
@@ -461,6 +514,7 @@ def best_document(study_name: str, chosen: Pick, deploy: ParetoCard) -> dict[str
         "metrics": record.metrics,
         "speedup_vs_baseline": deploy.speedup,
         "memory_saving_vs_baseline": deploy.memory_saving,
+        "capacity": _capacity_json(deploy.at_capacity),  # its capacity and what it carries there, with its SLO
         "deploy": json.loads(deploy.json),
         "python": deploy.python,
         "serve": deploy.serve,
@@ -472,7 +526,7 @@ def print_best(study_name: str, chosen: Pick, deploy: ParetoCard) -> None:
 
     record = chosen.chosen
     assert record is not None
-    asked = ", ".join(c.label for c in chosen.constraints) or "no constraints"
+    asked = ", ".join(_asked(c, deploy) for c in chosen.constraints) or "no constraints"
     out.print(
         f"study {study_name}: trial #{record.number} ({chosen.goal}; {asked}; "
         f"{len(chosen.feasible)} of {chosen.considered} complete trials satisfy them)"
@@ -486,6 +540,13 @@ def print_best(study_name: str, chosen: Pick, deploy: ParetoCard) -> None:
     table.add_row("serve", deploy.serve)
     out.print(table)
     out.print("code: add --format python (or json, serve)")
+
+
+def _asked(constraint: Constraint, deploy: ParetoCard) -> str:
+    """A constraint for people; the study's SLO as the capacity it asks for."""
+    if constraint == MEETS_SLO and deploy.at_capacity is not None:
+        return f"a capacity {deploy.at_capacity.target.within}"
+    return constraint.label
 
 
 # ------------------------------------------------------------------------------------ gpus

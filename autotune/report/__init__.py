@@ -30,6 +30,7 @@ def build_history(
 ) -> tuple[History, Path]:
     """The nights of the studies named (names or glob patterns), and their chart written to `out`; with
     `artifacts`, the chart is also stored with the last night's study."""
+    from autotune.analysis.capacity import Terms
     from autotune.analysis.history import Night, history, in_night_order
     from autotune.analysis.pareto import front_numbers
     from autotune.report.history import write_history
@@ -39,8 +40,9 @@ def build_history(
     nights = []
     for name in in_night_order(list(urls)):
         study = studies.load_stored_study(urls[name], name)
-        device = studies.stored_settings(study).profile.get("kind", "cuda")
-        nights.append(Night(name, studies.records(study), front_numbers(study), device))
+        settings = studies.stored_settings(study)
+        device = settings.profile.get("kind", "cuda")
+        nights.append(Night(name, studies.records(study), front_numbers(study), device, Terms.of(settings)))
     found = history(nights, given)
     path = write_history(found, ", ".join(names), out)
     if artifacts:

@@ -21,16 +21,20 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from autotune import study as studies
+from autotune.analysis.capacity import AtCapacity, SloTarget, Terms, at_capacity
 from autotune.analysis.found import BestFound, best_found
 from autotune.analysis.pareto import hypervolume, scaled_losses, study_front
-from autotune.figures.constraints import Constraint
+from autotune.figures.constraints import MEETS_SLO, Constraint
 from autotune.figures.metrics import KL_DIVERGENCE, OBJECTIVES, PEAK_MEMORY, THROUGHPUT, Metric
+from autotune.figures.slo import describe_slo
 from autotune.report.ceiling import CeilingRow, ceiling_rows
-from autotune.report.snippets import json_snippet, python_snippet, serve_command
+from autotune.report.snippets import Batch, json_snippet, python_snippet, serve_command
+from autotune.space.knobs.batching import paged_cache_for
 from autotune.space.plan import Plan
 from autotune.study import StudySettings, TrialRecord
 from autotune.study.ceilings import ceilings
 from autotune.units import format_duration
+from autotune.workloads.capacity import Capacity, CapacityUnit, Point
 
 NOT_APPLICABLE = "n/a"  # a knob that does not apply to a configuration (e.g. compile without a static cache)
 
@@ -63,6 +67,67 @@ class ParetoCard:
     python: str
     serve: str
     json: str
+    at_capacity: AtCapacity | None = None  # a trial that probed its capacity: where it is, what it carries there
+    curve: CapacityCurve | None = None
+    baseline_capacity: AtCapacity | None = None  # the baseline's, which the speedup and memory saving compare with
+
+    def baseline_words(self) -> str:
+        """Where the baseline's figures that the ratios compare with were measured, when it probed a capacity."""
+        found = self.baseline_capacity
+        if found is None:
+            return ""
+        if found.size is None:
+            return f", which meets the SLO at no {found.unit.name} (its figures are past the SLO)"
+        return f" at its own capacity ({found.unit.size_text(found.size)})"
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    """One point of a capacity probe as the curve draws it."""
+
+    size: float
+    verdict: str  # met, or why it was refused: slo, oom, memory (autotune.workloads.capacity.Verdict)
+    carried: float | None  # the unit's carried figure (tokens/s for a batch, goodput for a load); None: not measured
+    latency: dict[str, float]  # the curve's latency figures this point measured, in seconds
+    memory_bytes: float | None
+    share: float | None  # under load: the share of its requests within the SLO
+    reason: str  # why it was refused
+
+
+@dataclass(frozen=True)
+class SloLine:
+    """A bound of the SLO, drawn across the latency axis."""
+
+    figure: str  # itl_p95_s
+    bound_s: float
+
+    @property
+    def label(self) -> str:
+        return f"SLO {describe_slo({self.figure: self.bound_s})}"
+
+
+@dataclass(frozen=True)
+class CapacityCurve:
+    """A configuration's capacity probe: what it carried and its latency at each size, the SLO, the size chosen,
+    and the first size refused above it (why the probe stopped climbing)."""
+
+    number: int  # the trial
+    unit: CapacityUnit
+    target: SloTarget
+    latency_figures: list[str]  # drawn on the latency axis: the SLO's, and the per-token latency (itl_p95)
+    points: list[CurvePoint]
+    chosen: CurvePoint | None
+    refused: CurvePoint | None
+    said: str  # what the probe found, in one line, with the SLO
+
+    @property
+    def slo_lines(self) -> list[SloLine]:
+        return [SloLine(figure, bound) for figure, bound in self.target.slo.items()]
+
+    @property
+    def unmeasured(self) -> list[CurvePoint]:
+        """Refused without figures to draw: out of memory, or predicted not to fit."""
+        return [point for point in self.points if point.carried is None]
 
 
 @dataclass(frozen=True)
@@ -132,6 +197,7 @@ class ReportData:
     environment: dict[str, str] = field(default_factory=dict)
     best: list[BestFound] = field(default_factory=list)  # when each objective's best figure was found
     ceilings: list[CeilingRow] = field(default_factory=list)  # the hand-written decode loop, where measured
+    capacities: dict[int, AtCapacity] = field(default_factory=dict)  # trial -> its capacity, where it probed one
     generated_at: str = field(default_factory=lambda: datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
 
     @property
@@ -141,6 +207,19 @@ class ReportData:
     @property
     def infeasible(self) -> list[int]:
         return [trial.number for trial in self.complete if not trial.feasible]
+
+    def infeasible_reason(self, record: TrialRecord) -> str:
+        """Why a complete trial is off the front whatever its figures: the bounds it breaks, and where it meets the
+        SLO at no batch or load, what its probe found; empty for a feasible one."""
+        broken = [name for name, value in record.constraints.items() if value > 0]
+        if not record.complete or not broken:
+            return ""
+        found = self.capacities.get(record.number)
+        reasons = [name for name in broken if not (name == str(MEETS_SLO) and found is not None)]
+        words = [f"breaks {', '.join(reasons)}"] if reasons else []
+        if found is not None and found.size is None:
+            words.append(found.capacity_line())
+        return "infeasible: " + "; ".join(words)
 
     def empty_front_reason(self) -> str:
         """Why no configuration is on the front: no complete trial, or none within the constraints."""
@@ -157,6 +236,7 @@ def collect(study: optuna.Study, storage_url: str) -> ReportData:
     launched = [record for record in all_records if record.launched and record.outcome is not None]
     objectives = settings.objective_metrics
     front = study_front(study, launched, objectives)
+    terms = Terms.of(settings)
     baseline = _with_role(launched, "baseline")
     reference = _with_role(launched, "reference")
     return ReportData(
@@ -180,6 +260,7 @@ def collect(study: optuna.Study, storage_url: str) -> ReportData:
         environment=environment(settings, studies.search_runs(study), launched),
         best=best_found(launched, objectives, studies.search_runs(study)),
         ceilings=ceiling_rows(ceilings(study), settings.workload, launched),
+        capacities={record.number: found for record in launched if (found := at_capacity(record, terms))},
     )
 
 
@@ -199,7 +280,11 @@ def model_id_for_code(settings: StudySettings) -> str:
 
 def card(record: TrialRecord, settings: StudySettings, baseline: TrialRecord | None) -> ParetoCard:
     """Figures against the baseline and the reference, and the snippets, for one measured configuration."""
+    terms = Terms.of(settings)
+    found = at_capacity(record, terms)
+    batch = _chosen_batch(found)
     plan = Plan.from_json(record.plan) if record.plan else Plan()
+    plan = paged_cache_for(plan, batch.size) if batch else plan  # sized for the batch chosen, not the largest tried
     model_id = model_id_for_code(settings)
     device = settings.prepared.device or "cuda"
     m = record.metrics
@@ -216,10 +301,59 @@ def card(record: TrialRecord, settings: StudySettings, baseline: TrialRecord | N
         roofline_fraction=m.get("roofline_fraction") if settings.profile.get("kind") != "cpu" else None,
         achieved_bandwidth_gb_s=m.get("achieved_bandwidth_gb_s"),
         cost_per_million_tokens_usd=m.get("cost_per_million_tokens_usd"),
-        python=python_snippet(model_id, plan, device, settings.workload["output_len"]),
+        python=python_snippet(model_id, plan, device, settings.workload["output_len"], batch),
         # serve trials: the command that ran (its host and port included), else the one the plan gives
-        serve=record.serve["command"] if record.serve else serve_command(model_id, plan, device),
-        json=json_snippet(model_id, record.config, plan),
+        serve=record.serve["command"] if record.serve else serve_command(model_id, plan, device, batch),
+        json=json_snippet(model_id, record.config, plan, found.to_json() if found else None),
+        at_capacity=found,
+        curve=capacity_curve(record, found),
+        baseline_capacity=at_capacity(baseline, terms) if baseline else None,
+    )
+
+
+def _chosen_batch(found: AtCapacity | None) -> Batch | None:
+    """The batch a probe chose, for the snippets: where the size is a number of prompts at once."""
+    if found is None or found.size is None or not found.unit.prompts_at_once:
+        return None
+    return Batch(int(found.size), found.capacity_line())
+
+
+PER_TOKEN = "itl_p95_s"  # the per-token latency a curve draws when the SLO bounds none
+
+
+def capacity_curve(record: TrialRecord, found: AtCapacity | None) -> CapacityCurve | None:
+    """The curve of a trial's capacity probe; None for a trial that probed none."""
+    if found is None or record.capacity is None:
+        return None
+    probe = Capacity.from_json(record.capacity)
+    slo = list(probe.slo)
+    wanted = slo if any(name.startswith("itl_") for name in slo) else [*slo, PER_TOKEN]
+    measured = {name for point in probe.points for name in point.figures}
+    latency_figures = [name for name in wanted if name in measured]
+    points = {point.size: _curve_point(point, found.unit, latency_figures) for point in probe.points}
+    chosen, refused = probe.chosen, probe.refused
+    return CapacityCurve(
+        number=record.number,
+        unit=found.unit,
+        target=found.target,
+        latency_figures=latency_figures,
+        points=list(points.values()),
+        chosen=points[chosen.size] if chosen else None,
+        refused=points[refused.size] if refused else None,
+        said=found.capacity_line(),
+    )
+
+
+def _curve_point(point: Point, unit: CapacityUnit, latency_figures: list[str]) -> CurvePoint:
+    figures = point.figures
+    return CurvePoint(
+        size=point.size,
+        verdict=point.verdict,
+        carried=figures.get(unit.carried),
+        latency={name: figures[name] for name in latency_figures if name in figures},
+        memory_bytes=figures.get("peak_memory_bytes"),
+        share=figures.get("slo_share"),
+        reason=point.reason,
     )
 
 

@@ -1,7 +1,8 @@
 """The nights of a series side by side, as one self-contained HTML page: a chart and a table.
 
-The chart has a row per figure (throughput, peak memory, KL) and a column per night: every front point
-as a small grey dot, the front's best as a line, and a red cross where a night regressed on that figure.
+The chart has a row per figure (throughput, peak memory, KL, and capacity where nights probed one) and a column per
+night: every front point as a small grey dot, the front's best as a line (for capacity, the fastest point's), and a
+red cross where a night regressed on that figure.
 Every text from a study (names, configurations) is escaped.
 """
 
@@ -16,8 +17,10 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
+from autotune.analysis.capacity import AtCapacity
 from autotune.analysis.history import FrontPoint, History, NightSummary
 from autotune.figures.metrics import KL_FLOOR
+from autotune.figures.slo import describe_slo
 from autotune.report.pages import write_page
 from autotune.space.knobs import short_name
 from autotune.units import format_bytes
@@ -39,11 +42,28 @@ def _kl_shown(kl: float | None) -> float | None:
     return None if kl is None else max(kl, KL_FLOOR)
 
 
+def _capacity(found: AtCapacity | None) -> float | None:
+    return found.size if found is not None else None
+
+
 ROWS = (
     Row("throughput", "best throughput (tok/s)", lambda p: p.throughput, lambda n: n.best_throughput),
     Row("memory", "lowest peak memory (GB)", lambda p: p.memory_gb, lambda n: n.lowest_memory_gb),
     Row("KL", "lowest KL vs reference (nats/token)", lambda p: _kl_shown(p.kl), lambda n: _kl_shown(n.lowest_kl), True),
 )
+# Where nights probed capacities: each front point's, and the fastest point's as the line (its SLO: the table's).
+CAPACITY_ROW = Row(
+    "capacity",
+    "capacity (batch or load within the SLO)",
+    lambda p: _capacity(p.capacity),
+    lambda n: _capacity(n.fastest_capacity),
+    log=True,
+)
+
+
+def rows_of(history: History) -> tuple[Row, ...]:
+    probed = any(point.capacity for night in history.nights for point in night.points)
+    return (*ROWS, CAPACITY_ROW) if probed else ROWS
 
 
 def write_history(history: History, title: str, path: Path) -> Path:
@@ -67,8 +87,9 @@ def render_history(history: History, title: str) -> str:
 
 def history_figure(history: History) -> go.Figure:
     labels = [night.label for night in history.nights]
-    figure = make_subplots(rows=len(ROWS), cols=1, shared_xaxes=True, subplot_titles=[row.title for row in ROWS])
-    for index, row in enumerate(ROWS, start=1):
+    rows = rows_of(history)
+    figure = make_subplots(rows=len(rows), cols=1, shared_xaxes=True, subplot_titles=[row.title for row in rows])
+    for index, row in enumerate(rows, start=1):
         first = index == 1
         points = [(night, point) for night in history.nights for point in night.points]
         figure.add_trace(
@@ -119,7 +140,7 @@ def history_figure(history: History) -> go.Figure:
         if row.log:
             figure.update_yaxes(type="log", row=index, col=1)
     figure.update_xaxes(type="category", categoryorder="array", categoryarray=labels)
-    figure.update_layout(height=760, margin={"t": 60}, legend={"orientation": "h", "y": 1.08})
+    figure.update_layout(height=190 * len(rows) + 190, margin={"t": 60}, legend={"orientation": "h", "y": 1.08})
     return figure
 
 
@@ -140,24 +161,49 @@ def _summary(history: History) -> str:
 def _table(history: History) -> str:
     rows = []
     for night in history.nights:
-        change = night.best_change(history.before(night))
-        cells = [
-            night.label,
-            night.study,
-            str(night.launched),
-            str(len(night.points)),
-            _number(night.best_throughput, "{:.1f}") + (f" ({change:+.1%})" if change is not None else ""),
-            format_bytes(night.lowest_memory_gb * 1e9) if night.lowest_memory_gb is not None else "-",
-            _number(night.lowest_kl, "{:.2e}"),
-            night.verdict(),
-        ]
         css = "regressed" if night.regressed else "ok"
+        cells = night_cells(history, night)
         rows.append(f"<tr class='{css}'>" + "".join(f"<td>{escape(cell)}</td>" for cell in cells) + "</tr>")
-    head = "".join(f"<th>{escape(name)}</th>" for name in HEADINGS)
+    head = "".join(f"<th>{escape(name)}</th>" for name in history_headings(history))
     return f"<table id='nights'><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
 HEADINGS = ("night", "study", "trials", "front", "best tok/s", "lowest memory", "lowest KL", "vs the night before")
+CAPACITY_HEADINGS = ("SLO", "capacity of the fastest")
+
+
+def history_headings(history: History) -> tuple[str, ...]:
+    """The nights' columns (this page's table and `autotune history`'s); where a night was searched within an SLO,
+    the SLO and the fastest point's capacity before the verdict: its row's figures are at capacity within that SLO."""
+    if not any(night.target or night.fastest_capacity for night in history.nights):
+        return HEADINGS
+    return (*HEADINGS[:-1], *CAPACITY_HEADINGS, HEADINGS[-1])
+
+
+def night_cells(history: History, night: NightSummary) -> list[str]:
+    """One night's row under history_headings."""
+    change = night.best_change(history.before(night))
+    cells = [
+        night.label,
+        night.study,
+        str(night.launched),
+        str(len(night.points)),
+        _number(night.best_throughput, "{:.1f}") + (f" ({change:+.1%})" if change is not None else ""),
+        format_bytes(night.lowest_memory_gb * 1e9) if night.lowest_memory_gb is not None else "-",
+        _number(night.lowest_kl, "{:.2e}"),
+    ]
+    if len(history_headings(history)) > len(HEADINGS):
+        cells += [describe_slo(night.target.slo) if night.target else "none", _fastest(night.fastest_capacity)]
+    return [*cells, night.verdict()]
+
+
+def _fastest(found: AtCapacity | None) -> str:
+    """ "batch 16: 2055 generated tok/s end to end per GPU, $0.137 per 1M tokens"."""
+    if found is None or found.size is None or found.tokens_per_s_per_device is None:
+        return "-"
+    figures = f"{found.tokens_per_s_per_device:.4g} generated tok/s end to end per {found.device}"
+    cost = found.cost_per_million_tokens
+    return f"{found.unit.size_text(found.size)}: {figures}" + (f", ${cost:.4g} per 1M tokens" if cost else "")
 
 
 def _number(value: float | None, template: str) -> str:

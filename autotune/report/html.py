@@ -14,9 +14,18 @@ from pathlib import Path
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
+from autotune.analysis.capacity import Terms
+from autotune.figures.constraints import MEETS_SLO, Constraint
 from autotune.figures.metrics import KL_DIVERGENCE, PEAK_MEMORY, THROUGHPUT
 from autotune.report.ceiling import ceiling_section
-from autotune.report.charts import front_chart, importance_chart, parallel_chart, progress_chart, three_d_chart
+from autotune.report.charts import (
+    capacity_chart,
+    front_chart,
+    importance_chart,
+    parallel_chart,
+    progress_chart,
+    three_d_chart,
+)
 from autotune.report.data import FailureGroup, ParetoCard, ReportData
 from autotune.report.pages import write_page
 from autotune.report.serving import load_facts, load_table
@@ -69,12 +78,18 @@ def _header(data: ReportData) -> str:
 def _constraints_line(data: ReportData) -> str:
     if not data.constraints:
         return ""
-    items = ", ".join(f"<code>{escape(c.label)}</code>" for c in data.constraints)
+    items = ", ".join(f"<code>{escape(_constraint_label(c, data))}</code>" for c in data.constraints)
     infeasible = len(data.infeasible)
     return (
         f"<p class='constraints'>Searched under {items}: the front holds feasible trials only; "
         f"{infeasible} complete trial{'s' if infeasible != 1 else ''} broke a constraint.</p>"
     )
+
+
+def _constraint_label(constraint: Constraint, data: ReportData) -> str:
+    if constraint == MEETS_SLO:
+        return f"a capacity {Terms.of(data.settings).target.within}"
+    return constraint.label
 
 
 # -------------------------------------------------------------------------------------------- plots
@@ -105,24 +120,30 @@ def _cards(data: ReportData) -> str:
 
 
 def card_facts(card: ParetoCard) -> list[str]:
-    """The card's figures as sentences: speed and memory vs the baseline, quality vs the reference."""
+    """The card's figures as sentences: speed and memory vs the baseline, quality vs the reference. With a capacity,
+    first where it is and why the probe stopped there, and beside each figure measured there, the size and the SLO."""
     m = card.record.metrics
-    speed = f"{m[THROUGHPUT.name]:.1f} tok/s"
+    found = card.at_capacity
+    at = f" at {found.where}" if found is not None and found.size is not None else ""
+    speed = f"{m[THROUGHPUT.name]:.1f} tok/s{at}"
     if card.speedup is not None:
-        speed += f": {card.speedup:.2f}× the baseline's throughput"
-    memory = f"peak memory {format_bytes(m.get('peak_memory_bytes', m[PEAK_MEMORY.name] * 1e9))}"
+        speed += f": {card.speedup:.2f}× the baseline's throughput{card.baseline_words()}"
+    memory = f"peak memory {format_bytes(m.get('peak_memory_bytes', m[PEAK_MEMORY.name] * 1e9))}{at}"
     if card.memory_saving is not None:
-        memory += f": {_memory_vs_baseline(card.memory_saving)}"
+        memory += f": {_memory_vs_baseline(card.memory_saving)}{card.baseline_words()}"
     quality = f"quality loss vs the reference: KL {card.kl:.2e} nats/token" if card.kl is not None else ""
     if card.top1_loss is not None:
         quality += f", top-1 disagreement {card.top1_loss * 100:.1f}%"
     if card.perplexity_change is not None:
         quality += f", perplexity {_signed_percent(card.perplexity_change)}"
-    facts = [speed, memory, quality]
-    facts.append(_bandwidth(card))
-    if card.cost_per_million_tokens_usd is not None:
+    facts = [found.capacity_line()] if found is not None else []
+    facts += [speed, memory, quality, _bandwidth(card, at)]
+    if found is not None:
+        facts.append(found.figures_line())  # per device, per hour, per million tokens, at its capacity
+    elif card.cost_per_million_tokens_usd is not None:
         facts.append(f"${card.cost_per_million_tokens_usd:.4g} per 1M generated tokens")
-    facts.append(f"ttft {m.get('ttft_s', math.nan) * 1000:.1f} ms, {m.get('tpot_s', math.nan) * 1000:.2f} ms/token")
+    ttft, per_token = m.get("ttft_s", math.nan) * 1000, m.get("tpot_s", math.nan) * 1000
+    facts.append(f"ttft {ttft:.1f} ms, {per_token:.2f} ms/token{at}")
     if card.record.serve:
         facts += load_facts(card.record.serve, m)
     elif "energy_j_per_token" in m:
@@ -138,12 +159,12 @@ def _memory_vs_baseline(saving: float) -> str:
     return f"{percent} less than the baseline's" if saving > 0 else f"{percent} more than the baseline's"
 
 
-def _bandwidth(card: ParetoCard) -> str:
+def _bandwidth(card: ParetoCard, at: str = "") -> str:
     """Decode's achieved memory bandwidth, and its share of the profile's peak where that peak is real."""
     bandwidth = card.achieved_bandwidth_gb_s
     if bandwidth is None:
         return ""
-    achieved = f"{bandwidth:.3g} GB/s of memory bandwidth achieved in decode"
+    achieved = f"{bandwidth:.3g} GB/s of memory bandwidth achieved in decode{at}"
     if card.roofline_fraction is None:
         return achieved
     return f"{achieved}, {card.roofline_fraction * 100:.2g}% of the profile's peak (the roofline)"
@@ -167,9 +188,10 @@ def _card(card: ParetoCard, index: int) -> str:
         )
     )
     knobs = ", ".join(f"{escape(str(k))}={escape(str(v))}" for k, v in record.config.items())
+    curve = _figure_html(capacity_chart(card.curve), f"fig-capacity-{record.number}") if card.curve else ""
     return (
         f"<article class='card'><h3>Trial #{record.number}{roles}</h3><p class='knobs'>{knobs}</p>"
-        f"<ul>{''.join(f'<li>{escape(fact)}</li>' for fact in facts)}</ul>"
+        f"<ul>{''.join(f'<li>{escape(fact)}</li>' for fact in facts)}</ul>{curve}"
         f"{load_table(record.serve) if record.serve else ''}{snippets}</article>"
     )
 
@@ -302,8 +324,11 @@ _COLUMNS = (
 
 def _trials_table(data: ReportData) -> str:
     front = set(data.pareto)
-    rows = "".join(_trial_row(record, record.number in front) for record in data.trials)
-    head = "".join(f"<th>{escape(column)}</th>" for column in _COLUMNS)
+    rows = "".join(_trial_row(data, record, record.number in front) for record in data.trials)
+    columns = list(_COLUMNS)
+    if data.capacities:  # before the time: a figure, as the others
+        columns.insert(-2, f"capacity {Terms.of(data.settings).target.within}")
+    head = "".join(f"<th>{escape(column)}</th>" for column in columns)
     skipped = "".join(
         f"<li>#{r.number} {escape(_config_text(r))}: {escape(r.skipped or '')}</li>" for r in data.skipped
     )
@@ -334,8 +359,9 @@ def _config_text(record: TrialRecord) -> str:
     return ", ".join(f"{k}={v}" for k, v in record.config.items())
 
 
-def _trial_row(record: TrialRecord, on_front: bool) -> str:
+def _trial_row(data: ReportData, record: TrialRecord, on_front: bool) -> str:
     m = record.metrics
+    found = data.capacities.get(record.number)
     cells = [
         f"{record.number}{' ★' if on_front else ''}",
         ", ".join(record.roles),
@@ -350,10 +376,10 @@ def _trial_row(record: TrialRecord, on_front: bool) -> str:
         _number(m.get("perplexity"), "{:.2f}"),
         format_duration(record.duration_s) if record.duration_s else "-",
     ]
+    if data.capacities:
+        cells.insert(-1, ("none" if found.size is None else found.unit.size_text(found.size)) if found else "-")
     details = f"{record.phase or ''}: {record.message}" if record.message else ""
-    broken = [name for name, value in record.constraints.items() if value > 0]
-    if record.complete and broken:
-        details = f"infeasible: breaks {', '.join(broken)}"
+    details = data.infeasible_reason(record) or details
     html_cells = "".join(f"<td>{escape(cell)}</td>" for cell in cells)
     outcome_class = escape(record.outcome or "running")
     return f"<tr class='{outcome_class}'>{html_cells}<td class='details'>{escape(details)}</td></tr>"
@@ -375,8 +401,8 @@ body {{ font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px;
 h1 {{ margin-bottom: 0.2em; }} section {{ margin-top: 2em; }}
 table {{ border-collapse: collapse; width: 100%; font-size: 0.85em; }}
 th, td {{ border-bottom: 1px solid #ddd; padding: 4px 6px; text-align: left; vertical-align: top; }}
-tr.ok td:nth-child(3) {{ color: #2a7d2a; }} tr:not(.ok) td:nth-child(3) {{ color: #b02a2a; font-weight: bold; }}
-table.ceiling td:nth-child(3) {{ color: inherit; font-weight: normal; }}
+table.trials tr.ok td:nth-child(3) {{ color: #2a7d2a; }}
+table.trials tr:not(.ok) td:nth-child(3) {{ color: #b02a2a; font-weight: bold; }}
 td.details {{ max-width: 28em; white-space: pre-wrap; word-break: break-word; font-family: monospace; }}
 .card {{ border: 1px solid #ccc; border-radius: 6px; padding: 0.8em 1.2em; margin: 1em 0; }}
 .knobs {{ font-family: monospace; }} .role {{ background: #eef; border-radius: 4px; padding: 0 6px; font-size: 0.8em; }}

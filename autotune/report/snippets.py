@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from dataclasses import dataclass
 from typing import Any
 
 from autotune.space.plan import Call, Plan, imports_of, modules_to_import, plain, render, uses_torch
@@ -11,8 +12,9 @@ from autotune.space.plan import Call, Plan, imports_of, modules_to_import, plain
 EXAMPLE_PROMPT = "In the beginning God created the heaven and the earth."
 
 
-def python_snippet(model_id: str, plan: Plan, device: str, max_new_tokens: int) -> str:
-    """Load the model with the plan's knobs and generate, as in the trial that measured it."""
+def python_snippet(model_id: str, plan: Plan, device: str, max_new_tokens: int, batch: Batch | None = None) -> str:
+    """Load the model with the plan's knobs and generate, as in the trial that measured it; with `batch`, as many
+    prompts at once as the capacity measured, and what was measured in a comment."""
     generate_kwargs, setup = _hoist_configured_objects(plan.generate)
     values = [*plan.load.values(), *plan.generate.values(), *plan.continuous.values(), *plan.contexts]
     names = {"AutoModelForCausalLM", "AutoTokenizer"} | imports_of(values)
@@ -26,13 +28,35 @@ def python_snippet(model_id: str, plan: Plan, device: str, max_new_tokens: int) 
     lines.append('tokenizer = AutoTokenizer.from_pretrained(model_id, padding_side="left")')
     lines.append("model = AutoModelForCausalLM.from_pretrained(")
     lines += ["    model_id,", *[f"    {key}={render(value)}," for key, value in plan.load.items()]]
-    lines += [f"    device_map={device!r},", ")", *setup, "", f"prompts = [{EXAMPLE_PROMPT!r}]"]
+    lines += [f"    device_map={device!r},", ")", *setup, "", *_prompts(batch)]
     if plan.batching == "continuous":
         call = _continuous_lines(plan, max_new_tokens)
     else:
         call = _generate_lines(generate_kwargs, max_new_tokens)
     lines += _inside_contexts(call, plan.contexts) if plan.contexts else call
     return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class Batch:
+    """The batch a capacity probe chose, and what it measured, in one line."""
+
+    size: int
+    measured: str  # "capacity within itl_p95<=6ms: batch 16; batch 32 past the SLO: itl_p95 10.5 ms > 6 ms"
+
+    @property
+    def comment(self) -> str:
+        return "# " + " ".join(self.measured.split())
+
+
+def _prompts(batch: Batch | None) -> list[str]:
+    if batch is None:
+        return [f"prompts = [{EXAMPLE_PROMPT!r}]"]
+    return [
+        batch.comment,
+        f"batch_size = {batch.size}  # the largest batch measured within the SLO: at most this many prompts at once",
+        f"prompts = [{EXAMPLE_PROMPT!r}] * batch_size",
+    ]
 
 
 def _inside_contexts(lines: list[str], contexts: list[Call]) -> list[str]:
@@ -85,16 +109,20 @@ def _continuous_lines(plan: Plan, max_new_tokens: int) -> list[str]:
     ]
 
 
-def serve_command(model_id: str, plan: Plan, device: str) -> str:
-    """The `transformers serve` command with the knobs it has flags for; the others follow as a comment."""
+def serve_command(model_id: str, plan: Plan, device: str, batch: Batch | None = None) -> str:
+    """The `transformers serve` command with the knobs it has flags for; the others follow as a comment, and what a
+    capacity probe measured as another."""
     command = shlex.join(["transformers", "serve", model_id, *plan.serve_flags, "--device", device])
     if plan.not_servable:
         command += f"\n# transformers serve has no flag for: {', '.join(plan.not_servable)}"
+    if batch is not None:
+        command += f"\n{batch.comment}"
     return command
 
 
-def json_snippet(model_id: str, config: dict[str, Any], plan: Plan) -> str:
-    """The configuration and the keyword arguments it turns into, for scripts and nightly jobs."""
+def json_snippet(model_id: str, config: dict[str, Any], plan: Plan, capacity: dict[str, Any] | None = None) -> str:
+    """The configuration and the keyword arguments it turns into, for scripts and nightly jobs; with `capacity`, what
+    it carries at its capacity (autotune.analysis.capacity.AtCapacity.to_json)."""
     document = {
         "model": model_id,
         "config": config,
@@ -105,4 +133,6 @@ def json_snippet(model_id: str, config: dict[str, Any], plan: Plan) -> str:
         "continuous_batching": plain(plan.continuous),
         "serve_flags": plan.serve_flags,
     }
+    if capacity is not None:
+        document["capacity"] = capacity
     return json.dumps(document, indent=2)

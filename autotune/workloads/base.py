@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 from autotune.errors import UserError
 from autotune.extras import Package
+from autotune.figures.slo import describe_slo
 from autotune.specs import WorkloadSpec
 
 # What the objectives of each family call for on most kinds (an objective's family: autotune/search/forecast.py).
@@ -72,7 +73,11 @@ class WorkloadKind:
 
     def describe(self, spec: WorkloadSpec) -> str:
         """The shape of a trial, for summaries: "8 prompts at a time, 128 tokens in, 64 out"."""
-        return f"{_prompts(self.requests(spec))} at a time, {spec.input_len} tokens in, {spec.output_len} out"
+        at_once = f"{_prompts(self.requests(spec))} at a time"
+        if len(spec.batch_sizes) > 1:
+            sizes = ", ".join(str(size) for size in spec.batch_sizes)
+            at_once = f"batches of {sizes} prompts (the largest within the SLO and the memory)"
+        return f"{at_once}, {spec.input_len} tokens in, {spec.output_len} out"
 
 
 KINDS: dict[str, WorkloadKind] = {}
@@ -103,7 +108,10 @@ def describe_workload(stored: Mapping[str, Any]) -> str:
     """One line: the kind and the shape of its trials, "latency, 1 prompt at a time, 128 tokens in, 64 out"."""
     spec = WorkloadSpec(**stored)
     kind = KINDS[spec.kind]
-    return f"{spec.kind}, {kind.describe(kind.as_run(spec))}"
+    slo = f"; SLO {describe_slo(spec.slo)}" if spec.slo else ""
+    if slo and kind.probes == "load":
+        slo += f" for {spec.slo_share:.0%} of requests"
+    return f"{spec.kind}, {kind.describe(kind.as_run(spec))}{slo}"
 
 
 def metrics_of_one_kind() -> dict[str, str]:

@@ -204,3 +204,37 @@ class Capacity:
 
 def _size(size: float) -> str:
     return f"{size:g}"
+
+
+@dataclass(frozen=True)
+class CapacityUnit:
+    """What a probe climbs, as the report and the commands say it: the axis, and the figure carried at each size."""
+
+    name: str  # as a capacity stores it: batch, rate, concurrency
+    axis: str
+    carried: str  # the figure a curve draws against the size (a metric name, autotune/figures/metrics.py)
+    carried_axis: str
+    said: str  # a size in words: "{:g}" filled with the size
+    prompts_at_once: bool = False  # a size is the prompts generate() takes at once: a deployment batches that many
+    by_share: bool = False  # a size meets the SLO when a share of its requests do (serve's --slo-share)
+
+    def size_text(self, size: float) -> str:
+        return self.said.format(size)
+
+
+_TOKENS = ("throughput_tok_s", "decode throughput (tokens/s)")
+_GOODPUT = ("goodput_req_s", "goodput (requests/s within the SLO)")
+UNITS = {
+    unit.name: unit
+    for unit in (
+        CapacityUnit("batch", "batch size", *_TOKENS, "batch {:g}", prompts_at_once=True),
+        CapacityUnit("rate", "requests/s offered", *_GOODPUT, "{:g} requests/s", by_share=True),
+        CapacityUnit("concurrency", "concurrent clients", *_GOODPUT, "{:g} concurrent clients", by_share=True),
+    )
+}
+
+
+def capacity_unit(name: str | None) -> CapacityUnit:
+    """The unit a stored capacity names (a batch when it names none, as the first ones stored)."""
+    name = name or "batch"
+    return UNITS.get(name) or CapacityUnit(name, name, "throughput_tok_s", "throughput (tokens/s)", name + " {:g}")

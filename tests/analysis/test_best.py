@@ -18,7 +18,7 @@ from autotune.analysis.pick import DEFAULT_GOAL, goal_from_flags, pick
 from autotune.errors import UserError
 from autotune.figures.constraints import parse_constraints
 from tests import fakes
-from tests.conftest import run_cli
+from tests.conftest import run_cli, run_main
 
 
 @pytest.fixture(scope="module")
@@ -158,3 +158,26 @@ def test_best_on_a_missing_study_is_exit_2(tmp_path, cli_env):
     completed = run_cli(["best", "--study", "nothing-here"], tmp_path, cli_env, timeout=120)
     assert completed.returncode == 2
     assert "no study named 'nothing-here'" in completed.stderr
+
+
+def test_best_on_a_capacity_study_says_its_capacity_and_what_it_carries_beside_its_slo(tmp_path, cli_env):
+    _, url = fakes.capacity_study(tmp_path / "capacity.db")
+    args = ["best", "--study", "capacity", "--storage", url]
+    table = run_main(args, tmp_path, cli_env)
+    assert table.returncode == 0, table.stderr
+    assert "trial #2 (maximize throughput_tok_s; a capacity within itl_p95<=6ms; 4 of 5 complete" in table.stdout
+    assert "capacity within itl_p95<=6ms: batch 32; batch 64 out of memory" in table.stdout
+    assert "tok/s at batch 32 within itl_p95<=6ms" in table.stdout
+    assert "generated tok/s end to end per GPU" in table.stdout
+    assert "per 1M generated tokens at $1.01 per GPU-hour" in table.stdout
+    document = json.loads(run_main([*args, "--format", "json"], tmp_path, cli_env).stdout)
+    assert document["capacity"]["capacity"] == 32 and document["capacity"]["within"] == "within itl_p95<=6ms"
+    assert document["deploy"]["capacity"] == document["capacity"]
+    python = run_main([*args, "--format", "python"], tmp_path, cli_env).stdout
+    assert "batch_size = 32  #" in python
+    ast.parse(python)
+    largest = json.loads(run_main([*args, "--maximize", "capacity", "--format", "json"], tmp_path, cli_env).stdout)
+    assert largest["trial"] == 2 and largest["metrics"]["capacity"] == 32  # tied with #3 at 32: the faster
+    leanest = json.loads(run_main([*args, "--constraint", "capacity>=16", "--minimize", "memory", "--format", "json"],
+                                  tmp_path, cli_env).stdout)  # fmt: skip
+    assert leanest["capacity"]["capacity"] >= 16 and leanest["trial"] in (1, 3)

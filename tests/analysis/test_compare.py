@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 from autotune import study as studies
+from autotune.analysis.capacity import SloTarget, Terms
 from autotune.analysis.compare import DEFAULT_TOLERANCES, Tolerances, compare
 from autotune.analysis.pareto import front_numbers
 from tests import fakes
-from tests.conftest import run_cli
+from tests.conftest import run_cli, run_main
 
 GPU = DEFAULT_TOLERANCES["cuda"]
 
@@ -115,3 +116,71 @@ def test_a_cpu_study_gets_tolerances_above_cpu_noise(tmp_path):
     cpu, gpu = DEFAULT_TOLERANCES["cpu"], DEFAULT_TOLERANCES["cuda"]
     assert cpu.memory > 0.10 and cpu.throughput > 0.20  # the run-to-run noise measured on CPU (docs/deploy.md)
     assert gpu == Tolerances(0.05, 0.05, 0.10)
+
+
+# ------------------------------------------------------------------------------------------------ capacity
+
+
+def capacity_nights(path: Path) -> str:
+    """Three throughput studies that probed batches 1-64: night-2 20% slower at the same batches, night-3 searched
+    within another SLO."""
+    _, url = fakes.capacity_study(path, "night-1")
+    fakes.capacity_study(path, "night-2", speed=0.8)
+    fakes.capacity_study(path, "night-3", slo={"itl_p95_s": 0.004})
+    return url
+
+
+def terms_of(*studied) -> tuple[Terms, ...]:
+    return tuple(Terms.of(studies.stored_settings(study)) for study in studied)
+
+
+def test_studies_within_the_same_slo_compare_their_figures_at_capacity(tmp_path: Path):
+    url = capacity_nights(tmp_path / "nights.db")
+    a, b = (studies.load_stored_study(url, name) for name in ("night-1", "night-2"))
+    result = compare(studies.records(a), front_numbers(a), studies.records(b), front_numbers(b), GPU, terms_of(a, b))
+    assert result.not_compared is None and result.target == SloTarget(fakes.CAPACITY_SLO)
+    compiled = next(m for m in result.movements if m.config == fakes.COMPILED)
+    assert compiled.before["capacity"] == compiled.after["capacity"] == 32 and compiled.change["capacity"] == 0
+    assert compiled.change["throughput_tok_s"] == pytest.approx(-0.2)
+    level = next(level for level in result.levels if level.config == fakes.COMPILED)
+    assert level.regressed_figure(GPU) == "throughput"  # 20% less at the same capacity
+    assert (level.at_capacity_before.size, level.at_capacity_after.size) == (32, 32)
+    assert level.at_capacity_after.tokens_per_s == pytest.approx(0.8 * level.at_capacity_before.tokens_per_s)
+
+
+def test_studies_within_different_slos_are_not_compared_and_the_command_says_why(tmp_path: Path, cli_env):
+    url = capacity_nights(tmp_path / "nights.db")
+    a, c = (studies.load_stored_study(url, name) for name in ("night-1", "night-3"))
+    result = compare(studies.records(a), front_numbers(a), studies.records(c), front_numbers(c), GPU, terms_of(a, c))
+    assert result.not_compared == (
+        "the earlier was searched within itl_p95<=6ms, the later within itl_p95<=4ms: "
+        "figures at capacity do not compare"
+    )
+    assert result.movements == [] and result.levels == [] and not result.regressed
+    completed = run_main(["compare", "night-1", "night-3", "--storage", url], tmp_path, cli_env)
+    assert completed.returncode == 2 and completed.stdout == ""
+    assert completed.stderr == (
+        f"autotune: error: night-1 and night-3 do not compare: {result.not_compared}; compare studies searched with "
+        "the same --slo (autotune best prints each one's)\n"
+    )
+
+
+def test_compare_prints_capacity_beside_the_slo_it_holds_within(tmp_path: Path, cli_env):
+    url = capacity_nights(tmp_path / "nights.db")
+    table = run_main(["compare", "night-1", "night-2", "--storage", url], tmp_path, cli_env)
+    assert table.returncode == 3, table.stdout + table.stderr
+    assert "at each one's capacity within itl_p95<=6ms (both studies)" in table.stdout
+    assert "capacity" in table.stdout.split("\n")[2]  # a column of the table's header
+    compiled = fakes.STACKS["compiled"].figures(32)["e2e_throughput_tok_s"]
+    assert (
+        f"; at capacity within itl_p95<=6ms: batch 32 -> batch 32, {compiled:.4g} -> {0.8 * compiled:.4g} generated "
+        "tok/s end to end per GPU, $"
+    ) in table.stdout
+    markdown = run_main(["compare", "night-1", "night-2", "--storage", url, "--format", "markdown"], tmp_path, cli_env)
+    assert "Figures at each configuration's capacity within itl_p95&lt;=6ms." in markdown.stdout
+    assert "| configuration | front | tok/s | ttft | memory | KL | capacity |" in markdown.stdout
+    as_json = run_main(["compare", "night-1", "night-2", "--storage", url, "--json"], tmp_path, cli_env)
+    document = json.loads(as_json.stdout)
+    assert document["slo"] == fakes.CAPACITY_SLO and document["within"] == "within itl_p95<=6ms"
+    level = next(level for level in document["levels"] if level["config"] == fakes.COMPILED)
+    assert level["at_capacity_before"]["capacity"] == 32 and level["at_capacity_after"]["device"] == "GPU"

@@ -17,7 +17,7 @@ from autotune.analysis.tolerances import GivenTolerances
 from autotune.errors import UserError
 from tests import fakes
 from tests.analysis.test_compare import nightly
-from tests.conftest import run_cli
+from tests.conftest import run_cli, run_main
 
 # night -> (speed, memory) against the first; the 4th is 30% slower (GPU tolerance 5%), the 5th 1.5x leaner-worse
 NIGHTS = {"2026-11-01": (1.0, 1.0), "2026-11-02": (1.02, 1.0), "2026-11-03": (0.98, 1.0),
@@ -137,3 +137,47 @@ def test_the_chart_page_escapes_what_a_study_holds(tmp_path: Path):
     fakes.add_complete(study, fakes.BASELINE, fakes.metrics(100, 1.0, 0.0, 1.0, 10.0))
     page = render_history(history(nights_of(url, [name])), fakes.SCRIPT)
     assert fakes.SCRIPT not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+def test_nights_that_probed_capacities_show_it_and_a_night_with_another_slo_is_not_compared(tmp_path, cli_env):
+    """Three capacity nights (tests/analysis/test_compare.py: capacity_nights): the second 20% slower at the same
+    batches, the third searched within another SLO."""
+    from autotune.analysis.capacity import Terms
+    from autotune.report.history import history_figure, history_headings, night_cells
+    from tests.analysis.test_compare import capacity_nights
+
+    url = capacity_nights(tmp_path / "nights.db")
+    stored = [studies.load_stored_study(url, name) for name in ("night-1", "night-2", "night-3")]
+    nights = [Night(s.study_name, studies.records(s), front_numbers(s), "cuda", Terms.of(studies.stored_settings(s)))
+              for s in stored]  # fmt: skip
+    found = history(nights)
+    first, slower, other = found.nights
+    assert [night.verdict() for night in found.nights] == [
+        "first night",
+        "REGRESSED throughput (-20.0% at worst)",
+        "not compared: the earlier was searched within itl_p95<=6ms, the later within itl_p95<=4ms: "
+        "figures at capacity do not compare",
+    ]
+    assert first.fastest_capacity.size == slower.fastest_capacity.size == 32  # the compiled stack's batch
+    assert other.fastest_capacity.size < 32 and other.regressed == []
+    assert history_headings(found)[-3:] == ("SLO", "capacity of the fastest", "vs the night before")
+    per_gpu = first.fastest_capacity.tokens_per_s_per_device
+    cost = first.fastest_capacity.cost_per_million_tokens
+    assert night_cells(found, first)[-3:-1] == [
+        "itl_p95<=6ms",
+        f"batch 32: {per_gpu:.4g} generated tok/s end to end per GPU, ${cost:.4g} per 1M tokens",
+    ]
+    titles = [annotation.text for annotation in history_figure(found).layout.annotations]
+    assert titles[-1] == "capacity (batch or load within the SLO)"
+    args = ["history", "--studies", "night-*", "--storage", url, "--report", str(tmp_path / "h.html")]
+    document = json.loads(run_main([*args, "--format", "json"], tmp_path, cli_env).stdout)
+    assert [night["slo"] for night in document["nights"]] == [{"itl_p95_s": 0.006}] * 2 + [{"itl_p95_s": 0.004}]
+    assert document["nights"][0]["fastest_at_capacity"]["capacity"] == 32
+    assert document["nights"][0]["front"][0]["capacity"]["within"] == "within itl_p95<=6ms"
+
+
+def test_nights_without_capacities_keep_their_columns(series):
+    from autotune.report.history import HEADINGS, history_figure, history_headings
+
+    found = history(nights_of(series, [f"demo-{night}" for night in NIGHTS]))
+    assert history_headings(found) == HEADINGS and len(history_figure(found).layout.annotations) == 3

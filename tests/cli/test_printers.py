@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
-from autotune.cli.printers import changes_line, out, print_finished, print_search_summary
+from autotune import study as studies
+from autotune.cli.printers import changes_line, out, print_finished, print_front, print_search_summary
+from autotune.report.data import card
 from autotune.search.events import SearchSummary
 from autotune.search.finish import finish
 from tests import fakes
@@ -36,3 +39,27 @@ def test_the_summary_names_what_the_budget_passed_over_and_why():
     with out.capture() as captured:
         print_search_summary(summary)
     assert f"not started, the budget left could not finish them: {fakes.PASSED_OVER}" in captured.get()
+
+
+def test_after_a_capacity_search_the_front_and_the_best_figures_say_their_capacity_and_slo(tmp_path: Path):
+    from autotune.analysis.found import BestFound
+    from autotune.figures.metrics import KL_DIVERGENCE, THROUGHPUT
+
+    study, url = fakes.capacity_study(tmp_path / "capacity.db")
+    summary = SearchSummary(study.study_name, url, 5, "5 trials run", 95.0, {})
+    with out.capture() as captured:
+        print_finished(finish(summary, tmp_path / "reports" / "capacity.html", None))
+    printed = captured.get()
+    assert "each at its capacity within itl_p95<=6ms" in printed and "the baseline meets it at no" not in printed
+    assert "capacity" in next(line for line in printed.splitlines() if "vs baseline" in line)  # a column
+    assert next(line for line in printed.splitlines() if line.startswith("│ 2 ")).count("batch 32") == 1
+    records, settings = studies.records(study), studies.stored_settings(study)
+    with out.capture() as captured:  # against a baseline that meets the SLO at no batch (eager fp16, #4)
+        print_front("capacity", [card(records[2], settings, records[4])], baseline=records[4].config)
+    assert "; the baseline meets it at no batch: vs baseline compares with its figures past it" in captured.get()
+    best = (BestFound(THROUGHPUT, 2, 2283.3, 1.5, 1), BestFound(KL_DIVERGENCE, 0, 0.0, 0.2, 1))
+    with out.capture() as captured:
+        print_search_summary(replace(summary, best=best), "within itl_p95<=6ms")
+    lines = captured.get().splitlines()
+    assert "best decode throughput: 2283 tok/s at its capacity within itl_p95<=6ms, found by trial #2" in lines[2]
+    assert lines[3].startswith("best KL divergence vs reference: 0 nats/token, found")  # the same under any SLO

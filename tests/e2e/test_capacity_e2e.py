@@ -3,18 +3,27 @@
 One search of two trials: the reference (float32) climbs 1, 2 and 4 and skips 512, which the memory of the two below
 predicts to be over the study's memory bound (the demo's peak grows by about a megabyte a doubling: 512 would need
 hundreds); the baseline (bfloat16) runs out of memory at batch 2 (injected, as a
-GPU's allocator would refuse it), so the probe ends there and the trial keeps batch 1.
+GPU's allocator would refuse it), so the probe ends there and the trial keeps batch 1. Its report, opened in headless
+Chromium, draws each front configuration's curve.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
+import pytest
 
+from autotune.report.data import collect
 from autotune.study import records
+from tests.browser import open_page
 from tests.conftest import run_cli
+
+pytestmark = pytest.mark.slow
 
 STUDY = "probe"
 SHAPE = ["--input-len", "64", "--output-len", "16", "--batch-size", "1,2,4,512"]
@@ -23,14 +32,33 @@ ARGS = ["search", "--model", "demo", "--gpu", "cpu", "--trials", "2", "--study",
 OOM_FROM_BATCH_2 = {"dtype=bfloat16": {"phase": "measure", "kind": "oom", "batch": 2}}
 
 
-def test_a_probe_skips_a_batch_predicted_not_to_fit_and_an_oom_ends_it_keeping_the_batches_below(
-    tmp_path: Path, cli_env
-):
-    env = {**cli_env, "AUTOTUNE_INJECT_FAULTS": json.dumps(OOM_FROM_BATCH_2)}
-    completed = run_cli(ARGS, tmp_path, env, timeout=900)
+@dataclass(frozen=True)
+class ProbeSearch:
+    workdir: Path
+    completed: subprocess.CompletedProcess
+
+    @property
+    def storage(self) -> str:
+        return f"sqlite:///{self.workdir}/studies/{STUDY}.db"
+
+    def study(self) -> optuna.Study:
+        return optuna.load_study(study_name=STUDY, storage=self.storage)
+
+
+@pytest.fixture(scope="module")
+def probe_search(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> ProbeSearch:
+    workdir = tmp_path_factory.mktemp("probe")
+    env = {**os.environ, "AUTOTUNE_CACHE_DIR": str(cache_dir), "AUTOTUNE_INJECT_FAULTS": json.dumps(OOM_FROM_BATCH_2)}
+    completed = run_cli(ARGS, workdir, env, timeout=900)
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
-    study = optuna.load_study(study_name=STUDY, storage=f"sqlite:///{tmp_path}/studies/{STUDY}.db")
-    reference, baseline = sorted((r for r in records(study) if r.launched), key=lambda r: r.number)
+    return ProbeSearch(workdir, completed)
+
+
+def test_a_probe_skips_a_batch_predicted_not_to_fit_and_an_oom_ends_it_keeping_the_batches_below(
+    probe_search: ProbeSearch,
+):
+    completed = probe_search.completed
+    reference, baseline = sorted((r for r in records(probe_search.study()) if r.launched), key=lambda r: r.number)
 
     assert reference.complete and reference.capacity is not None
     sizes = [(point["size"], point["verdict"]) for point in reference.capacity["points"]]
@@ -52,3 +80,32 @@ def test_a_probe_skips_a_batch_predicted_not_to_fit_and_an_oom_ends_it_keeping_t
     # the search's trial lines print each point and why the probe stopped climbing
     assert "batch 2: refused: RuntimeError" in completed.stdout
     assert "capacity within itl_p95<=10s: batch 1 is the largest within the SLO" in completed.stdout
+
+
+# Each capacity figure as plotly drew it (tests/report/test_report_browser.py reads the same): its traces, and per
+# trace drawn in its SVG, its points and line paths.
+CURVES = """[...document.querySelectorAll('[id^=fig-capacity-]')].map(d => ({
+  id: d.id,
+  drawn: Object.fromEntries([...d.querySelectorAll('.scatterlayer .trace')].map(t => [t.__data__[0].trace.name, [
+    t.querySelectorAll('path.point').length, t.querySelectorAll('path.js-line').length]])),
+}))"""
+
+
+def test_the_report_draws_each_front_configurations_curve_with_its_slo_and_its_capacity(
+    probe_search: ProbeSearch, chromium: str
+):
+    data = collect(probe_search.study(), probe_search.storage)
+    report = probe_search.workdir / "reports" / f"{STUDY}.html"
+    page = open_page(chromium, report, evaluate={"curves": CURVES})
+    assert page.errors == [] and page.requests == [] and page.dialogs == []
+    assert data.cards and page.plots == page.plot_divs
+    curves = {curve["id"]: curve["drawn"] for curve in page.texts["curves"]}
+    assert sorted(curves) == sorted(f"fig-capacity-{card.record.number}" for card in data.cards)
+    for card in data.cards:
+        drawn, curve = curves[f"fig-capacity-{card.record.number}"], card.curve
+        measured = len(curve.points) - len(curve.unmeasured)
+        assert drawn["decode throughput (tokens/s)"] == [measured, 1]
+        assert drawn["SLO itl_p95<=10s"] == [0, 1]  # the SLO's line across the latency axis
+        assert drawn[f"capacity: batch {curve.chosen.size:g}"] == [1, 0]  # the chosen point
+        assert drawn["refused, not measured"] == [1, 0]  # 512 predicted not to fit, or 2 out of memory
+        assert f"batch_size = {curve.chosen.size:g}  #" in card.python

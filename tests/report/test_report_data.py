@@ -18,8 +18,10 @@ from html.parser import HTMLParser
 import pytest
 
 from autotune.profiles import PROFILES
+from autotune.report.charts import capacity_chart
 from autotune.report.data import NOT_APPLICABLE, card, collect, progress
 from autotune.report.html import card_facts, render
+from autotune.space.plan import Plan
 from tests import fakes
 
 
@@ -78,6 +80,10 @@ def test_cards_carry_snippets_of_their_own_plan(data):
     assert "--compile" in compiled.serve
     document = json.loads(compiled.json)
     assert document["config"] == fakes.COMPILED
+    # No capacity probed (one batch size, no SLO): one prompt, no capacity anywhere, as before capacities existed.
+    assert "prompts = ['In the beginning God created the heaven and the earth.']\n" in compiled.python
+    assert compiled.at_capacity is None and compiled.curve is None and "capacity" not in document
+    assert data.capacities == {} and "capacity" not in render(data).split("<table class='trials'>")[1]
     assert document["generate"]["compile_config"] == {"class": "transformers.CompileConfig", "mode": "default"}
 
 
@@ -220,3 +226,109 @@ def test_the_failures_say_which_values_are_excluded_and_which_only_suspected(tmp
     page = render(collect(study, url))
     assert "<b>excluded</b>: quantization=torchao-int8 cannot run here: no torchao" in page
     assert "<b>suspected</b>: compile=default (trial #6: RuntimeError: inductor is not supported here)" in page
+
+
+# ------------------------------------------------------------------------------------------------ capacity
+# fakes.capacity_study: batches 1-64 within itl_p95<=6ms. #0 reference: batch 8 predicted not to fit; #1 baseline:
+# batch 32 past the SLO; #2 compiled: batch 64 out of memory; #3 continuous batching: batch 64 past the SLO; #4 eager
+# fp16 meets the SLO at no batch.
+
+
+@pytest.fixture(scope="module")
+def probed(tmp_path_factory: pytest.TempPathFactory):
+    study, url = fakes.capacity_study(tmp_path_factory.mktemp("capacity") / "capacity.db")
+    return collect(study, url)
+
+
+def test_a_configuration_that_meets_the_slo_nowhere_is_off_the_front_with_its_reason(probed):
+    assert 4 not in probed.pareto and probed.infeasible == [4]
+    assert probed.infeasible_reason(probed.trials[4]) == (
+        "infeasible: no capacity within itl_p95<=6ms: meets the SLO at no batch: batch 1 past the SLO: "
+        "itl_p95 7 ms > 6 ms"
+    )
+    assert all(probed.infeasible_reason(record) == "" for record in probed.trials[:4])
+    page = render(probed)
+    assert "<th>capacity within itl_p95&lt;=6ms</th>" in page and "<td>none</td>" in page
+    titled = "at each one's capacity within itl_p95&lt;=6ms (trials with none: figures past the SLO)"
+    assert page.count(titled) == 2, page  # the front's titles, 2-D and 3-D: #4 meets the SLO at no batch
+    assert "Searched under <code>a capacity within itl_p95&lt;=6ms</code>" in page
+
+
+@pytest.mark.parametrize(
+    ("number", "chosen", "refused", "verdict", "measured"),
+    [(0, 4, 8, "memory", False), (1, 16, 32, "slo", True), (2, 32, 64, "oom", False), (3, 32, 64, "slo", True)],
+)
+def test_each_front_card_has_its_curve_with_the_size_chosen_and_why_the_next_was_refused(
+    probed, number, chosen, refused, verdict, measured
+):
+    curve = next(card.curve for card in probed.cards if card.record.number == number)
+    stack = fakes.STACKS[("reference", "baseline", "compiled", "continuous")[number]]
+    assert curve.unit.name == "batch" and curve.latency_figures == ["itl_p95_s"]
+    assert [point.size for point in curve.points][-1] == refused
+    assert curve.chosen.size == chosen and curve.chosen.verdict == "met"
+    assert curve.chosen.carried == stack.figures(chosen)["throughput_tok_s"]
+    assert curve.chosen.latency == {"itl_p95_s": stack.figures(chosen)["itl_p95_s"]}
+    assert (curve.refused.size, curve.refused.verdict) == (refused, verdict)
+    assert (curve.refused.carried is not None) == measured  # past the SLO: measured; out of memory or skipped: not
+    assert curve.unmeasured == ([] if measured else [curve.refused])
+    assert [(line.figure, line.bound_s, line.label) for line in curve.slo_lines] == [
+        ("itl_p95_s", 0.006, "SLO itl_p95<=6ms")
+    ]
+    assert curve.said.startswith(f"capacity within itl_p95<=6ms: batch {chosen}; batch {refused} ")
+
+
+def test_a_serve_curve_is_goodput_against_the_rate_with_each_bound_of_the_slo(tmp_path):
+    study, url = fakes.serve_capacity_study(tmp_path / "serve.db")
+    curve = collect(study, url).cards[0].curve
+    assert curve.unit.name == "rate" and curve.latency_figures == ["ttft_p95_s", "itl_p95_s"]
+    assert [point.size for point in curve.points] == [1, 2, 4, 8, 12, 16]
+    assert [point.carried for point in curve.points] == pytest.approx([1, 2, 4, 8 * 0.97, 10 * 0.81, 10 * 0.4])
+    assert curve.chosen.size == 8 and curve.chosen.share == 0.97 and curve.refused.size == 12
+    assert [line.label for line in curve.slo_lines] == ["SLO ttft_p95<=300ms", "SLO itl_p95<=50ms"]
+    # Drawn as the throughput curves are (tests/report/test_report_browser.py opens those in Chromium).
+    assert [trace.name for trace in capacity_chart(curve).data] == [
+        "goodput (requests/s within the SLO)",
+        "ttft_p95 (ms)",
+        "itl_p95 (ms)",
+        "SLO ttft_p95<=300ms",
+        "SLO itl_p95<=50ms",
+        "capacity: 8 requests/s",
+    ]
+
+
+def test_every_figure_a_capacity_card_states_is_said_at_its_batch_and_slo(probed):
+    for front_card in probed.cards:
+        facts = card_facts(front_card)
+        chosen = front_card.at_capacity.size
+        assert facts[0] == front_card.at_capacity.capacity_line()
+        for fact in facts[1:]:
+            if "quality loss" not in fact:  # KL and top-1 are teacher-forced: no batch, no SLO
+                assert f"at batch {chosen:g} within itl_p95<=6ms" in fact, fact
+        deployed = [fact for fact in facts if "generated tok/s end to end per GPU" in fact]
+        assert len(deployed) == 1 and "per 1M generated tokens at $1.01 per GPU-hour" in deployed[0]
+
+
+def test_the_snippets_carry_the_batch_chosen_and_a_paged_cache_sized_for_it(probed):
+    cards = {card.record.number: card for card in probed.cards}
+    baseline, continuous = cards[1], cards[3]
+    measured = "# capacity within itl_p95<=6ms: batch 16; batch 32 past the SLO: itl_p95 7.65 ms > 6 ms"
+    assert f"{measured}\nbatch_size = 16  #" in baseline.python
+    assert "prompts = ['In the beginning God created the heaven and the earth.'] * batch_size" in baseline.python
+    assert baseline.serve.endswith(f"--device cuda\n{measured}")
+    # Built for batch 64, the largest tried: 6 pages of 32 tokens per request (192 tokens), 2 spare.
+    assert "--cb-num-blocks 194 " in continuous.serve and "batch_size = 32" in continuous.python
+    assert "num_blocks=194, max_requests_per_batch=32" in continuous.python
+    document = json.loads(continuous.json)
+    assert document["continuous_batching"]["num_blocks"] == 194 and document["capacity"]["capacity"] == 32
+    assert document["capacity"]["within"] == "within itl_p95<=6ms"
+    stored = Plan.from_json(continuous.record.plan).continuous  # as the trial ran it: sized for batch 64
+    assert (stored["num_blocks"], stored["max_requests_per_batch"]) == (64 * 6 + 2, 64)
+
+
+def test_a_baseline_that_meets_the_slo_nowhere_is_named_so_beside_the_ratios_with_it(probed):
+    compiled, eager = probed.trials[2], probed.trials[4]  # eager fp16 meets the SLO at no batch
+    facts = card_facts(card(compiled, probed.settings, eager))
+    missed = ", which meets the SLO at no batch (its figures are past the SLO)"
+    assert f"× the baseline's throughput{missed}" in facts[1] and facts[2].endswith(f"than the baseline's{missed}")
+    own = card_facts(next(c for c in probed.cards if c.record.number == 2))
+    assert "× the baseline's throughput at its own capacity (batch 16)" in own[1]

@@ -5,6 +5,7 @@ import json
 
 from autotune.report.snippets import json_snippet, python_snippet, serve_command
 from autotune.space import Target, build_plan
+from autotune.space.knobs.batching import paged_cache_for
 from autotune.space.plan import Plan
 
 COMPILED_STATIC = {
@@ -55,6 +56,17 @@ def test_continuous_batching_sizes_its_paged_cache_for_the_workload_in_the_plan(
     assert larger.continuous["num_blocks"] == 16 * 32 + 2
     flags = " ".join(plan.serve_flags)
     assert "--continuous-batching --cb-block-size 32 --cb-num-blocks 50" in flags
+
+
+def test_a_paged_cache_is_resized_for_the_batch_a_capacity_probe_chose():
+    built = build_plan(CONTINUOUS_4BIT, Target("cuda", requests=64, tokens_per_request=192))  # the largest tried
+    chosen = paged_cache_for(built, 16)
+    assert chosen.continuous == built.continuous | {"num_blocks": 16 * 6 + 2, "max_requests_per_batch": 16}
+    assert chosen.serve_flags[chosen.serve_flags.index("--cb-num-blocks") + 1] == "98"
+    assert chosen == build_plan(CONTINUOUS_4BIT, Target("cuda", requests=16, tokens_per_request=192))
+    assert built.continuous["num_blocks"] == 64 * 6 + 2  # the stored plan is left as it ran
+    generate = build_plan(COMPILED_STATIC, Target("cuda", requests=64))
+    assert paged_cache_for(generate, 16) is generate and paged_cache_for(built, 64) is built
 
 
 def test_a_static_cache_without_compile_disables_generates_own_compilation():

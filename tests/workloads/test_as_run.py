@@ -43,3 +43,15 @@ def test_the_workload_line_names_the_kind_and_what_runs_at_once():
         describe_workload(WorkloadSpec(batch_size=4).to_json())
         == "throughput, 4 prompts at a time, 128 tokens in, 64 out"
     )
+
+
+def test_the_workload_line_names_the_batches_a_probe_searches_and_the_slo():
+    probed = WorkloadSpec(batch_size=32, batch_sizes=[1, 2, 4, 8, 16, 32], slo={"itl_p95_s": 0.006}).to_json()
+    assert describe_workload(probed) == (
+        "throughput, batches of 1, 2, 4, 8, 16, 32 prompts (the largest within the SLO and the memory), "
+        "128 tokens in, 64 out; SLO itl_p95<=6ms"
+    )
+    served = WorkloadSpec("serve", batch_size=16, slo={"ttft_p95_s": 0.3}, slo_share=0.9).to_json()
+    assert describe_workload(served) == (
+        "serve, 16 prompts sent to transformers serve, 128 tokens in, 64 out; SLO ttft_p95<=300ms for 90% of requests"
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from autotune.errors import UserError
-from autotune.workloads.capacity import Capacity, Probe, doubling, parse_batch_sizes
+from autotune.workloads.capacity import Capacity, Probe, capacity_unit, doubling, parse_batch_sizes
 
 MB = 1e6
 
@@ -91,3 +91,20 @@ def test_a_rate_bracket_is_narrowed_by_bisection_between_the_last_met_and_the_fi
 def test_a_capacity_survives_json():
     capacity = run(Probe(doubling(1, 8), {"itl_p95_s": 0.0025}), step_time)
     assert Capacity.from_json(capacity.to_json()) == capacity
+
+
+@pytest.mark.parametrize(
+    ("unit", "size", "said", "carried"),
+    [
+        ("batch", 16, "batch 16", "throughput_tok_s"),
+        (None, 16, "batch 16", "throughput_tok_s"),  # a capacity stored before it named its unit
+        ("rate", 4.5, "4.5 requests/s", "goodput_req_s"),
+        ("concurrency", 8, "8 concurrent clients", "goodput_req_s"),
+        ("tokens", 512, "tokens 512", "throughput_tok_s"),  # a unit of a later version: its name
+    ],
+)
+def test_a_unit_says_its_sizes_and_the_figure_carried_at_each(unit, size, said, carried):
+    assert capacity_unit(unit).size_text(size) == said
+    assert capacity_unit(unit).carried == carried
+    assert capacity_unit(unit).prompts_at_once == (said.startswith("batch"))  # generate()'s batch: the snippet's
+    assert capacity_unit(unit).by_share == (carried == "goodput_req_s")  # a load level: its share of requests

@@ -65,6 +65,21 @@ def size_paged_cache(plan: Plan, target: Target, page_size: int) -> None:
     _set_flag(plan.serve_flags, "--cb-num-blocks", str(num_blocks))
 
 
+def paged_cache_for(plan: Plan, requests: int) -> Plan:
+    """The plan with its paged cache sized for `requests` at once instead of the requests it was built for (a capacity
+    probe's chosen batch, where the plan was built for its largest), each request's pages kept; any other plan as is."""
+    continuous = plan.continuous
+    built_for = continuous.get("max_requests_per_batch")
+    if plan.batching != "continuous" or not built_for or built_for == requests:
+        return plan
+    pages_per_request = (continuous["num_blocks"] - SPARE_PAGES) // built_for
+    num_blocks = requests * pages_per_request + SPARE_PAGES
+    resized = Plan.from_json(plan.to_json())
+    resized.continuous |= {"num_blocks": num_blocks, "max_requests_per_batch": requests}
+    _set_flag(resized.serve_flags, "--cb-num-blocks", str(num_blocks))
+    return resized
+
+
 def _set_flag(flags: list[str], flag: str, value: str) -> None:
     if flag in flags:
         flags[flags.index(flag) + 1] = value
