@@ -226,8 +226,14 @@ class ReportData:
         complete = len(self.complete)
         if complete == 0:
             return "no trial has completed yet"
-        limits = ", ".join(str(constraint) for constraint in self.constraints)
+        limits = ", ".join(self.constraint_label(constraint) for constraint in self.constraints)
         return f"none of the {complete} complete trials satisfies {limits}"
+
+    def constraint_label(self, constraint: Constraint) -> str:
+        """For people: `peak memory <= 20 GB`, or the SLO's `a capacity within itl_p95<=5ms`."""
+        if constraint == MEETS_SLO:
+            return f"a capacity {Terms.of(self.settings).target.within}"
+        return constraint.label
 
 
 def collect(study: optuna.Study, storage_url: str) -> ReportData:

@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from autotune.analysis.capacity import Terms
-from autotune.figures.constraints import MEETS_SLO, Constraint
+from autotune.figures.constraints import Constraint
 from autotune.figures.metrics import KL_DIVERGENCE, PEAK_MEMORY, THROUGHPUT
 from autotune.report.ceiling import ceiling_section
 from autotune.report.charts import (
@@ -87,9 +87,7 @@ def _constraints_line(data: ReportData) -> str:
 
 
 def _constraint_label(constraint: Constraint, data: ReportData) -> str:
-    if constraint == MEETS_SLO:
-        return f"a capacity {Terms.of(data.settings).target.within}"
-    return constraint.label
+    return data.constraint_label(constraint)
 
 
 # -------------------------------------------------------------------------------------------- plots
