@@ -160,7 +160,7 @@ def test_an_empty_front_says_why_in_the_report(tmp_path):
     fakes.add_complete(study, fakes.FOUR_BIT, fakes.metrics(300, 1.0, 0.05, 0.9, 11.0), constraints={"k": 4.0})
     report = collect(study, url)
     assert report.cards == []
-    reason = "none of the 1 complete trials satisfies kl_divergence<=0.01"
+    reason = "none of the 1 complete trials satisfies KL divergence vs reference <= 0.01"
     assert report.empty_front_reason() == reason
     assert f"No configuration is on the front: {escape(reason)}." in render(report)
 
