@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import importlib
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -60,6 +61,9 @@ def run(spec: TaskSpec, phases: Phases) -> TaskResult:
         import_first_call_modules()
         memory = PeakMemory(spec.device)
         model = load_model(spec.model, plan, spec.device)
+    if (spec.fault or {}).get("kind") == "slow_forward":  # tests: a model slower for real, whatever else runs
+        delay = float(spec.fault["seconds"])  # type: ignore[index]
+        model.register_forward_hook(lambda *_: time.sleep(delay))
     sizes = spec.workload.batch_sizes or [KINDS[spec.workload.kind].requests(spec.workload)]
     probe = Probe(sizes, spec.workload.slo, spec.memory_limit_bytes)
     points = _climb(probe, lambda size: _measure_batch(spec, model, plan, tokenizer, size, memory, phases))

@@ -65,11 +65,17 @@ class Phases:
         sys.stdout.write(phase_lines.line(name, time.perf_counter() - self.started))
         sys.stdout.flush()
 
+    def _injects_at(self, name: str) -> bool:
+        """Whether the fault is one to inject as this phase starts (a probe injects its own at a batch; a generation
+        trial slows its model for slow_forward)."""
+        fault = self.fault or {}
+        return fault.get("phase") == name and "batch" not in fault and fault.get("kind") != "slow_forward"
+
     @contextmanager
     def __call__(self, name: str) -> Iterator[None]:
         self.current = name
         self.announce(name)
-        if self.fault and self.fault.get("phase") == name and "batch" not in self.fault:  # batch: the probe injects
+        if self.fault and self._injects_at(name):
             inject_fault(self.fault["kind"], self.fault.get("until"))
         start = time.perf_counter()
         yield

@@ -1,21 +1,21 @@
 """Five real nights of the demo model through deploy/nightly.sh (search with last night's front first,
-compare --format markdown, history), the fourth slowed for real by CPU-bound processes beside it; then
-`autotune history` on them: its table, its chart in Chromium, and the verdicts agreeing with compare's.
+compare --format markdown, history), the fourth slowed for real; then `autotune history` on them: its table, its
+chart in Chromium, and the verdicts agreeing with compare's.
 
-Every night runs on one core, and the slowed night's busy processes on that same core: the slowdown is then the
-busy processes' share of that core. Other processes may share that core too (the suite runs in two processes, and
-a busy machine runs more): a night slowed by them alone, even to a third of its speed, stays under the tolerance
-the nights are compared with (70%), and the slowed night, with eleven busy processes beside it, is down to a
-twelfth of its core's share, beyond it whatever ran beside the night before.
+The fourth night's trials run a model slowed by 50 ms a forward pass (a fault injected by configuration): a
+step of the demo at batch 1 takes a few milliseconds, so that night measures a tenth of the others' throughput or
+less, whatever else runs on the machine. Busy processes beside a night slowed it by their share of its core, and
+what else ran on that core moved the other nights by as much (seen: 60% under three other engineers' jobs), so a
+slowed night sometimes was not the one marked. The nights are compared with a 70% threshold, which no night moved
+by the machine's noise alone has crossed.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +31,6 @@ NIGHTS = ("2026-11-01", "2026-11-02", "2026-11-03", "2026-11-04", "2026-11-05")
 SLOW_NIGHT = "2026-11-04"
 PREFIX = "demo-cpu"
 SMALLEST = "--batch-size 1 --input-len 8 --output-len 4"
-BUSY_LOOP = "while True: pass"
 NIGHTLY = REPO / "deploy" / "nightly.sh"
 ROWS_JS = "[...document.querySelectorAll('#nights tbody tr')].map(r => r.className + ' ' + r.cells[0].innerText)"
 
@@ -44,31 +43,8 @@ class Nights:
     summary: str  # what it appended to $GITHUB_STEP_SUMMARY
 
 
-BUSY_PROCESSES = 11
 TOLERANCE = "--threshold 70%"  # a regression is a loss of more than 70% of the throughput
-CORE = min(os.sched_getaffinity(0))  # where every night and the busy processes run
-
-
-def on_one_core() -> None:
-    os.sched_setaffinity(0, {CORE})  # inherited by nightly.sh's search, its fork server and trial workers
-
-
-@contextmanager
-def busy_core() -> Iterator[None]:
-    """CPU-bound processes on the nights' core: noisy neighbours that leave a trial a twelfth of its core."""
-    # Each in a session of its own: with the kernel's autogroup scheduling a session shares a core as one, and the
-    # trial workers each run in a session of their own (seen: eleven busy processes of one session slowed a night by
-    # 40%, not to a twelfth).
-    hogs = [
-        subprocess.Popen([sys.executable, "-c", BUSY_LOOP], preexec_fn=on_one_core, start_new_session=True)
-        for _ in range(BUSY_PROCESSES)
-    ]
-    try:
-        yield
-    finally:
-        for hog in hogs:
-            hog.kill()
-            hog.wait()
+SLOWED = json.dumps({"batching=generate": {"phase": "measure", "kind": "slow_forward", "seconds": 0.05}})
 
 
 @pytest.fixture(scope="module")
@@ -88,9 +64,9 @@ def nights(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> Nights:
     }
     statuses = {}
     for night in NIGHTS:
-        with busy_core() if night == SLOW_NIGHT else nullcontext():
-            done = subprocess.run(["bash", str(NIGHTLY)], cwd=workdir, env={**env, "AUTOTUNE_NIGHT": night},
-                                  capture_output=True, text=True, timeout=900, preexec_fn=on_one_core)  # fmt: skip
+        tonight = {**env, "AUTOTUNE_NIGHT": night} | ({"AUTOTUNE_INJECT_FAULTS": SLOWED} if night == SLOW_NIGHT else {})
+        done = subprocess.run(["bash", str(NIGHTLY)], cwd=workdir, env=tonight, capture_output=True, text=True,
+                              timeout=900)  # fmt: skip
         assert done.returncode in (0, 3), f"night {night}:\n{done.stdout}\n{done.stderr}"
         statuses[night] = done.returncode
     return Nights(workdir, env, statuses, summary.read_text())
