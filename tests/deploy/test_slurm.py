@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import optuna
-import sqlalchemy
 import pytest
+import sqlalchemy
 
 from autotune.study import records
 from autotune.worker.demo_model import ensure_demo_model
