@@ -26,6 +26,7 @@ from autotune.analysis.pareto import hypervolume, scaled_losses, study_front
 from autotune.figures.constraints import Constraint
 from autotune.figures.metrics import KL_DIVERGENCE, OBJECTIVES, PEAK_MEMORY, THROUGHPUT, Metric
 from autotune.report.ceiling import CeilingRow, ceiling_rows
+from autotune.report.serving import deployed_command
 from autotune.report.snippets import json_snippet, python_snippet, serve_command
 from autotune.space.plan import Plan
 from autotune.study import StudySettings, TrialRecord
@@ -205,6 +206,7 @@ def card(record: TrialRecord, settings: StudySettings, baseline: TrialRecord | N
     m = record.metrics
     reference_perplexity = settings.prepared.reference_perplexity
     perplexity = m.get("perplexity")
+    served = deployed_command(record.serve, record.capacity) if record.serve else serve_command(model_id, plan, device)
     return ParetoCard(
         record=record,
         speedup=_ratio(record, baseline, THROUGHPUT.name),
@@ -217,8 +219,8 @@ def card(record: TrialRecord, settings: StudySettings, baseline: TrialRecord | N
         achieved_bandwidth_gb_s=m.get("achieved_bandwidth_gb_s"),
         cost_per_million_tokens_usd=m.get("cost_per_million_tokens_usd"),
         python=python_snippet(model_id, plan, device, settings.workload["output_len"]),
-        # serve trials: the command that ran (its host and port included), else the one the plan gives
-        serve=record.serve["command"] if record.serve else serve_command(model_id, plan, device),
+        # serve trials: the command that ran (its host and port included) and the load it held, else the plan's
+        serve=served,
         json=json_snippet(model_id, record.config, plan),
     )
 

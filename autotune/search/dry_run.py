@@ -23,6 +23,7 @@ from autotune.search.prepare import baseline_config, expected_reference, plan_ta
 from autotune.search.strategy import Planned, Situation, next_queued, warm_up_set
 from autotune.space import Config, SearchSpace, Target, build_plan, config_key, load_space, rules
 from autotune.specs import SearchRequest
+from autotune.workloads import KINDS
 
 DEMO_CHECKPOINT_DTYPE = "bfloat16"  # worker/demo_model.py saves the demo's weights in bfloat16
 ASSUMED_DTYPE = "bfloat16"  # most hub checkpoints
@@ -48,6 +49,7 @@ class DryRun:
     baseline: Config
     trials: list[PlannedTrial]
     sampler_next: bool  # the strategy had nothing more to plan: the sampler takes over after these
+    probe: str | None = None  # what each trial's capacity probe measures at most, and what that costs
 
     def to_json(self) -> str:
         return json.dumps([trial.to_json() for trial in self.trials], indent=2)
@@ -66,7 +68,8 @@ def dry_run(request: SearchRequest) -> DryRun:
     situation = Situation(space, baseline, profile.device_type, _objectives(request), workload)  # type: ignore[arg-type]
     limit = request.budget.max_trials or PLANNED_AT_MOST
     trials, more = _plan(situation, reference, _skip(space, target), limit)
-    return DryRun(profile, checkpoint, baseline, trials, sampler_next=not more)
+    probe = KINDS[workload].describe_probe(request.workload)
+    return DryRun(profile, checkpoint, baseline, trials, sampler_next=not more, probe=probe)
 
 
 def _profile(gpu: str, device: str | None) -> GpuProfile:

@@ -118,17 +118,39 @@ async def run_load(
     seed: int = 0,
 ) -> list[RequestRecord]:
     """Warm-up requests one at a time, then `per_level` requests at each load level, lowest first."""
-    limits = httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_CONNECTIONS)
-    records: list[RequestRecord] = []
-    async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(target.timeout_s)) as client:
-        for index in range(warmup):
-            records.append(await send(client, target, prompts[index % len(prompts)], None))
+    async with load_client(target) as client:
+        records = await warm_up(client, target, prompts, warmup)
         for level in levels:
-            if mode == "rate":
-                records += await _poisson(client, target, prompts, level, per_level, random.Random(seed))
-            else:
-                records += await _concurrent(client, target, prompts, int(level), per_level)
+            records += await run_level(client, target, prompts, mode, level, per_level, seed)
     return records
+
+
+def load_client(target: Endpoint) -> httpx.AsyncClient:
+    limits = httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_CONNECTIONS)
+    return httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(target.timeout_s))
+
+
+async def warm_up(
+    client: httpx.AsyncClient, target: Endpoint, prompts: Sequence[str], count: int
+) -> list[RequestRecord]:
+    """Requests one at a time, marked as warm-up (level None): they never count."""
+    return [await send(client, target, prompts[index % len(prompts)], None) for index in range(count)]
+
+
+async def run_level(
+    client: httpx.AsyncClient,
+    target: Endpoint,
+    prompts: Sequence[str],
+    mode: str,
+    level: float,
+    count: int,
+    seed: int = 0,
+) -> list[RequestRecord]:
+    """`count` requests at one load level: Poisson arrivals at `level` per second (the same draws at every rate for
+    one seed), or `level` clients."""
+    if mode == "rate":
+        return await _poisson(client, target, prompts, level, count, random.Random(seed))
+    return await _concurrent(client, target, prompts, int(level), count)
 
 
 async def _poisson(

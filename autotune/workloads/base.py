@@ -56,6 +56,16 @@ class WorkloadKind:
         """The spec fields of this kind's own flags (`given`: flag -> value, None where not given)."""
         return {}
 
+    def probe_allowance_s(self, spec: WorkloadSpec) -> float:
+        """Seconds a trial may take beyond an alike one that ended, because its capacity probe may take a longer course
+        (search/durations.py adds them to the at-most duration); 0 where the kind cannot say before anything runs."""
+        return 0.0
+
+    def describe_probe(self, spec: WorkloadSpec) -> str | None:
+        """What a trial's capacity probe measures at most and what that costs, one line for `--dry-run`; None for a
+        trial of one shape."""
+        return None
+
     def plan_problem(self, not_servable: Sequence[str]) -> str | None:
         """Why a plan cannot be measured by this kind (its parts `transformers serve` has no flag for), or None."""
         if self.needs_servable_plan and not_servable:

@@ -1,5 +1,6 @@
 """serve: the configuration as deployed, `transformers serve` under a load of concurrent requests (`--load`), judged
-by latency percentiles and goodput under an SLO (`--slo`)."""
+by latency percentiles and goodput under an SLO (`--slo`): each listed load level, or the highest level a range holds
+within the SLO (its capacity, found by a bracket: autotune/workloads/capacity.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from autotune.errors import UserError
 from autotune.extras import SERVE
 from autotune.specs import ServeSpec, WorkloadSpec
 from autotune.workloads.base import WorkloadKind, register
+from autotune.workloads.capacity import Capacity, Probe, bisections, doubling, extent
 
 LOAD_FORM = (
     "rate=2,4,8 (Poisson arrivals, requests/s) or concurrency=1,8,32 (clients), each measured; or a range searched "
@@ -48,10 +50,39 @@ class Serve(WorkloadKind):
         if load := given.get("--load"):
             spec.mode, levels = parse_load(load)  # type: ignore[assignment]
             if "-" in load:
+                if not given.get("--slo"):
+                    raise UserError(f"--load {load}: a range is searched for the highest load within --slo; give --slo")
                 spec.levels, spec.bracket = [], levels
             else:
                 spec.levels = levels
         return {"serve": spec}
+
+    def probe_allowance_s(self, spec: WorkloadSpec) -> float:
+        """A bracket of rates: the most seconds of requests a course can send less the least (open loop: a level of n
+        requests at rate r sends for (n - 1) / r s whatever the server does); 0 for listed levels or concurrencies."""
+        load = spec.serve
+        if load is None or not load.bracket or load.mode != "rate":
+            return 0.0
+        probe_cost = extent(level_probe(spec), lambda rate: sending_seconds(load, rate))
+        return probe_cost.most_cost - probe_cost.least_cost
+
+    def describe_probe(self, spec: WorkloadSpec) -> str | None:
+        load = spec.serve
+        if load is None or not load.bracket:
+            return None
+        probe = level_probe(spec)
+        cost = extent(probe, lambda rate: sending_seconds(load, rate))
+        ladder = ", ".join(f"{level:g}" for level in probe.sizes)
+        said = (
+            f"each trial measures up to {cost.most_points} load levels of {load.requests_per_level} requests: "
+            f"{load.mode} {ladder} while {spec.slo_share:.0%} of a level's requests meet the SLO, then up to "
+            f"{probe.refine} bisections between the highest level sustained and the lowest refused"
+        )
+        if load.mode == "rate":
+            sending = f"the requests take {cost.least_cost:.0f}-{cost.most_cost:.0f} s to send (open loop)"
+            more = cost.most_cost - cost.least_cost
+            return f"{said}; {sending}, so a trial's at-most duration allows {more:.0f} s more than an alike one took"
+        return f"{said}; how long a level takes depends on the server (closed loop)"
 
 
 def parse_load(text: str) -> tuple[str, list[float]]:
@@ -72,3 +103,34 @@ def parse_load(text: str) -> tuple[str, list[float]]:
     if mode == "concurrency" and any(level != int(level) for level in levels):
         raise UserError(f"--load {text!r}: a concurrency is a whole number of clients")
     return mode, sorted(set(levels))
+
+
+def level_probe(spec: WorkloadSpec) -> Probe:
+    """The levels a serve trial measures: each listed one, or a bracket from the range's lowest level, doubling while
+    the level is sustained (`slo_share` of its requests within the SLO), then bisected (capacity.bisections)."""
+    load = spec.serve
+    assert load is not None
+    if not load.bracket:
+        return Probe(list(load.levels), spec.slo, share=spec.slo_share, every=True)
+    low, high = load.bracket
+    refine = bisections(load.requests_per_level)
+    return Probe(doubling(low, high), spec.slo, refine=refine, whole=load.mode == "concurrency", share=spec.slo_share)
+
+
+def sending_seconds(load: ServeSpec, rate: float) -> float:
+    """How long a level at this rate takes to send its requests (the expected last of n Poisson arrivals)."""
+    return (load.requests_per_level - 1) / rate
+
+
+def capacity_details(capacity: Capacity, unit: str, share: float) -> dict[str, Any]:
+    """What a serve trial stores of its levels (TaskDetails.capacity): the points, the unit (rate or concurrency), the
+    share of requests a sustained level needs, and what was found, in one line."""
+    return {**capacity.to_json(), "unit": unit, "share": share, "said": _said(capacity, unit, share)}
+
+
+def _said(capacity: Capacity, unit: str, share: float) -> str:
+    """ "rate 12 is the highest sustained (95% of requests within the SLO); rate 14 past the SLO: ..."."""
+    if capacity.chosen is None:
+        return capacity.why_none(unit)
+    highest = f"{unit} {capacity.chosen.size:g} is the highest sustained ({share:.0%} of requests within the SLO)"
+    return f"{highest}; {capacity.why_stopped(unit)}"

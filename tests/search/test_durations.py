@@ -10,6 +10,9 @@ from autotune.paths import PACKAGED_SPACE
 from autotune.search.durations import ALIKE_MARGIN, EXTRAPOLATED_MARGIN, Durations
 from autotune.search.strategy import Situation, next_queued, recommended_stacks, warm_up_set
 from autotune.space import KNOBS, load_space
+from autotune.specs import ServeSpec, WorkloadSpec
+from autotune.workloads import KINDS
+from autotune.workloads.serve import sending_seconds
 
 PLAIN = {"dtype": "bfloat16", "attn_implementation": "sdpa", "quantization": "none", "batching": "generate",
          "cache_implementation": "dynamic", "compile": "off"}  # fmt: skip
@@ -87,3 +90,22 @@ def test_a_planned_trial_that_may_not_finish_is_passed_over_for_the_next_that_fi
     assert at_most is not None and at_most <= stack_at_most - 1
     nothing = next_queued(situation, warm_up, {}, set(), lambda c: None, durations, 1.0)
     assert nothing is None  # not even a plain trial fits: the sampler's turn, and the loop stops on it
+
+
+def test_a_serve_bracket_of_rates_allows_its_longest_course_over_its_shortest_in_every_at_most():
+    serve = KINDS["serve"]
+    bracket = WorkloadSpec("serve", serve=ServeSpec("rate", [], bracket=[4.0, 32.0]), slo={"ttft_p95_s": 0.3})
+    load = bracket.serve
+    assert load is not None and load.requests_per_level == 16
+    # shortest: refused at rate 4; longest: 4 sustained, 8 refused, then 6 and 5 refused (the slowest to send)
+    longest = sum(sending_seconds(load, rate) for rate in (4.0, 8.0, 6.0, 5.0))
+    allowance = serve.probe_allowance_s(bracket)
+    assert allowance == pytest.approx(longest - sending_seconds(load, 4.0))
+    durations = Durations([(PLAIN, 10.0), (PLAIN, 11.0), (PLAIN, 12.0)], PLAIN, "cuda", allowance)
+    assert durations.of(PLAIN).at_most == pytest.approx(11.0 * ALIKE_MARGIN + allowance)
+    assert Durations(baseline=PLAIN, device="cuda", allowance_s=allowance).of(PLAIN).at_most is None
+    # a closed loop's levels last what the server makes them; listed levels all run: nothing to allow for
+    clients = WorkloadSpec("serve", serve=ServeSpec("concurrency", [], bracket=[1.0, 32.0]), slo={"ttft_p95_s": 0.3})
+    listed = WorkloadSpec("serve", serve=ServeSpec("rate", [2.0, 4.0]), slo={"ttft_p95_s": 0.3})
+    assert serve.probe_allowance_s(clients) == serve.probe_allowance_s(listed) == 0.0
+    assert KINDS["throughput"].probe_allowance_s(WorkloadSpec(batch_sizes=[1, 2, 4])) == 0.0
