@@ -2,7 +2,7 @@
 climbs by doubling while a level is sustained and then narrows by bisection (its decisions: workloads/capacity.py).
 
 Between levels the server is watched: one that fell over during a level refuses that level with the reason and ends
-the bracket there, the levels below kept; at the first level it is the trial's failure.
+the levels there, those below kept (at the first level, there is none: the trial fails, worker/serve_trial.py).
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from typing import Protocol
 
 from autotune.serving.latency import level_figures
 from autotune.serving.load import Endpoint, RequestRecord, load_client, run_level, warm_up
-from autotune.serving.server import ServerError
 from autotune.workloads.capacity import Probe
 
 
@@ -47,8 +46,6 @@ async def measure_levels(
             records += sent
             figures = level_figures(level, sent, probe.slo) | watch.figures()
             if (failure := watch.failure()) is not None:
-                if not probe.points:
-                    raise ServerError(failure)
                 probe.record_failure(level, figures, failure)
                 break
             probe.record(level, figures, detail=_first_error(sent))

@@ -73,6 +73,8 @@ def run(spec: TaskSpec, phases: Any) -> TaskResult:
             cpu_before, started = psutil.Process().cpu_times(), time.perf_counter()
             energy.start()
             records = asyncio.run(_drive(server, spec, prompts, probe))
+            if probe.points and probe.points[0].verdict == "failed":  # it fell over at once: no level to keep
+                server.check_alive("during the trial")
             joules = energy.joules()
             client_cpu = _cpu_share(cpu_before, time.perf_counter() - started)
     finally:
