@@ -7,7 +7,7 @@ the levels there, those below kept (at the first level, there is none: the trial
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from autotune.serving.latency import level_figures
@@ -34,15 +34,16 @@ async def measure_levels(
     mode: str,
     probe: Probe,
     watch: Watch,
-    per_level: int,
+    requests_at: Callable[[float], int],
     warmup: int,
 ) -> list[RequestRecord]:
-    """Warm-up requests, then the levels the probe asks for, each judged as it ends; every request sent, in order."""
+    """Warm-up requests, then the levels the probe asks for (`requests_at(level)` requests each), each judged as it
+    ends; every request sent, in order."""
     async with load_client(target) as client:
         records = await warm_up(client, target, prompts, warmup)
         while (level := probe.next_size()) is not None:
             watch.begin()
-            sent = await run_level(client, target, prompts, mode, level, per_level)
+            sent = await run_level(client, target, prompts, mode, level, requests_at(level))
             records += sent
             figures = level_figures(level, sent, probe.slo) | watch.figures()
             if (failure := watch.failure()) is not None:

@@ -82,7 +82,8 @@ async def send(client: httpx.AsyncClient, target: Endpoint, prompt: str, level: 
                 return record
             await _read_stream(response, record)
     except (httpx.HTTPError, OSError) as error:
-        record.error = f"{type(error).__name__}: {error}"[:ERROR_TEXT_CHARS] or type(error).__name__
+        name = type(error).__name__  # httpx's ReadError (the server closed the stream) may say nothing more
+        record.error = f"{name}: {error}"[:ERROR_TEXT_CHARS] if str(error) else name
     record.end = time.perf_counter()
     if record.error is None and record.tokens != target.output_len:
         record.error = f"the server generated {record.tokens} of {target.output_len} tokens"

@@ -14,6 +14,7 @@ import os
 import shlex
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ from autotune.worker.measurement.energy import EnergyCounter, energy_figures
 from autotune.worker.measurement.quality import compare_with_reference, load_reference
 from autotune.worker.measurement.speed import cost_per_million_tokens
 from autotune.workloads.capacity import Capacity, Probe
-from autotune.workloads.serve import capacity_details, level_probe
+from autotune.workloads.serve import capacity_details, level_probe, level_requests
 
 HEALTH_TIMEOUT_S = 600.0
 MEMORY_SAMPLE_S = 0.1
@@ -139,8 +140,8 @@ async def _drive(server: ServerProcess, spec: TaskSpec, prompts: list[str], prob
     watch = ServerWatch(server)
     sampler = asyncio.create_task(watch.sample())
     try:
-        per_level, warmup = load.requests_per_level, load.warmup_requests
-        return await measure_levels(target, prompts, load.mode, probe, watch, per_level, warmup)
+        requests_at = partial(level_requests, spec.workload)
+        return await measure_levels(target, prompts, load.mode, probe, watch, requests_at, load.warmup_requests)
     finally:
         sampler.cancel()
 

@@ -4,6 +4,7 @@ within the SLO (its capacity, found by a bracket: autotune/workloads/capacity.py
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, ClassVar
@@ -14,6 +15,8 @@ from autotune.specs import ServeSpec, WorkloadSpec
 from autotune.workloads.base import WorkloadKind, register
 from autotune.workloads.capacity import Capacity, Probe, bisections, doubling, extent
 
+MIN_LEVEL_S = 2.0  # the least a rate level sends for
+CLIENT_ROUNDS = 4  # requests per client at a concurrency level, at least
 LOAD_FORM = (
     "rate=2,4,8 (Poisson arrivals, requests/s) or concurrency=1,8,32 (clients), each measured; or a range searched "
     "for the highest level within the SLO, rate=1-64"
@@ -63,7 +66,7 @@ class Serve(WorkloadKind):
         load = spec.serve
         if load is None or not load.bracket or load.mode != "rate":
             return 0.0
-        probe_cost = extent(level_probe(spec), lambda rate: sending_seconds(load, rate))
+        probe_cost = extent(level_probe(spec), lambda rate: sending_seconds(spec, rate))
         return probe_cost.most_cost - probe_cost.least_cost
 
     def describe_probe(self, spec: WorkloadSpec) -> str | None:
@@ -71,10 +74,10 @@ class Serve(WorkloadKind):
         if load is None or not load.bracket:
             return None
         probe = level_probe(spec)
-        cost = extent(probe, lambda rate: sending_seconds(load, rate))
+        cost = extent(probe, lambda rate: sending_seconds(spec, rate))
         ladder = ", ".join(f"{level:g}" for level in probe.sizes)
         said = (
-            f"each trial measures up to {cost.most_points} load levels of {load.requests_per_level} requests: "
+            f"each trial measures up to {cost.most_points} load levels ({_level_length(spec)}): "
             f"{load.mode} {ladder} while {spec.slo_share:.0%} of a level's requests meet the SLO, then up to "
             f"{probe.refine} bisections between the highest level sustained and the lowest refused"
         )
@@ -117,9 +120,40 @@ def level_probe(spec: WorkloadSpec) -> Probe:
     return Probe(doubling(low, high), spec.slo, refine=refine, whole=load.mode == "concurrency", share=spec.slo_share)
 
 
-def sending_seconds(load: ServeSpec, rate: float) -> float:
-    """How long a level at this rate takes to send its requests (the expected last of n Poisson arrivals)."""
-    return (load.requests_per_level - 1) / rate
+def level_requests(spec: WorkloadSpec, level: float) -> int:
+    """How many requests a level sends: at least the load's `requests_per_level`. A rate level sends for at least
+    `level_seconds`, long enough that a server short of the rate by the bracket's last step builds a queue as long as
+    the SLO's bound, so that a burst it drains within the bound does not pass for a rate it sustains; a concurrency
+    level sends `CLIENT_ROUNDS` requests per client, so that every client keeps one in flight."""
+    load = spec.serve
+    assert load is not None
+    if load.mode == "rate":
+        return max(load.requests_per_level, math.ceil(level * level_seconds(spec)))
+    return max(load.requests_per_level, CLIENT_ROUNDS * int(level))
+
+
+def level_seconds(spec: WorkloadSpec) -> float:
+    """The least a rate level sends for: 2^bisections times the SLO's TTFT or end-to-end bound (the queue a server
+    25% short of the rate builds meanwhile, after 2 bisections, is as long as the bound), and `MIN_LEVEL_S` at least.
+    At 16 requests a level, 16 requests at 128/s were 0.12 s of load, which continuous batching on the 2-core VM
+    drained within 300 ms: a burst, not a rate."""
+    load = spec.serve
+    assert load is not None
+    queued = [bound for name, bound in spec.slo.items() if name.startswith(("ttft_", "e2e_"))]
+    return max(MIN_LEVEL_S, 2 ** bisections(load.requests_per_level) * max(queued, default=0.0))
+
+
+def sending_seconds(spec: WorkloadSpec, rate: float) -> float:
+    """How long a level at this rate takes to send its requests (the expected last of its Poisson arrivals)."""
+    return (level_requests(spec, rate) - 1) / rate
+
+
+def _level_length(spec: WorkloadSpec) -> str:
+    load = spec.serve
+    assert load is not None
+    if load.mode == "rate":
+        return f"each at least {load.requests_per_level} requests and {level_seconds(spec):g} s of arrivals"
+    return f"each at least {load.requests_per_level} requests and {CLIENT_ROUNDS} per client"
 
 
 def capacity_details(capacity: Capacity, unit: str, share: float) -> dict[str, Any]:

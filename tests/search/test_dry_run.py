@@ -109,9 +109,10 @@ def test_a_serve_dry_run_says_what_each_trial_s_capacity_bracket_may_cost():
     workload = WorkloadSpec("serve", input_len=32, output_len=16, serve=load, slo={"ttft_p95_s": 0.3})
     run = dry_run(SearchRequest(ModelSpec("demo"), HardwareSpec("cpu"), workload, budget=BudgetSpec(max_trials=2)))
     assert run.probe is not None and run.probe.startswith(
-        "each trial measures up to 6 load levels of 16 requests: rate 4, 8, 16, 32 while 95% of a level's requests "
-        "meet the SLO, then up to 2 bisections between the highest level sustained and the lowest refused; "
-        "the requests take 4-11 s to send (open loop), so a trial's at-most duration allows 7 s more"
+        "each trial measures up to 6 load levels (each at least 16 requests and 2 s of arrivals): rate 4, 8, 16, 32 "
+        "while 95% of a level's requests meet the SLO, then up to 2 bisections between the highest level sustained "
+        "and the lowest refused; the requests take 4-13 s to send (open loop), so a trial's at-most duration allows "
+        "10 s more"
     )
     assert planned("h100", "balanced", trials=2).probe is None  # one batch per trial: nothing probed
 

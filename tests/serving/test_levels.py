@@ -60,7 +60,8 @@ def bracket(low: float, high: float) -> Probe:
 
 
 def drive(target: Endpoint, probe: Probe, watch: ProcessWatch, per_level: int = 4, warmup: int = 0) -> list:
-    return asyncio.run(measure_levels(target, ["hello"], "concurrency", probe, watch, per_level, warmup))
+    requests_at = lambda level: per_level  # noqa: E731
+    return asyncio.run(measure_levels(target, ["hello"], "concurrency", probe, watch, requests_at, warmup))
 
 
 def test_a_bracket_climbs_while_each_level_is_sustained_up_to_its_top(server_at):
