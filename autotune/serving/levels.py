@@ -41,15 +41,16 @@ async def measure_levels(
     ends; every request sent, in order."""
     async with load_client(target) as client:
         records = await warm_up(client, target, prompts, warmup)
-        while (level := probe.next_size()) is not None:
-            watch.begin()
+    while (level := probe.next_size()) is not None:
+        watch.begin()
+        async with load_client(target) as client:  # each level on connections of its own
             sent = await run_level(client, target, prompts, mode, level, requests_at(level))
-            records += sent
-            figures = level_figures(level, sent, probe.slo) | watch.figures()
-            if (failure := watch.failure()) is not None:
-                probe.record_failure(level, figures, failure)
-                break
-            probe.record(level, figures, detail=_first_error(sent))
+        records += sent
+        figures = level_figures(level, sent, probe.slo) | watch.figures()
+        if (failure := watch.failure()) is not None:
+            probe.record_failure(level, figures, failure)
+            break
+        probe.record(level, figures, detail=_first_error(sent))
     return records
 
 

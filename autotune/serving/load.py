@@ -118,15 +118,19 @@ async def run_load(
     warmup: int,
     seed: int = 0,
 ) -> list[RequestRecord]:
-    """Warm-up requests one at a time, then `per_level` requests at each load level, lowest first."""
+    """Warm-up requests one at a time, then `per_level` requests at each load level, lowest first, each level on
+    connections of its own."""
     async with load_client(target) as client:
         records = await warm_up(client, target, prompts, warmup)
-        for level in levels:
+    for level in levels:
+        async with load_client(target) as client:
             records += await run_level(client, target, prompts, mode, level, per_level, seed)
     return records
 
 
 def load_client(target: Endpoint) -> httpx.AsyncClient:
+    """A client for one level: its connections close with it. A level sent on the hundreds of connections a level
+    above the server's capacity left open was served worse than on new ones (benchmarks/level_order.py)."""
     limits = httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_CONNECTIONS)
     return httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(target.timeout_s))
 
