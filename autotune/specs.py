@@ -25,14 +25,14 @@ class ServeSpec:
 
     rate: requests arrive as a Poisson process at each rate (requests/s); concurrency: that many clients,
     each sending its next request when the last one ends. `levels`: the levels measured, each of them; `bracket`:
-    (lowest, highest) of the levels a capacity probe may try, climbing by doubling from the lowest until goodput
-    falls under the SLO, then narrowing by bisection (autotune/workloads/capacity.py).
+    (lowest, highest) of the levels a capacity probe may try, climbing by doubling from the lowest while the workload's
+    `slo_share` of a level's requests meet the SLO, then narrowing by bisection (autotune/workloads/capacity.py).
     """
 
     mode: LoadMode = "concurrency"
     levels: list[float] = field(default_factory=lambda: [1.0, 4.0])
     bracket: list[float] | None = None
-    requests_per_level: int = 16
+    requests_per_level: int = 16  # at least: a level may send more (autotune/workloads/serve.py: level_requests)
     warmup_requests: int = 2
     port: int | None = None  # None: a free port chosen by the system
     request_timeout_s: float = 120.0

@@ -6,6 +6,7 @@ plan, ...), so the report and `autotune best` read them exactly as they read a r
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -357,6 +358,12 @@ def serve_capacity_study(path: Path) -> tuple[optuna.Study, str]:
         roles=("baseline",),
         constraints={str(MEETS_SLO): 0.0},
         capacity={**capacity.to_json(), "unit": "rate", "said": capacity.why_stopped("rate")},
-        serve={"command": SERVE_COMMAND, "mode": "rate", "slo": SERVE_SLO, "levels": levels},
+        serve={
+            "command": SERVE_COMMAND,
+            "argv": shlex.split(SERVE_COMMAND),
+            "mode": "rate",
+            "slo": SERVE_SLO,
+            "levels": levels,
+        },
     )
     return study, url

@@ -98,7 +98,13 @@ def capacity_lines(capacity: dict[str, Any]) -> list[str]:
 
 def _point_line(unit: str, point: dict[str, Any], slo: dict[str, float]) -> str:
     figures = point.get("figures") or {}
-    shown = [f"{figures[THROUGHPUT.name]:.1f} tok/s"] if THROUGHPUT.name in figures else []
+    tok_s = figures.get(THROUGHPUT.name, figures.get("output_tok_s"))  # a load level: the server's output tokens/s
+    shown = [f"{tok_s:.1f} tok/s"] if tok_s is not None else []
+    if "slo_share" in figures:  # a load level: judged by the share of its requests within the SLO
+        shown += [
+            f"{figures['requests_per_s']:.2f} req/s, goodput {figures['goodput_req_s']:.2f} req/s",
+            f"{figures['slo_share']:.0%} of requests within the SLO",
+        ]
     shown += [f"{name.removesuffix('_s')} {in_ms(figures[name])}" for name in slo if name in figures]
     if "peak_memory_bytes" in figures:
         shown.append(format_bytes(figures["peak_memory_bytes"]))
@@ -109,7 +115,8 @@ def _point_line(unit: str, point: dict[str, Any], slo: dict[str, float]) -> str:
 def _serve_figures(m: dict[str, float]) -> str:
     if "goodput_req_s" not in m:
         return ""
-    return f", {m['requests_per_s']:.2f} req/s, goodput {m['goodput_req_s']:.2f} req/s, {m['errors']:.0f} failed"
+    failed = f"{m['errors']:.0f} failed" + (f" of {m['requests']:.0f} requests" if "requests" in m else "")
+    return f", {m['requests_per_s']:.2f} req/s, goodput {m['goodput_req_s']:.2f} req/s, {failed}"
 
 
 def _duration(record: TrialRecord) -> str:
@@ -187,7 +194,7 @@ def print_dry_run(run: DryRun, as_json: bool) -> None:
         "take, which must fit in the budget left for it to start (docs/search-strategy.md)"
     )
     if run.probe:
-        out.print(f"{run.probe}: a plain trial here is such a probe")
+        out.print(run.probe)
     if run.sampler_next:
         out.print("then Optuna's sampler proposes the rest (study.make_sampler)")
     else:

@@ -28,6 +28,7 @@ from autotune.figures.constraints import MEETS_SLO, Constraint
 from autotune.figures.metrics import KL_DIVERGENCE, OBJECTIVES, PEAK_MEMORY, THROUGHPUT, Metric
 from autotune.figures.slo import describe_slo
 from autotune.report.ceiling import CeilingRow, ceiling_rows
+from autotune.report.serving import deployed_command
 from autotune.report.snippets import Batch, json_snippet, python_snippet, serve_command
 from autotune.space.knobs.batching import paged_cache_for
 from autotune.space.plan import Plan
@@ -296,6 +297,12 @@ def card(record: TrialRecord, settings: StudySettings, baseline: TrialRecord | N
     m = record.metrics
     reference_perplexity = settings.prepared.reference_perplexity
     perplexity = m.get("perplexity")
+    # serve trials: the command that ran (its host and port included) and the load it held, else the plan's
+    served = (
+        deployed_command(record.serve, record.capacity)
+        if record.serve
+        else serve_command(model_id, plan, device, batch)
+    )
     return ParetoCard(
         record=record,
         speedup=_ratio(record, baseline, THROUGHPUT.name),
@@ -308,8 +315,7 @@ def card(record: TrialRecord, settings: StudySettings, baseline: TrialRecord | N
         achieved_bandwidth_gb_s=m.get("achieved_bandwidth_gb_s"),
         cost_per_million_tokens_usd=m.get("cost_per_million_tokens_usd"),
         python=python_snippet(model_id, plan, device, settings.workload["output_len"], batch),
-        # serve trials: the command that ran (its host and port included), else the one the plan gives
-        serve=record.serve["command"] if record.serve else serve_command(model_id, plan, device, batch),
+        serve=served,
         json=json_snippet(model_id, record.config, plan, found.to_json() if found else None),
         at_capacity=found,
         curve=capacity_curve(record, found),

@@ -1,4 +1,5 @@
-"""The serve workload in the report: latency against load for one configuration, as an HTML table."""
+"""The serve workload in the report: latency against load for one configuration, as an HTML table, and the command
+that ran with the limits it was measured to hold."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from html import escape
 from typing import Any
 
 from autotune.figures.slo import describe_slo
+from autotune.units import format_bytes
 
 _COLUMNS = (
     ("completed req/s", "requests_per_s", 1.0, "{:.2f}"),
@@ -15,7 +17,9 @@ _COLUMNS = (
     ("TTFT p95 ms", "ttft_p95_s", 1000.0, "{:.1f}"),
     ("ITL p95 ms", "itl_p95_s", 1000.0, "{:.2f}"),
     ("e2e p95 ms", "e2e_p95_s", 1000.0, "{:.0f}"),
+    ("in flight at most", "in_flight_peak", 1.0, "{:.0f}"),
     ("errors", "errors", 1.0, "{:.0f}"),
+    ("within the SLO", "slo_share", 100.0, "{:.1f}%"),
 )
 
 
@@ -31,17 +35,58 @@ def load_facts(serve: dict[str, Any], metrics: dict[str, float]) -> list[str]:
 def load_table(serve: dict[str, Any]) -> str:
     """One row per load level: what was offered and the latency the server answered with."""
     offered = "requests/s offered" if serve.get("mode") == "rate" else "concurrent clients"
-    header = "".join(f"<th>{escape(label)}</th>" for label in (offered, *(c[0] for c in _COLUMNS), "SLO met"))
+    labels = (offered, *(c[0] for c in _COLUMNS), "peak memory", "SLO met")
+    header = "".join(f"<th>{escape(label)}</th>" for label in labels)
     rows = []
     for level in serve.get("levels", []):
         cells = [f"{level['load']:g}"]
         cells += [_cell(level.get(key), scale, form) for _, key, scale, form in _COLUMNS]
-        cells.append("yes" if level.get("slo_met") else "no")
+        memory = level.get("peak_memory_bytes")
+        cells.append(format_bytes(memory) if memory else "-")
+        cells.append(_verdict(level))
         rows.append("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in cells) + "</tr>")
     return (
         "<table class='load'><caption>latency against load (transformers serve, warm-up requests excluded)"
         f"</caption><tr>{header}</tr>{''.join(rows)}</table>"
     )
+
+
+def _verdict(level: dict[str, Any]) -> str:
+    """A level judged by its share of requests within the SLO (a capacity), else by its percentiles."""
+    if "verdict" not in level:
+        return "yes" if level.get("slo_met") else "no"
+    return "sustained" if level["verdict"] == "met" else f"refused: {level.get('reason', '')}"
+
+
+def deployed_command(serve: dict[str, Any], capacity: dict[str, Any] | None) -> str:
+    """The command that ran, then, as comments, the load it was measured to sustain within the SLO and what the
+    server held there: requests in flight, continuous batching's tokens per forward pass."""
+    command = serve["command"]
+    if not capacity:
+        return command
+    slo = describe_slo(capacity.get("slo") or {})
+    lines = [command, f"# capacity within {slo}: {capacity.get('said', '')}"]
+    met = [point for point in capacity.get("points", []) if point["verdict"] == "met"]
+    if met:
+        chosen = max(met, key=lambda point: point["size"])
+        unit = capacity.get("unit", "load")
+        lines.append(f"# at {unit} {chosen['size']:g}: {_held(chosen['figures'], serve['argv'])}")
+    return "\n".join(lines)
+
+
+def _held(figures: dict[str, float], argv: list[str]) -> str:
+    served = f"{figures.get('requests_per_s', 0.0):.2f} req/s and {figures.get('output_tok_s', 0.0):.1f} output tok/s"
+    in_flight = f"at most {figures.get('in_flight_peak', 0.0):.0f} requests in flight at once"
+    return f"{served}, {in_flight}; {_batching(argv)}"
+
+
+def _batching(argv: list[str]) -> str:
+    """What bounded the batch: continuous batching's tokens per forward pass, or one generate() at a time."""
+    if "--continuous-batching" not in argv:
+        return "no --continuous-batching: requests queue for one generate() at a time"
+    if "--cb-max-batch-tokens" in argv:
+        return f"continuous batching, max_batch_tokens {argv[argv.index('--cb-max-batch-tokens') + 1]}"
+    return "continuous batching, transformers' default max_batch_tokens (no --cb-max-batch-tokens)"
 
 
 def _cell(value: float | None, scale: float, form: str) -> str:

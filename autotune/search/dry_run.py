@@ -49,7 +49,7 @@ class DryRun:
     baseline: Config
     trials: list[PlannedTrial]
     sampler_next: bool  # the strategy had nothing more to plan: the sampler takes over after these
-    probe: str | None = None  # what each trial's capacity probe tries, and what it may cost
+    probe: str | None = None  # what each trial's capacity probe measures at most, and what that costs
 
     def to_json(self) -> str:
         return json.dumps([trial.to_json() for trial in self.trials], indent=2)
@@ -68,7 +68,7 @@ def dry_run(request: SearchRequest) -> DryRun:
     situation = Situation(space, baseline, profile.device_type, _objectives(request), workload)  # type: ignore[arg-type]
     limit = request.budget.max_trials or PLANNED_AT_MOST
     trials, more = _plan(situation, reference, _skip(space, target), limit)
-    probe = KINDS[request.workload.kind].probe_line(request.workload)
+    probe = KINDS[workload].describe_probe(request.workload)
     return DryRun(profile, checkpoint, baseline, trials, sampler_next=not more, probe=probe)
 
 

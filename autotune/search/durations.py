@@ -18,7 +18,9 @@ Expected, in order:
   this configuration's `time` factors.
 
 At most: the expected times a margin for the spread seen, `ALIKE_MARGIN` where trials ran alike and
-`EXTRAPOLATED_MARGIN` where it was estimated from others. Before any trial ended there is no scale, and no
+`EXTRAPOLATED_MARGIN` where it was estimated from others, plus the workload's probe allowance: the seconds a trial's
+capacity probe may add over an alike trial that took a shorter course (`WorkloadKind.probe_allowance_s`: a serve
+bracket of rates sends its requests for a time its levels fix). Before any trial ended there is no scale, and no
 trial is held back (the deadline still stops it).
 """
 
@@ -55,10 +57,17 @@ Ended = tuple[Config, float]  # a trial that ran to its end (whatever its outcom
 class Durations:
     """Expected and at-most durations of trials, from those that ended, for one baseline on one device kind."""
 
-    def __init__(self, ended: Sequence[Ended] = (), baseline: Config | None = None, device: DeviceKind = "cpu"):
+    def __init__(
+        self,
+        ended: Sequence[Ended] = (),
+        baseline: Config | None = None,
+        device: DeviceKind = "cpu",
+        allowance_s: float = 0.0,
+    ):
         self.ended = tuple(ended)
         self.baseline = baseline or {}
         self.device = device
+        self.allowance_s = allowance_s  # seconds, added to every at-most duration (a probe's longer courses)
 
     def of(self, config: Config) -> Duration:
         alike = self._in_plain_trials.get(duration_kind(config))
@@ -66,7 +75,8 @@ class Durations:
             expected, margin = statistics.median(alike) * self.factor(config), ALIKE_MARGIN
         else:
             expected, margin = self._from_sibling(config) or self._plain * self.factor(config), EXTRAPOLATED_MARGIN
-        return Duration(expected, expected * margin if self.ended else None, alike=bool(alike))
+        at_most = expected * margin + self.allowance_s if self.ended else None
+        return Duration(expected, at_most, alike=bool(alike))
 
     def factor(self, config: Config) -> float:
         """The priors' duration against a plain trial: the product of its knobs' `time` factors."""

@@ -28,6 +28,7 @@ from autotune.space import Config, SearchSpace, build_plan, config_key, rules
 from autotune.study import TrialRecord, artifacts, kept
 from autotune.study.optuna_internals import trial_id
 from autotune.study.recovery import OWNER_ATTR, Heartbeat, claim_configuration, this_process
+from autotune.workloads import KINDS
 
 MAX_CONSECUTIVE_SKIPS = 50
 HEARTBEAT_EVERY_S = 10.0
@@ -151,7 +152,10 @@ class TrialLoop:
         return overrun_reason(config, self._durations(studies.records(self.study)), self.deadline - time.monotonic())
 
     def _durations(self, records: list[TrialRecord]) -> Durations:
-        return Durations(ended(records), self.prepared.baseline_config, self.session.profile.device_type)  # type: ignore[arg-type]
+        workload = self.request.workload
+        allowance = KINDS[workload.kind].probe_allowance_s(workload)  # a probe's longer courses
+        device = self.session.profile.device_type
+        return Durations(ended(records), self.prepared.baseline_config, device, allowance)  # type: ignore[arg-type]
 
     def _next_trial(self) -> tuple[optuna.Trial, Config, list[str]] | None:
         """The next configuration to measure: queued (anchors, warm-up set, retries) or sampled; None when

@@ -4,6 +4,9 @@ Warm-up requests never count; failed requests are counted apart and never enter 
 A request meets the SLOs when its own time to first token and end-to-end latency are within their
 bounds and the named percentile of its own inter-token gaps is within the ITL bound. Goodput is the
 rate of requests that met them; without SLOs every completed request counts.
+
+The trial's figures are those of one level, its capacity (the highest level sustained within the SLO), where it has
+one; else its latency percentiles pool every level and its rates are the best level's.
 """
 
 from __future__ import annotations
@@ -11,10 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from autotune.figures.slo import PERCENTILES
 from autotune.figures.stats import Summary, percentile
 from autotune.serving.load import RequestRecord
-
-PERCENTILES = (50, 95, 99)
 
 
 def _percentiles(name: str, values: list[float]) -> dict[str, float]:
@@ -25,7 +27,7 @@ def _percentiles(name: str, values: list[float]) -> dict[str, float]:
 
 
 def latency_percentiles(records: Sequence[RequestRecord]) -> dict[str, float]:
-    """TTFT, inter-token latency (every gap of every request) and end-to-end latency, p50/p95/p99."""
+    """TTFT, inter-token latency (every gap of every request) and end-to-end latency, p50/p90/p95/p99."""
     done = [record for record in records if record.ok]
     return {
         **_percentiles("ttft", [record.ttft_s for record in done]),
@@ -69,17 +71,30 @@ def level_figures(level: float, records: Sequence[RequestRecord], slo: dict[str,
         "goodput_req_s": met / duration if duration > 0 else 0.0,
         "slo_share": met / len(records) if records else 0.0,  # of the requests sent, those that met the SLO
         "slo_met": bool(done) and all(percentiles.get(name, float("inf")) <= bound for name, bound in slo.items()),
+        "in_flight_peak": float(in_flight_peak(records)),
         **percentiles,
     }
 
 
+def in_flight_peak(records: Sequence[RequestRecord]) -> int:
+    """The most requests the server held at once: sent, not yet answered in full (failed ones until they failed)."""
+    events = sorted(
+        [(record.start, 1) for record in records] + [(record.end, -1) for record in records if record.end is not None]
+    )
+    held = most = 0
+    for _, change in events:  # at equal times an end (-1) sorts first: a request answered frees its place
+        held += change
+        most = max(most, held)
+    return most
+
+
 def serve_figures(
-    records: Sequence[RequestRecord], slo: dict[str, float], slo_share: float = 0.95
+    records: Sequence[RequestRecord], slo: dict[str, float], at: float | None = None
 ) -> tuple[dict[str, float], dict[str, dict], list[dict[str, Any]]]:
     """Flat metrics of the trial, the spread of each latency, and the figures of each load level.
 
-    Latency percentiles pool the measured requests of every level; rates are the best level's. With an SLO, a level
-    is sustained when at least `slo_share` of its requests met it: `capacity` is the highest such level.
+    `at`: the level whose figures are the trial's (its capacity); None: latency percentiles pool the measured requests
+    of every level, and rates are the best level's. `requests` and `errors` count every level.
     """
     measured = [record for record in records if record.level is not None]
     levels = sorted({record.level for record in measured if record.level is not None})
@@ -88,28 +103,28 @@ def serve_figures(
     if not done:
         first_error = next((record.error for record in measured if record.error), "no request was sent")
         raise RuntimeError(f"every request to transformers serve failed; the first: {first_error}")
-    best_tok_s = max(level["output_tok_s"] for level in per_level)
+    counted = [level for level in per_level if at is None or level["load"] == at]
+    pooled = [record for record in measured if at is None or record.level == at]
+    best_tok_s = max(level["output_tok_s"] for level in counted)
     metrics = {
-        **latency_percentiles(measured),
+        **latency_percentiles(pooled),
         "requests": float(len(measured)),
         "errors": float(len(measured) - len(done)),
-        "requests_per_s": max(level["requests_per_s"] for level in per_level),
-        "goodput_req_s": max(level["goodput_req_s"] for level in per_level),
+        "requests_per_s": max(level["requests_per_s"] for level in counted),
+        "goodput_req_s": max(level["goodput_req_s"] for level in counted),
         "throughput_tok_s": best_tok_s,
         "e2e_throughput_tok_s": best_tok_s,
     }
-    if slo:
-        sustained = [level["load"] for level in per_level if level["slo_share"] >= slo_share]
-        metrics |= {"meets_slo": float(bool(sustained)), "capacity": max(sustained, default=0.0)}
     metrics |= {
-        "ttft_s": metrics["ttft_p50_s"],
-        "ttft_p95_s": metrics["ttft_p95_s"],
+        "ttft_s": metrics.get("ttft_p50_s", 0.0),
+        "ttft_p95_s": metrics.get("ttft_p95_s", 0.0),
         "tpot_s": metrics.get("itl_p50_s", 0.0),
         "tpot_p95_s": metrics.get("itl_p95_s", 0.0),
     }
+    answered = [record for record in pooled if record.ok] or done
     stats = {
-        "ttft_s": Summary.of([record.ttft_s for record in done]).to_json(),
-        "itl_s": Summary.of([gap for record in done for gap in record.gaps_s] or [0.0]).to_json(),
-        "e2e_s": Summary.of([record.e2e_s for record in done]).to_json(),
+        "ttft_s": Summary.of([record.ttft_s for record in answered]).to_json(),
+        "itl_s": Summary.of([gap for record in answered for gap in record.gaps_s] or [0.0]).to_json(),
+        "e2e_s": Summary.of([record.e2e_s for record in answered]).to_json(),
     }
     return metrics, stats, per_level

@@ -82,7 +82,8 @@ async def send(client: httpx.AsyncClient, target: Endpoint, prompt: str, level: 
                 return record
             await _read_stream(response, record)
     except (httpx.HTTPError, OSError) as error:
-        record.error = f"{type(error).__name__}: {error}"[:ERROR_TEXT_CHARS] or type(error).__name__
+        name = type(error).__name__  # httpx's ReadError (the server closed the stream) may say nothing more
+        record.error = f"{name}: {error}"[:ERROR_TEXT_CHARS] if str(error) else name
     record.end = time.perf_counter()
     if record.error is None and record.tokens != target.output_len:
         record.error = f"the server generated {record.tokens} of {target.output_len} tokens"
@@ -117,18 +118,44 @@ async def run_load(
     warmup: int,
     seed: int = 0,
 ) -> list[RequestRecord]:
-    """Warm-up requests one at a time, then `per_level` requests at each load level, lowest first."""
-    limits = httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_CONNECTIONS)
-    records: list[RequestRecord] = []
-    async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(target.timeout_s)) as client:
-        for index in range(warmup):
-            records.append(await send(client, target, prompts[index % len(prompts)], None))
-        for level in levels:
-            if mode == "rate":
-                records += await _poisson(client, target, prompts, level, per_level, random.Random(seed))
-            else:
-                records += await _concurrent(client, target, prompts, int(level), per_level)
+    """Warm-up requests one at a time, then `per_level` requests at each load level, lowest first, each level on
+    connections of its own."""
+    async with load_client(target) as client:
+        records = await warm_up(client, target, prompts, warmup)
+    for level in levels:
+        async with load_client(target) as client:
+            records += await run_level(client, target, prompts, mode, level, per_level, seed)
     return records
+
+
+def load_client(target: Endpoint) -> httpx.AsyncClient:
+    """A client for one level: its connections close with it. A level sent on the hundreds of connections a level
+    above the server's capacity left open was served worse than on new ones (benchmarks/level_order.py)."""
+    limits = httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_CONNECTIONS)
+    return httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(target.timeout_s))
+
+
+async def warm_up(
+    client: httpx.AsyncClient, target: Endpoint, prompts: Sequence[str], count: int
+) -> list[RequestRecord]:
+    """Requests one at a time, marked as warm-up (level None): they never count."""
+    return [await send(client, target, prompts[index % len(prompts)], None) for index in range(count)]
+
+
+async def run_level(
+    client: httpx.AsyncClient,
+    target: Endpoint,
+    prompts: Sequence[str],
+    mode: str,
+    level: float,
+    count: int,
+    seed: int = 0,
+) -> list[RequestRecord]:
+    """`count` requests at one load level: Poisson arrivals at `level` per second (the same draws at every rate for
+    one seed), or `level` clients."""
+    if mode == "rate":
+        return await _poisson(client, target, prompts, level, count, random.Random(seed))
+    return await _concurrent(client, target, prompts, int(level), count)
 
 
 async def _poisson(

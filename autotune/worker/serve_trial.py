@@ -1,7 +1,9 @@
 """The `serve` workload: measure a configuration as it is deployed, `transformers serve` under load.
 
 The trial worker starts the server on its own cores, waits for /health, drives it with the load of
-the workload from the other core, stops it (always), then measures quality with the same plan.
+the workload from the other core, level by level (each listed level, or a capacity bracket), stops it
+(always), then measures quality with the same plan. With an SLO, the trial's figures are those of its
+capacity: the highest level whose requests met the SLO in the share the workload asks.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import os
 import shlex
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +22,8 @@ import psutil
 
 from autotune.process.results import Outcome, TaskDetails, TaskResult, TaskSpec
 from autotune.serving.latency import serve_figures
-from autotune.serving.load import Endpoint, RequestRecord, run_load
+from autotune.serving.levels import measure_levels
+from autotune.serving.load import Endpoint, RequestRecord
 from autotune.serving.server import (
     ServerError,
     ServerProcess,
@@ -36,6 +40,9 @@ from autotune.worker.generation import build_inputs
 from autotune.worker.loading import load_model, load_tokenizer
 from autotune.worker.measurement.energy import EnergyCounter, energy_figures
 from autotune.worker.measurement.quality import compare_with_reference, load_reference
+from autotune.worker.measurement.speed import cost_per_million_tokens
+from autotune.workloads.capacity import Capacity, Probe
+from autotune.workloads.serve import capacity_details, level_probe, level_requests
 
 HEALTH_TIMEOUT_S = 600.0
 MEMORY_SAMPLE_S = 0.1
@@ -55,6 +62,7 @@ def run(spec: TaskSpec, phases: Any) -> TaskResult:
     energy = EnergyCounter(spec.device)
     kill_server = (spec.fault or {}).get("kind") == "kill_server"
     own_cores = os.sched_getaffinity(0)
+    probe = level_probe(spec.workload)
     try:
         with phases("load"):
             server.start()
@@ -65,24 +73,57 @@ def run(spec: TaskSpec, phases: Any) -> TaskResult:
                 server.kill()
             cpu_before, started = psutil.Process().cpu_times(), time.perf_counter()
             energy.start()
-            records, peak = asyncio.run(_drive(server, spec, prompts))
+            records = asyncio.run(_drive(server, spec, prompts, probe))
+            if probe.points and probe.points[0].verdict == "failed":  # it fell over at once: no level to keep
+                server.check_alive("during the trial")
             joules = energy.joules()
             client_cpu = _cpu_share(cpu_before, time.perf_counter() - started)
-            server.check_alive("during the trial")
     finally:
         server.stop()
         os.sched_setaffinity(0, own_cores)
         print(f"transformers serve log (end):\n{server.log_tail()}", file=sys.stderr)
         server.remove_log()
-    metrics, stats, levels = serve_figures(records, spec.workload.slo, spec.workload.slo_share)
+    slo = spec.workload.slo
+    capacity = probe.capacity()
+    at = _at(capacity, slo)
+    metrics, stats, levels = serve_figures(records, slo, at)
     with phases("quality"):
         model = load_model(spec.model, plan, spec.device)
         metrics |= compare_with_reference(model, load_reference(Path(spec.reference_path)))
-    metrics |= _memory(peak) | energy_figures(joules, _generated_tokens(records))
+    metrics |= _memory(capacity, at) | energy_figures(joules, _generated_tokens(records))
     metrics |= {"client_cpu_share": client_cpu, "warmup_s": phases.timings["load"]}
-    serve = _details(argv, load, spec.workload.slo, levels, server_cores, client_cores)
+    if spec.price_per_hour is not None and metrics["throughput_tok_s"] > 0:  # at the trial's level, as its throughput
+        price = spec.price_per_hour
+        metrics["cost_per_million_tokens_usd"] = cost_per_million_tokens(price, metrics["throughput_tok_s"])
+    serve = _details(argv, load, slo, _judged(levels, capacity, bool(slo)), server_cores, client_cores)
     details = TaskDetails(serve={**serve, "server_pid": server.process.pid if server.process else None})
+    if slo:
+        chosen = capacity.chosen
+        metrics |= {"capacity": chosen.size if chosen else 0.0, "meets_slo": float(chosen is not None)}
+        details.capacity = capacity_details(capacity, load.mode, spec.workload.slo_share)
     return TaskResult(Outcome.OK, metrics=metrics, stats=stats, environment=environment(spec.device), details=details)
+
+
+def _at(capacity: Capacity, slo: dict[str, float]) -> float | None:
+    """The level whose figures are the trial's: its capacity; with no level within the SLO, the lowest measured (the
+    trial is off the front); without an SLO, none (every level counts)."""
+    if not slo:
+        return None
+    if capacity.chosen is not None:
+        return capacity.chosen.size
+    return next((point.size for point in capacity.points if point.figures.get("requests_per_s")), None)
+
+
+def _judged(levels: list[dict[str, Any]], capacity: Capacity, slo: bool) -> list[dict[str, Any]]:
+    """Each level's figures with its peak memory, and with an SLO its verdict (met, or why it was refused)."""
+    points = {point.size: point for point in capacity.points}
+    judged = []
+    for level in levels:
+        point = points[level["load"]]
+        memory = {"peak_memory_bytes": point.figures.get("peak_memory_bytes", 0.0)}
+        verdict = {"verdict": point.verdict, "reason": point.reason} if slo else {}
+        judged.append({**level, **memory, **verdict})
+    return judged
 
 
 def _check_servable(plan: Plan) -> None:
@@ -90,27 +131,51 @@ def _check_servable(plan: Plan) -> None:
         raise UnsupportedError(f"transformers serve has no flag for: {', '.join(plan.not_servable)}", combination=True)
 
 
-async def _drive(server: ServerProcess, spec: TaskSpec, prompts: list[str]) -> tuple[list[RequestRecord], int]:
-    """Run the load while sampling the server's memory; return the requests and the peak bytes."""
+async def _drive(server: ServerProcess, spec: TaskSpec, prompts: list[str], probe: Probe) -> list[RequestRecord]:
+    """Run the levels while sampling the server's memory; return every request sent."""
     load: ServeSpec = spec.workload.serve  # type: ignore[assignment]
     # The server knows the model by the name it was started with: the path as given.
     url = f"{server.base_url}/v1/completions"
     target = Endpoint(url, spec.model.path, spec.workload.output_len, load.request_timeout_s)
-    peak = [0]
-    sampler = asyncio.create_task(_sample_memory(server, peak))
+    watch = ServerWatch(server)
+    sampler = asyncio.create_task(watch.sample())
     try:
-        records = await run_load(target, prompts, load.mode, load.levels, load.requests_per_level, load.warmup_requests)
+        requests_at = partial(level_requests, spec.workload)
+        return await measure_levels(target, prompts, load.mode, probe, watch, requests_at, load.warmup_requests)
     finally:
         sampler.cancel()
-    return records, peak[0]
 
 
-async def _sample_memory(server: ServerProcess, peak: list[int]) -> None:
-    assert server.process is not None
-    while True:
+class ServerWatch:
+    """The server beside the load: its peak memory per level, and whether it still runs."""
+
+    def __init__(self, server: ServerProcess) -> None:
+        self.server = server
+        self.peak = 0
+
+    async def sample(self) -> None:
+        while True:
+            self.peak = max(self.peak, self._now())
+            await asyncio.sleep(MEMORY_SAMPLE_S)
+
+    def _now(self) -> int:
+        assert self.server.process is not None
         with contextlib.suppress(Exception):
-            peak[0] = max(peak[0], tree_anonymous_bytes(server.process.pid))
-        await asyncio.sleep(MEMORY_SAMPLE_S)
+            return tree_anonymous_bytes(self.server.process.pid)
+        return 0
+
+    def begin(self) -> None:
+        self.peak = self._now()
+
+    def figures(self) -> dict[str, float]:
+        return {"peak_memory_bytes": float(max(self.peak, self._now()))}
+
+    def failure(self) -> str | None:
+        try:
+            self.server.check_alive("during the trial")
+        except ServerError as error:
+            return str(error)
+        return None
 
 
 def _cpu_share(before: Any, wall_s: float) -> float:
@@ -120,8 +185,11 @@ def _cpu_share(before: Any, wall_s: float) -> float:
     return used / wall_s if wall_s > 0 else 0.0
 
 
-def _memory(peak: int) -> dict[str, float]:
-    return {"peak_memory_bytes": float(peak), "peak_memory_gb": peak / 1e9}
+def _memory(capacity: Capacity, at: float | None) -> dict[str, float]:
+    """The server's peak memory at the trial's level, else over every level."""
+    peaks = [point.figures.get("peak_memory_bytes", 0.0) for point in capacity.points if at in (None, point.size)]
+    peak = max(peaks, default=0.0)
+    return {"peak_memory_bytes": peak, "peak_memory_gb": peak / 1e9}
 
 
 def _generated_tokens(records: list[RequestRecord]) -> float:
@@ -141,6 +209,7 @@ def _details(
         "argv": argv,
         "mode": load.mode,
         "slo": slo,
+        "bracket": load.bracket,  # a capacity bracket (lowest, highest level), else None: the levels listed
         "levels": levels,
         "server_cores": server_cores,
         "client_cores": client_cores,

@@ -49,14 +49,6 @@ class WorkloadKind:
         """How many requests a trial runs at once: it sizes the plan (paged cache) and what a value may run with."""
         return spec.batch_size
 
-    def probe_cost(self, spec: WorkloadSpec) -> float:
-        """How long a trial that probes capacity may take against a trial of one shape: at most, every point runs."""
-        return 1.0
-
-    def probe_line(self, spec: WorkloadSpec) -> str | None:
-        """What each trial's capacity probe tries, and what that may cost, for --dry-run; None without a probe."""
-        return None
-
     def as_run(self, spec: WorkloadSpec) -> WorkloadSpec:
         """The spec as the trials run it, the one stored with them (a kind may fix a field the flags leave open)."""
         return spec
@@ -64,6 +56,16 @@ class WorkloadKind:
     def options(self, given: Mapping[str, Any]) -> dict[str, Any]:
         """The spec fields of this kind's own flags (`given`: flag -> value, None where not given)."""
         return {}
+
+    def probe_allowance_s(self, spec: WorkloadSpec) -> float:
+        """Seconds a trial may take beyond an alike one that ended, because its capacity probe may take a longer course
+        (search/durations.py adds them to the at-most duration); 0 where the kind cannot say before anything runs."""
+        return 0.0
+
+    def describe_probe(self, spec: WorkloadSpec) -> str | None:
+        """What a trial's capacity probe measures at most and what that costs, one line for `--dry-run`; None for a
+        trial of one shape."""
+        return None
 
     def plan_problem(self, not_servable: Sequence[str]) -> str | None:
         """Why a plan cannot be measured by this kind (its parts `transformers serve` has no flag for), or None."""

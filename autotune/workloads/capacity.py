@@ -1,10 +1,11 @@
 """Capacity: the largest batch, or request rate, that a configuration sustains within a latency target (the SLO) and
 within the memory it may use.
 
-A probe measures points in ascending order and stops at the first one refused: past the SLO, out of memory, or
-predicted not to fit from the memory the smaller points took (that one is skipped, never run). A probe of rates then
-narrows the bracket between the last point that met the SLO and the first refused, by bisection. The capacity is the
-largest point that met the SLO; a configuration that met it nowhere has none, and says why.
+A probe measures points in ascending order and stops at the first one refused: past the SLO, out of memory, the
+server fallen over, or predicted not to fit from the memory the smaller points took (that one is skipped, never run).
+A probe of load levels then narrows the bracket between the last point that met the SLO and the first refused, by
+bisection. A batch meets the SLO by its latency percentiles; a load level by the share of its requests that met it.
+The capacity is the largest point that met the SLO; a configuration that met it nowhere has none, and says why.
 
 Pure arithmetic, no torch: the trial worker runs the probe, the forecast counts its points.
 """
@@ -12,15 +13,22 @@ Pure arithmetic, no torch: the trial worker runs the probe, the forecast counts 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from autotune.errors import UserError
 from autotune.figures.slo import in_ms
 from autotune.units import format_bytes
 
-Verdict = Literal["met", "slo", "oom", "memory"]  # met the SLO; refused: past it, out of memory, predicted not to fit
-REFUSED_WHY = {"slo": "past the SLO", "oom": "out of memory", "memory": "over the memory"}
+# met the SLO; refused: past it, out of memory, over the memory (measured or predicted), the server failed (serve)
+Verdict = Literal["met", "slo", "oom", "memory", "failed"]
+REFUSED_WHY = {
+    "slo": "past the SLO",
+    "oom": "out of memory",
+    "memory": "over the memory",
+    "failed": "the server failed",
+}
 BATCH_FORM = "a number (8), a range searched by doubling (1-128), or a list (1,8,32)"
 MOST_BATCH = 4096
 
@@ -64,6 +72,13 @@ class Point:
         return cls(data["size"], data["verdict"], dict(data.get("figures", {})), data.get("reason", ""))
 
 
+def bisections(requests_per_level: int) -> int:
+    """How many times a load bracket is halved: until its step is under 1/sqrt(n) of the rate, the spread of the rate
+    that n Poisson arrivals realise (25% at 16 requests: 2 bisections). A finer step is beyond what one level of n
+    requests can tell apart."""
+    return int(math.log2(max(requests_per_level, 1)) // 2)
+
+
 def slo_misses(figures: dict[str, float], slo: dict[str, float]) -> list[str]:
     """The bounds of the SLO a point's figures exceed, as users write them: "itl_p95 6.2 ms > 5 ms"."""
     misses = []
@@ -76,13 +91,27 @@ def slo_misses(figures: dict[str, float], slo: dict[str, float]) -> list[str]:
     return misses
 
 
+def share_misses(figures: dict[str, float], share: float) -> list[str]:
+    """Why a load level is not sustained: too few of its requests met the SLO ("81% of requests within it < 95%"),
+    and how many failed."""
+    within, sent = figures.get("slo_share", 0.0), figures.get("requests", 0.0)
+    if within >= share:
+        return []
+    misses = [f"{round(within * sent):g} of {sent:g} requests within it ({within:.1%}) < {share:.0%}"]
+    if figures.get("errors"):
+        misses.append(f"{figures['errors']:g} of {figures.get('requests', 0):g} requests failed")
+    return misses
+
+
 @dataclass
 class Probe:
     """Which size to measure next, from the points measured so far.
 
     `sizes`: the ascending sizes to try (a batch ladder); with `refine` > 0, the bracket between the last size that
     met the SLO and the first refused is bisected that many times (rates). `memory_limit` (bytes): a size whose
-    peak memory, extrapolated from the last two measured points, exceeds it is skipped as not fitting.
+    peak memory, extrapolated from the last two measured points, exceeds it is skipped as not fitting. `share`: a
+    point meets the SLO when that share of its requests met it (figure `slo_share`: load levels), not by its latency
+    percentiles. `every`: each size is measured whatever the verdicts (a fixed list of load levels).
     """
 
     sizes: list[float]
@@ -90,19 +119,21 @@ class Probe:
     memory_limit: float | None = None
     refine: int = 0
     whole: bool = True  # sizes are whole numbers (batches), not rates
+    share: float | None = None
+    every: bool = False
     points: list[Point] = field(default_factory=list)
 
     def next_size(self) -> float | None:
         """The next size to measure, or None when the probe is over."""
         refused = self.first_refused
-        if refused is None:
+        if refused is None or self.every:
             tried = {point.size for point in self.points}
             return next((size for size in self.sizes if size not in tried), None)
         return self._bisect(refused)
 
     def _bisect(self, refused: Point) -> float | None:
         met = self.chosen
-        if met is None or self._bisections >= self.refine or refused.verdict == "memory":
+        if met is None or self._bisections >= self.refine or refused.verdict in ("memory", "failed"):
             return None
         middle = (met.size + refused.size) / 2
         middle = math.floor(middle) if self.whole else round(middle, 3)
@@ -130,15 +161,21 @@ class Probe:
         why = f"predicted peak {format_bytes(predicted)} > {format_bytes(self.memory_limit)}, not run"
         return Point(size, "memory", reason=why)
 
-    def record(self, size: float, figures: dict[str, float]) -> Point:
-        """A measured point: refused when its peak memory is above the limit, or when it misses the SLO."""
+    def record(self, size: float, figures: dict[str, float], detail: str = "") -> Point:
+        """Judge a measured point: refused when its peak memory is above the limit, or when it misses the SLO;
+        `detail` (the first failed request's error) follows the reason of a refusal."""
         peak = figures.get("peak_memory_bytes")
         if self.memory_limit is not None and peak is not None and peak > self.memory_limit:
             why = f"peak {format_bytes(peak)} > {format_bytes(self.memory_limit)}"
             return self.add(Point(size, "memory", figures, why))
-        misses = slo_misses(figures, self.slo)
-        point = Point(size, "slo", figures, "; ".join(misses)) if misses else Point(size, "met", figures)
+        misses = slo_misses(figures, self.slo) if self.share is None else share_misses(figures, self.share)
+        reason = "; ".join([*misses, detail] if detail else misses)
+        point = Point(size, "slo", figures, reason) if misses else Point(size, "met", figures)
         return self.add(point)
+
+    def record_failure(self, size: float, figures: dict[str, float], reason: str) -> Point:
+        """The server fell over during this point: the end of the bracket, the points below kept."""
+        return self.add(Point(size, "failed", figures, reason[:300]))
 
     def record_oom(self, size: float, message: str) -> Point:
         return self.add(Point(size, "oom", reason=message.splitlines()[0][:300] if message else "out of memory"))
@@ -200,6 +237,37 @@ class Capacity:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Capacity:
         return cls([Point.from_json(point) for point in data.get("points", [])], dict(data.get("slo", {})))
+
+
+@dataclass(frozen=True)
+class Extent:
+    """What a probe may cost before it runs, over every course it can take: its most points, and the least and the
+    most of a cost summed over the points of one course."""
+
+    most_points: int
+    least_cost: float
+    most_cost: float
+
+
+def extent(probe: Probe, cost: Callable[[float], float]) -> Extent:
+    """Every course the probe can take, each point met or refused (a capacity anywhere in its range)."""
+    courses = [[point.size for point in course] for course in _courses(probe)]
+    costs = [sum(cost(size) for size in course) for course in courses]
+    return Extent(max(len(course) for course in courses), min(costs), max(costs))
+
+
+def _courses(probe: Probe) -> list[list[Point]]:
+    if probe.every:  # each size runs, whatever the verdicts
+        return [[Point(size, "met") for size in probe.sizes]]
+    size = probe.next_size()
+    if size is None:
+        return [probe.points]
+    found = []
+    for verdict in ("met", "slo"):
+        branch = replace(probe, points=list(probe.points))
+        branch.add(Point(size, verdict))
+        found += _courses(branch)
+    return found
 
 
 def _size(size: float) -> str:

@@ -1,8 +1,10 @@
 """serve: the configuration as deployed, `transformers serve` under a load of concurrent requests (`--load`), judged
-by latency percentiles and goodput under an SLO (`--slo`)."""
+by latency percentiles and goodput under an SLO (`--slo`): each listed load level, or the highest level a range holds
+within the SLO (its capacity, found by a bracket: autotune/workloads/capacity.py)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, ClassVar
@@ -11,7 +13,10 @@ from autotune.errors import UserError
 from autotune.extras import SERVE
 from autotune.specs import ServeSpec, WorkloadSpec
 from autotune.workloads.base import WorkloadKind, register
+from autotune.workloads.capacity import Capacity, Probe, bisections, doubling, extent
 
+MIN_LEVEL_S = 2.0  # the least a rate level sends for
+CLIENT_ROUNDS = 4  # requests per client at a concurrency level, at least
 LOAD_FORM = (
     "rate=2,4,8 (Poisson arrivals, requests/s) or concurrency=1,8,32 (clients), each measured; or a range searched "
     "for the highest level within the SLO, rate=1-64"
@@ -48,10 +53,39 @@ class Serve(WorkloadKind):
         if load := given.get("--load"):
             spec.mode, levels = parse_load(load)  # type: ignore[assignment]
             if "-" in load:
+                if not given.get("--slo"):
+                    raise UserError(f"--load {load}: a range is searched for the highest load within --slo; give --slo")
                 spec.levels, spec.bracket = [], levels
             else:
                 spec.levels = levels
         return {"serve": spec}
+
+    def probe_allowance_s(self, spec: WorkloadSpec) -> float:
+        """A bracket of rates: the most seconds of requests a course can send less the least (open loop: a level of n
+        requests at rate r sends for (n - 1) / r s whatever the server does); 0 for listed levels or concurrencies."""
+        load = spec.serve
+        if load is None or not load.bracket or load.mode != "rate":
+            return 0.0
+        probe_cost = extent(level_probe(spec), lambda rate: sending_seconds(spec, rate))
+        return probe_cost.most_cost - probe_cost.least_cost
+
+    def describe_probe(self, spec: WorkloadSpec) -> str | None:
+        load = spec.serve
+        if load is None or not load.bracket:
+            return None
+        probe = level_probe(spec)
+        cost = extent(probe, lambda rate: sending_seconds(spec, rate))
+        ladder = ", ".join(f"{level:g}" for level in probe.sizes)
+        said = (
+            f"each trial measures up to {cost.most_points} load levels ({_level_length(spec)}): "
+            f"{load.mode} {ladder} while {spec.slo_share:.0%} of a level's requests meet the SLO, then up to "
+            f"{probe.refine} bisections between the highest level sustained and the lowest refused"
+        )
+        if load.mode == "rate":
+            sending = f"the requests take {cost.least_cost:.0f}-{cost.most_cost:.0f} s to send (open loop)"
+            more = cost.most_cost - cost.least_cost
+            return f"{said}; {sending}, so a trial's at-most duration allows {more:.0f} s more than an alike one took"
+        return f"{said}; how long a level takes depends on the server (closed loop)"
 
 
 def parse_load(text: str) -> tuple[str, list[float]]:
@@ -72,3 +106,65 @@ def parse_load(text: str) -> tuple[str, list[float]]:
     if mode == "concurrency" and any(level != int(level) for level in levels):
         raise UserError(f"--load {text!r}: a concurrency is a whole number of clients")
     return mode, sorted(set(levels))
+
+
+def level_probe(spec: WorkloadSpec) -> Probe:
+    """The levels a serve trial measures: each listed one, or a bracket from the range's lowest level, doubling while
+    the level is sustained (`slo_share` of its requests within the SLO), then bisected (capacity.bisections)."""
+    load = spec.serve
+    assert load is not None
+    if not load.bracket:
+        return Probe(list(load.levels), spec.slo, share=spec.slo_share, every=True)
+    low, high = load.bracket
+    refine = bisections(load.requests_per_level)
+    return Probe(doubling(low, high), spec.slo, refine=refine, whole=load.mode == "concurrency", share=spec.slo_share)
+
+
+def level_requests(spec: WorkloadSpec, level: float) -> int:
+    """How many requests a level sends: at least the load's `requests_per_level`. A rate level sends for at least
+    `level_seconds`, long enough that a server short of the rate by the bracket's last step builds a queue as long as
+    the SLO's bound, so that a burst it drains within the bound does not pass for a rate it sustains; a concurrency
+    level sends `CLIENT_ROUNDS` requests per client, so that every client keeps one in flight."""
+    load = spec.serve
+    assert load is not None
+    if load.mode == "rate":
+        return max(load.requests_per_level, math.ceil(level * level_seconds(spec)))
+    return max(load.requests_per_level, CLIENT_ROUNDS * int(level))
+
+
+def level_seconds(spec: WorkloadSpec) -> float:
+    """The least a rate level sends for: 2^bisections times the SLO's TTFT or end-to-end bound (the queue a server
+    25% short of the rate builds meanwhile, after 2 bisections, is as long as the bound), and `MIN_LEVEL_S` at least.
+    At 16 requests a level, 16 requests at 128/s were 0.12 s of load, which continuous batching on the 2-core VM
+    drained within 300 ms: a burst, not a rate."""
+    load = spec.serve
+    assert load is not None
+    queued = [bound for name, bound in spec.slo.items() if name.startswith(("ttft_", "e2e_"))]
+    return max(MIN_LEVEL_S, 2 ** bisections(load.requests_per_level) * max(queued, default=0.0))
+
+
+def sending_seconds(spec: WorkloadSpec, rate: float) -> float:
+    """How long a level at this rate takes to send its requests (the expected last of its Poisson arrivals)."""
+    return (level_requests(spec, rate) - 1) / rate
+
+
+def _level_length(spec: WorkloadSpec) -> str:
+    load = spec.serve
+    assert load is not None
+    if load.mode == "rate":
+        return f"each at least {load.requests_per_level} requests and {level_seconds(spec):g} s of arrivals"
+    return f"each at least {load.requests_per_level} requests and {CLIENT_ROUNDS} per client"
+
+
+def capacity_details(capacity: Capacity, unit: str, share: float) -> dict[str, Any]:
+    """What a serve trial stores of its levels (TaskDetails.capacity): the points, the unit (rate or concurrency), the
+    share of requests a sustained level needs, and what was found, in one line."""
+    return {**capacity.to_json(), "unit": unit, "share": share, "said": _said(capacity, unit, share)}
+
+
+def _said(capacity: Capacity, unit: str, share: float) -> str:
+    """ "rate 12 is the highest sustained (95% of requests within the SLO); rate 14 past the SLO: ..."."""
+    if capacity.chosen is None:
+        return capacity.why_none(unit)
+    highest = f"{unit} {capacity.chosen.size:g} is the highest sustained ({share:.0%} of requests within the SLO)"
+    return f"{highest}; {capacity.why_stopped(unit)}"

@@ -14,17 +14,15 @@ class Throughput(WorkloadKind):
     flags = ("--slo",)
     probes = "batch"
 
-    def probe_cost(self, spec: WorkloadSpec) -> float:
-        # A larger batch's iterations take longer on a CPU and about as long on a GPU: each point is costed as the
-        # one-batch trial's measuring, the load and the quality check once (an upper estimate).
-        return float(len(spec.batch_sizes) or 1)
-
-    def probe_line(self, spec: WorkloadSpec) -> str | None:
-        if not spec.probes_capacity:
+    def describe_probe(self, spec: WorkloadSpec) -> str | None:
+        if not spec.batch_sizes:
             return None
         sizes = ", ".join(map(str, spec.batch_sizes))
         within = f"within {describe_slo(spec.slo)} and " if spec.slo else "within "
+        # A larger batch's iterations take longer on a CPU and about as long on a GPU: each point is costed as a
+        # one-batch trial's measuring (an upper estimate); the forecast learns the real cost from the first trials.
         return (
             f"each trial probes its capacity: batch sizes {sizes}, climbing {within}the memory; up to about "
-            f"{self.probe_cost(spec):g}x a trial of one batch of the same configuration"
+            f"{len(spec.batch_sizes)}x a trial of one batch of the same configuration: a plain trial here is such a "
+            "probe"
         )

@@ -21,7 +21,7 @@ import pytest
 from autotune.report.data import collect
 from autotune.study import records
 from tests.browser import open_page
-from tests.conftest import run_cli
+from tests.conftest import REPO, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -48,7 +48,8 @@ class ProbeSearch:
 @pytest.fixture(scope="module")
 def probe_search(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> ProbeSearch:
     workdir = tmp_path_factory.mktemp("probe")
-    env = {**os.environ, "AUTOTUNE_CACHE_DIR": str(cache_dir), "AUTOTUNE_INJECT_FAULTS": json.dumps(OOM_FROM_BATCH_2)}
+    env = {**os.environ, "AUTOTUNE_CACHE_DIR": str(cache_dir), "PYTHONPATH": str(REPO)}
+    env["AUTOTUNE_INJECT_FAULTS"] = json.dumps(OOM_FROM_BATCH_2)
     completed = run_cli(ARGS, workdir, env, timeout=900)
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
     return ProbeSearch(workdir, completed)

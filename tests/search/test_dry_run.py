@@ -17,7 +17,7 @@ from autotune.search.dry_run import DryRun, dry_run
 from autotune.search.durations import ALIKE_MARGIN, EXTRAPOLATED_MARGIN
 from autotune.search.strategy import RECIPES
 from autotune.space import KNOBS, load_space
-from autotune.specs import BudgetSpec, HardwareSpec, SearchRequest
+from autotune.specs import BudgetSpec, HardwareSpec, SearchRequest, ServeSpec
 
 GPU_PROFILES = ("t4", "a10g", "a100-80gb", "h100")
 SPEED_PRESETS = ("throughput", "latency")
@@ -104,6 +104,19 @@ def test_a_dry_run_lists_as_many_trials_as_asked_with_their_expected_time():
     assert run.trials[2].at_most == pytest.approx(EXTRAPOLATED_MARGIN * run.trials[2].relative_seconds)
 
 
+def test_a_serve_dry_run_says_what_each_trial_s_capacity_bracket_may_cost():
+    load = ServeSpec("rate", [], bracket=[4.0, 32.0])
+    workload = WorkloadSpec("serve", input_len=32, output_len=16, serve=load, slo={"ttft_p95_s": 0.3})
+    run = dry_run(SearchRequest(ModelSpec("demo"), HardwareSpec("cpu"), workload, budget=BudgetSpec(max_trials=2)))
+    assert run.probe is not None and run.probe.startswith(
+        "each trial measures up to 6 load levels (each at least 16 requests and 2 s of arrivals): rate 4, 8, 16, 32 "
+        "while 95% of a level's requests meet the SLO, then up to 2 bisections between the highest level sustained "
+        "and the lowest refused; the requests take 4-13 s to send (open loop), so a trial's at-most duration allows "
+        "10 s more"
+    )
+    assert planned("h100", "balanced", trials=2).probe is None  # one batch per trial: nothing probed
+
+
 def test_the_cli_prints_the_plan_as_json_and_creates_nothing(tmp_path: Path, cli_env: dict[str, str]) -> None:
     command = [sys.executable, "-m", "autotune", "search", "--model", "demo", "--gpu", "h100", "--dry-run", "--json"]
     done = subprocess.run([*command, "--trials", "5"], cwd=tmp_path, env=cli_env, capture_output=True, text=True)
@@ -120,6 +133,6 @@ def test_a_dry_run_says_what_each_trials_capacity_probe_tries_and_may_cost():
     run = dry_run(SearchRequest(ModelSpec("demo"), HardwareSpec("h100"), workload, budget=BudgetSpec(max_trials=3)))
     assert run.probe == (
         "each trial probes its capacity: batch sizes 1, 2, 4, 8, 16, 32, climbing within itl_p95<=5ms and the memory; "
-        "up to about 6x a trial of one batch of the same configuration"
+        "up to about 6x a trial of one batch of the same configuration: a plain trial here is such a probe"
     )
     assert planned("h100", "balanced", trials=3).probe is None  # one batch: no probe

@@ -5,7 +5,16 @@ from __future__ import annotations
 import pytest
 
 from autotune.errors import UserError
-from autotune.workloads.capacity import Capacity, Probe, capacity_unit, doubling, parse_batch_sizes
+from autotune.workloads.capacity import (
+    Capacity,
+    Extent,
+    Probe,
+    bisections,
+    capacity_unit,
+    doubling,
+    extent,
+    parse_batch_sizes,
+)
 
 MB = 1e6
 
@@ -108,3 +117,66 @@ def test_a_unit_says_its_sizes_and_the_figure_carried_at_each(unit, size, said, 
     assert capacity_unit(unit).carried == carried
     assert capacity_unit(unit).prompts_at_once == (said.startswith("batch"))  # generate()'s batch: the snippet's
     assert capacity_unit(unit).by_share == (carried == "goodput_req_s")  # a load level: its share of requests
+
+
+# ------------------------------------------------------------------------------- load levels (serve)
+
+
+def level(share: float, requests: int = 16, errors: int = 0) -> dict[str, float]:
+    return {"slo_share": share, "requests": float(requests), "errors": float(errors), "ttft_p95_s": 9.0}
+
+
+def test_a_load_level_is_judged_by_the_share_of_its_requests_within_the_slo_not_its_percentiles():
+    probe = Probe(doubling(2.0, 16.0), {"ttft_p95_s": 0.3}, refine=2, whole=False, share=0.95)
+    assert probe.record(2.0, level(1.0)).verdict == "met"  # its p95 (9 s) is past the bound: the share decides
+    refused = probe.record(4.0, level(13 / 16, errors=2), detail="the first failed: HTTP 500: boom")
+    assert refused.verdict == "slo"
+    assert refused.reason == (
+        "13 of 16 requests within it (81.2%) < 95%; 2 of 16 requests failed; the first failed: HTTP 500: boom"
+    )
+    assert probe.capacity().why_stopped("rate") == f"rate 4 past the SLO: {refused.reason}"
+
+
+def test_a_rate_bracket_doubles_then_bisects_twice_at_16_requests_a_level():
+    sustained_up_to = 11.0
+    probe = Probe(doubling(2.0, 64.0), {"ttft_p95_s": 0.3}, refine=bisections(16), whole=False, share=0.95)
+    capacity = run(probe, lambda rate: level(1.0 if rate <= sustained_up_to else 0.5))
+    assert [p.size for p in capacity.points] == [2.0, 4.0, 8.0, 10.0, 12.0, 16.0]  # 12, then 10: two bisections
+    assert capacity.chosen.size == 10.0 and capacity.refused.size == 12.0
+
+
+def test_bisections_stop_where_a_level_of_n_requests_cannot_tell_rates_apart():
+    assert [bisections(n) for n in (1, 4, 16, 64, 256)] == [0, 1, 2, 3, 4]
+
+
+def test_listed_levels_are_each_measured_whatever_their_verdicts():
+    probe = Probe([1.0, 2.0, 4.0], {"ttft_p95_s": 0.3}, share=0.95, every=True)
+    capacity = run(probe, lambda load: level(0.5 if load == 2.0 else 1.0))
+    assert [(p.size, p.verdict) for p in capacity.points] == [(1.0, "met"), (2.0, "slo"), (4.0, "met")]
+    assert capacity.chosen.size == 4.0  # the highest level sustained
+
+
+def test_a_server_that_fell_over_ends_the_bracket_and_keeps_the_levels_below():
+    probe = Probe(doubling(1.0, 16.0), {"ttft_p95_s": 0.3}, refine=2, whole=False, share=0.95)
+    probe.record(1.0, level(1.0))
+    probe.record(2.0, level(1.0))
+    probe.record_failure(4.0, level(0.25, errors=12), "transformers serve was killed by SIGKILL during the trial")
+    assert probe.next_size() is None  # no bisection: the server is gone
+    capacity = probe.capacity()
+    assert capacity.chosen.size == 2.0
+    assert capacity.why_stopped("rate") == (
+        "rate 4 the server failed: transformers serve was killed by SIGKILL during the trial"
+    )
+
+
+def test_a_probe_says_what_it_may_cost_before_it_runs():
+    def sending(rate: float) -> float:
+        return 15 / rate  # 16 Poisson arrivals: the last one 15 / rate seconds after the first
+
+    cost = extent(Probe(doubling(1.0, 64.0), {}, refine=2, whole=False, share=0.95), sending)
+    assert cost.most_points == 7 + 2  # 1, 2, 4, ..., 64, then two bisections
+    assert cost.least_cost == sending(1.0)  # refused at the first level
+    # the longest course: 1 sustained, 2 refused, then 1.5 and 1.25 both refused
+    assert cost.most_cost == sending(1.0) + sending(2.0) + sending(1.5) + sending(1.25)
+    listed = extent(Probe([1.0, 4.0], {}, share=0.95, every=True), sending)
+    assert listed == Extent(2, sending(1.0) + sending(4.0), sending(1.0) + sending(4.0))  # every listed level runs

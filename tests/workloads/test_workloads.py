@@ -46,8 +46,10 @@ def test_the_serve_kind_reads_its_own_flags_and_needs_a_servable_plan():
     serve = KINDS["serve"]
     options = serve.options({"--load": "rate=4,2", "--slo": "ttft_p95<=300ms", "--serve-port": None})
     assert options == {"serve": ServeSpec(mode="rate", levels=[2.0, 4.0])}  # the SLO is every kind's: WorkloadSpec
-    bracket = serve.options({"--load": "concurrency=1-32"})["serve"]
+    bracket = serve.options({"--load": "concurrency=1-32", "--slo": "ttft_p95<=1s"})["serve"]
     assert (bracket.mode, bracket.levels, bracket.bracket) == ("concurrency", [], [1.0, 32.0])
+    with pytest.raises(UserError, match="--load rate=1-64: a range is searched for the highest load within --slo"):
+        serve.options({"--load": "rate=1-64"})
     assert serve.as_run(WorkloadSpec("serve")).serve == ServeSpec()  # a serve trial switched to by the knob
     assert serve.plan_problem(["sdpa_backend=math"]) == "transformers serve has no flag for: sdpa_backend=math"
     assert KINDS["throughput"].plan_problem(["sdpa_backend=math"]) is None
