@@ -3,15 +3,18 @@
 # .gpukit/ (wheels and the demo model, built by ../shared/tools/gpukit/make-kit.sh --with-plotly) carried.
 # Installs the wheels into the machine's own python, records versions, runs benchmarks/gpu_proof.py and
 # leaves SUMMARY.md, the log and a tarball of the proof folder under $OUT.
-# PHASE: demo | llama | resume-llama | conformance | headroom | settings.  Each phase is self-contained: a fresh
+# PHASE: demo | llama | resume-llama | conformance | quant | headroom | settings | eight-b.  Each phase is self-contained: a fresh
 # machine forgets everything.
 # Every phase first records `autotune gpus` (what autotune detects on the card) in $OUT/gpus.txt.
 # conformance: benchmarks/conformance.py for the card's profile, every value it does not prune (BUDGET: per case),
 # its table written case by case to $OUT/conformance-<profile>.md.
-# headroom: the 1.1B Llama at batch 1 and 8 (not run on a GPU yet; about 7 minutes, estimated from the H200's compile
-# times): benchmarks/timer_check.py (autotune's clock, the synchronizing clock it replaced, and a plain generate()
-# timed only around the call), benchmarks/decode_ceiling.py (the hand-written loop), and `autotune measure` of static
-# cache + compile reduce-overhead; $OUT/HEADROOM.md sets the last two against each other.
+# headroom: the 1.1B Llama at batch 1 and 8: benchmarks/decode_ceiling.py (the hand-written loop) and `autotune measure`
+# of static cache + compile reduce-overhead, set against each other by benchmarks/headroom.py; then (unless BUDGET is
+# lean) benchmarks/timer_check.py (autotune's clock, the synchronizing clock it replaced, and a plain generate() timed
+# only around the call).
+# quant: conformance of the torchao, optimum-quanto and hqq values (the kit built with --with-quant), BUDGET per case.
+# eight-b: a model of Llama-3-8B's shape (random weights, bf16), a capacity search of BUDGET (batch 1-64 within
+# itl_p95<=30ms), then the hand loop at batch 1 and 8 stored with that study ($OUT/llama-8b.db).
 # settings: the same model at batch 1 (not run on a GPU yet; about 7 minutes, estimated): benchmarks/generate_settings.py
 # (what each setting transformers offers does to the decode step, reduce-overhead) and benchmarks/decode_profile.py
 # (generate()'s step against the hand loop's under torch.profiler, host side).
@@ -43,20 +46,33 @@ case $P in
     profile=$(python3 -c "from autotune.profiles import resolve_hardware as r; print(r('auto', None).profile.name)")
     python3 benchmarks/conformance.py --gpu "$profile" --timeout "$B" --table "$OUT/conformance-$profile.md" 2>&1 \
       | tee "$OUT/conformance-$profile.log" ;;
-  headroom)
-    folder=$(python3 benchmarks/llama_1b.py --device cuda 2>"$OUT/build.log" | tail -1)
-    for b in 1 8; do
-      python3 benchmarks/timer_check.py --model "$folder" --device cuda --batch-size $b --rounds 10 2>&1 | tee "$OUT/timers-b$b.log"
-    done
-    python3 benchmarks/decode_ceiling.py --model "$folder" --device cuda --batch-size 1 --batch-size 8 --json \
-      >"$OUT/ceiling.json" 2>"$OUT/ceiling.log"
+  headroom)  # the headline first (ceiling and measure), the timer cross-check last; logs go to stdout (8 files come back)
+    folder=$(python3 benchmarks/llama_1b.py --device cuda | tail -1)
+    timeout 150 python3 benchmarks/decode_ceiling.py --model "$folder" --device cuda --batch-size 1 --batch-size 8 --json \
+      >"$OUT/ceiling.json"
     for b in 1 8; do
       kind=throughput; [ "$b" = 1 ] && kind=latency
-      python3 -m autotune measure --model "$folder" --device cuda --workload $kind --batch-size $b --json \
-        --set dtype=bfloat16 --set cache_implementation=static --set compile=reduce-overhead \
-        >"$OUT/measure-b$b.json" 2>"$OUT/measure-b$b.log"
+      timeout 100 python3 -m autotune measure --model "$folder" --device cuda --workload $kind --batch-size $b --json \
+        --set dtype=bfloat16 --set cache_implementation=static --set compile=reduce-overhead >"$OUT/measure-b$b.json"
     done
-    python3 benchmarks/headroom.py "$OUT" | tee "$OUT/HEADROOM.md" ;;
+    python3 benchmarks/headroom.py "$OUT"
+    [ "$B" = lean ] || for b in 1 8; do
+      python3 benchmarks/timer_check.py --model "$folder" --device cuda --batch-size $b --rounds 10 2>&1
+    done ;;
+  quant)  # the quantization packages' values (torchao, optimum-quanto, hqq) on the card's profile, BUDGET per case
+    profile=$(python3 -c "from autotune.profiles import resolve_hardware as r; print(r('auto', None).profile.name)")
+    cases=(); for c in torchao-int8 torchao-int4 torchao-fp8 quanto-int8 quanto-int4 quanto-float8; do cases+=(--case "quantization=$c"); done
+    cases+=(--case kv_cache_backend=quanto --case kv_cache_backend=hqq)
+    python3 benchmarks/conformance.py --gpu "$profile" --timeout "$B" "${cases[@]}" --table "$OUT/conformance-$profile-quant.md" 2>&1 ;;
+  eight-b)  # Llama-3-8B's shape, random weights: a capacity search within a per-token target, then the hand loop
+    out=/tmp/llama-8b; [ "$(df --output=avail -k /dev/shm | tail -1)" -gt 40000000 ] && out=/dev/shm/llama-8b  # 16 GB
+    folder=$(timeout 240 python3 benchmarks/llama_1b.py --device cuda --shape 8b --train-steps 0 --out $out | tail -1)
+    df -h /dev/shm /tmp; ls -la "$folder"
+    storage=sqlite:///$OUT/llama-8b.db
+    timeout 480 python3 -m autotune search --model "$folder" --device cuda --gpu auto --study llama-8b --storage "$storage" \
+      --batch-size 1-64 --slo "itl_p95<=30ms" --budget "$B" --report /tmp/llama-8b.html 2>&1 | tee "$OUT/search-8b.log"
+    timeout 200 python3 benchmarks/decode_ceiling.py --model "$folder" --device cuda --batch-size 1 --batch-size 8 --json \
+      --study llama-8b --storage "$storage" >"$OUT/ceiling-8b.json" ;;
   settings)
     folder=$(python3 benchmarks/llama_1b.py --device cuda 2>"$OUT/build.log" | tail -1)
     python3 benchmarks/generate_settings.py --model "$folder" --device cuda --dtype bfloat16 --mode reduce-overhead \

@@ -1,4 +1,4 @@
-"""Build a Llama of about 1.1B parameters (TinyLlama's shape) offline, with the demo model's tokenizer.
+"""Build a Llama of 1.1B parameters (TinyLlama's shape), or of Llama-3-8B's shape, offline, with the demo tokenizer.
 
 Random weights give near-uniform next-token distributions, so quality figures barely move and greedy
 outputs may repeat one token. The build therefore trains the model briefly on the bundled corpus
@@ -8,6 +8,10 @@ already there is reused.
 
     python benchmarks/llama_1b.py --device cuda                # prints the model folder on its last line
     python benchmarks/llama_1b.py --device cpu --small --train-steps 2 --out /tmp/tiny-llama   # a test
+    python benchmarks/llama_1b.py --device cuda --shape 8b --train-steps 0   # Llama-3-8B's shape, random weights
+
+The 8B shape (hidden 4096, 32 layers, 32 heads, 8 KV heads, intermediate 14336, vocabulary 32000) is built in
+bfloat16 on the device and not trained: its speed and memory are an 8B model's, its quality figures mean little.
 
 torch is imported inside the functions that need it: benchmarks/gpu_proof.py imports this module for
 `model_folder` only, and its own process never imports torch.
@@ -35,6 +39,13 @@ SHAPE = {
     "num_attention_heads": 32,
     "num_key_value_heads": 4,
 }
+SHAPE_8B = {  # Llama-3-8B's, with the demo tokenizer's vocabulary size below
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+}
 SMALL_SHAPE = {
     "hidden_size": 64,
     "intermediate_size": 128,
@@ -49,12 +60,16 @@ LEARNING_RATE = 3e-4
 BATCH, SEQUENCE = 16, 128
 
 
-def model_folder(cache_dir: Path, train_steps: int, small: bool = False) -> Path:
+SHAPES = {"1b": SHAPE, "8b": SHAPE_8B, "small": SMALL_SHAPE}
+
+
+def model_folder(cache_dir: Path, train_steps: int, small: bool = False, shape: str = "1b") -> Path:
     """Where the built model is kept: one folder per shape and number of training steps."""
-    return cache_dir / "models" / f"llama-1b{'-small' if small else ''}-s{train_steps}"
+    name = "llama-1b-small" if small or shape == "small" else f"llama-{shape}"
+    return cache_dir / "models" / f"{name}-s{train_steps}"
 
 
-def ensure_llama(out: Path, train_steps: int, device: str, small: bool = False) -> Path:
+def ensure_llama(out: Path, train_steps: int, device: str, small: bool = False, shape: str = "1b") -> Path:
     """Build the model into `out` unless a saved one is there; built in a staging folder, then renamed."""
     if (out / "config.json").exists():
         print(f"reusing {out}", flush=True)
@@ -62,15 +77,16 @@ def ensure_llama(out: Path, train_steps: int, device: str, small: bool = False) 
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
     try:
-        build(staging, train_steps, device, small)
+        build(staging, train_steps, device, "small" if small else shape)
         staging.rename(out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return out
 
 
-def build(out: Path, train_steps: int, device: str, small: bool = False) -> None:
-    """Build, train briefly and save (bfloat16, with the tokenizer) a Llama into `out`."""
+def build(out: Path, train_steps: int, device: str, shape: str = "1b") -> None:
+    """Build, train briefly and save (bfloat16, with the tokenizer) a Llama into `out`; untrained ones are built in
+    bfloat16 directly (an 8B model in float32 would need 32 GB before its conversion)."""
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
@@ -85,11 +101,14 @@ def build(out: Path, train_steps: int, device: str, small: bool = False) -> None
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         tie_word_embeddings=False,
-        **(SMALL_SHAPE if small else SHAPE),
+        **SHAPES[shape],
     )
     torch.manual_seed(0)
+    if not train_steps:
+        torch.set_default_dtype(torch.bfloat16)
     with torch.device(device):
         model = LlamaForCausalLM(config)
+    torch.set_default_dtype(torch.float32)
     parameters = sum(p.numel() for p in model.parameters())
     print(f"parameters: {parameters / 1e9:.3f} B, built in {time.monotonic() - started:.1f}s", flush=True)
     if train_steps:
@@ -127,10 +146,11 @@ def main() -> None:
     parser.add_argument("--device", default="cuda", help="where to build and train: cuda, cuda:N or cpu")
     parser.add_argument("--train-steps", type=int, default=DEFAULT_TRAIN_STEPS)
     parser.add_argument("--small", action="store_true", help="hidden 64, 2 layers: to test the build on a CPU")
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="1b", help="1b (TinyLlama's), 8b (Llama-3-8B's)")
     parser.add_argument("--out", type=Path, help="model folder [default: <autotune cache>/models/llama-1b-s<steps>]")
     args = parser.parse_args()
-    out = args.out or model_folder(default_cache_dir(), args.train_steps, args.small)
-    print(ensure_llama(out, args.train_steps, args.device, args.small), flush=True)
+    out = args.out or model_folder(default_cache_dir(), args.train_steps, args.small, args.shape)
+    print(ensure_llama(out, args.train_steps, args.device, args.small, args.shape), flush=True)
 
 
 if __name__ == "__main__":

@@ -271,6 +271,14 @@ class TrialLoop:
         holder = claim_configuration(self.study, self.claims, config_key(config), number)
         return None if holder == number else f"same configuration as trial #{holder}"
 
+    def _record_forecast(self, trial: optuna.Trial, config: Config) -> None:
+        """What the budget expected this trial to take, beside what it took (`duration_s`): the forecast checked."""
+        forecast = self._durations(studies.records(self.study)).of(config)
+        if forecast.at_most is not None:  # seconds only once a trial ended; before, no scale
+            trial.set_user_attr(
+                "forecast_s", {"expected": round(forecast.expected, 1), "at_most": round(forecast.at_most, 1)}
+            )
+
     def _release(self, config: Config, number: int) -> None:
         self.claims.release(config_key(config), number)
 
@@ -280,6 +288,7 @@ class TrialLoop:
             self.passed_over.pop(why, None)
         built = build_plan(config, plan_target(self.session.profile, self.request))
         studies.record_launch(trial, config, built.to_json(), roles)
+        self._record_forecast(trial, config)
         spec = trial_spec(self.request, self.prepared, config, built.to_json())
         if (fault := _injected_fault(self.launched, config)) is not None:
             spec.fault = fault
