@@ -65,6 +65,17 @@ case $P in
     cases+=(--case kv_cache_backend=quanto --case kv_cache_backend=hqq)
     python3 benchmarks/conformance.py --gpu "$profile" --timeout "$B" "${cases[@]}" --table "$OUT/conformance-$profile-quant.md" 2>&1 ;;
   eight-b)  # Llama-3-8B's shape, random weights: a capacity search within a per-token target, then the hand loop
+    python3 -W ignore - <<'PY'  # which of the fork server's imports initialises CUDA (the first H100 try failed on it)
+import importlib, torch
+for name in ("transformers", "transformers.cache_utils", "transformers.models.llama.modeling_llama",
+             "transformers.integrations.hub_kernels", "autotune.worker.tasks", "hqq.core.quantize", "optimum.quanto",
+             "torchao", "bitsandbytes"):
+    try:
+        importlib.import_module(name)
+    except Exception as error:
+        print(f"import {name} failed: {type(error).__name__}: {error}")
+    print(f"after import {name}: CUDA initialised {torch.cuda.is_initialized()}")
+PY
     out=/tmp/llama-8b; [ "$(df --output=avail -k /dev/shm | tail -1)" -gt 40000000 ] && out=/dev/shm/llama-8b  # 16 GB
     folder=$(timeout 240 python3 benchmarks/llama_1b.py --device cuda --shape 8b --train-steps 0 --out $out | tail -1)
     df -h /dev/shm /tmp; ls -la "$folder"

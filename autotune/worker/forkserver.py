@@ -3,7 +3,10 @@
 Every trial still runs in its own process, with its own memory, its own process group and its own
 fate, but it no longer pays the seconds of importing the libraries (benchmarks/trial_overhead.py
 shows the split). The server never initialises CUDA nor starts a thread before forking, which is
-what makes fork safe here; if it ever finds another thread, it refuses and the runner spawns.
+what makes fork safe here; if it ever finds another thread, or CUDA initialised by an import (a package
+that asks the card's capability when imported: on an H100 with the quantization packages installed, the
+trials' first fork failed with "Cannot re-initialize CUDA in forked subprocess"), it refuses and the runner
+spawns.
 
 Protocol (JSON lines): the runner writes {"spec", "result", "log", "env"}; the server answers
 {"pid": N} once the child runs, then {"pid": N, "status": wait status} when it has ended.
@@ -55,6 +58,17 @@ def _child(request: dict, born: float) -> None:
         os._exit(code)
 
 
+def unsafe_to_fork() -> str | None:
+    """Why a fork now would hand the child a broken process, or None."""
+    import torch
+
+    if threading.active_count() != 1:
+        return "the fork server has started a thread; it cannot fork safely"
+    if torch.cuda.is_initialized():
+        return "CUDA was initialised in the fork server (by an import); a forked process cannot use it"
+    return None
+
+
 def _send(message: dict) -> None:
     sys.stdout.write(json.dumps(message) + "\n")
     sys.stdout.flush()
@@ -66,8 +80,9 @@ def main() -> None:
     _send({"ready": True, "pid": os.getpid()})
     for line in sys.stdin:
         request = {**json.loads(line), "server": os.getpid()}
-        if threading.active_count() != 1:
-            _send({"refused": "the fork server has started a thread; it cannot fork safely"})
+        refusal = unsafe_to_fork()
+        if refusal is not None:
+            _send({"refused": refusal})
             continue
         born = time.time()
         pid = os.fork()

@@ -92,3 +92,25 @@ def test_the_process_group_of_a_timed_out_task_is_gone(tmp_path, server):
         assert time.monotonic() < gone_by, f"processes of the timed-out group survived: {group_members(result.pid)}"
         time.sleep(0.1)
     assert server.process.poll() is None
+
+
+def test_a_server_whose_imports_initialised_cuda_refuses_to_fork():
+    """On an H100 with the quantization packages installed, an import in the server initialised CUDA and every
+    forked trial failed ("Cannot re-initialize CUDA in forked subprocess"). A CPU has no CUDA to initialise: the
+    server here runs with torch.cuda.is_initialized answering True, and must refuse rather than fork."""
+    import json
+    import subprocess
+    import sys
+
+    pretend = (
+        "import torch; torch.cuda.is_initialized = lambda: True; "
+        "from autotune.worker import forkserver; forkserver.main()"
+    )
+    request = json.dumps({"spec": "s.json", "result": "r.json", "log": os.devnull, "env": {}})
+    done = subprocess.run(
+        [sys.executable, "-c", pretend], input=request + "\n", capture_output=True, text=True, timeout=300
+    )
+    replies = [json.loads(line) for line in done.stdout.splitlines()]
+    assert replies[0]["ready"] is True
+    assert "CUDA was initialised in the fork server" in replies[1]["refused"]
+    assert len(replies) == 2  # nothing forked
