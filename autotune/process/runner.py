@@ -61,7 +61,8 @@ def run_in_worker(
         write_json_atomically(spec_path, spec.to_json())
     except OSError as error:  # a full disk, a folder that cannot be written: this task fails, not the study
         return TaskResult(Outcome.ERROR, f"cannot write the task's files in {workdir}: {error.strerror}", phase="start")
-    process = FORK_SERVER.launch(spec_path, result_path, log_path) or _spawn(spec_path, result_path, log_path)
+    forked = FORK_SERVER.launch(spec_path, result_path, log_path) if forkable(spec.device) else None
+    process = forked or _spawn(spec_path, result_path, log_path)
     started = time.monotonic()  # after the fork server's own start (imports once for every task), not before
     try:
         with contextlib.suppress(OSError):  # a full disk: the pid is recorded with the trial anyway (on_start)
@@ -185,6 +186,14 @@ class ForkedWorker:
             self.returncode = os.waitstatus_to_exitcode(message["status"])
 
 
+def forkable(device: str) -> bool:
+    """Whether a task on this device may be forked from the fork server. Not a GPU's: an import that merely asks
+    `torch.cuda.is_available()` poisons every later fork for CUDA, without `torch.cuda.is_initialized()` saying so
+    (on an H100 with the quantization packages installed, every forked trial failed: "Cannot re-initialize CUDA in
+    forked subprocess"). A GPU trial takes tens of seconds; the imports a spawned worker repeats take a few."""
+    return not device.startswith("cuda")
+
+
 class ForkServer:
     """The study process's fork server (autotune.worker.forkserver), started on first use."""
 
@@ -210,6 +219,7 @@ class ForkServer:
         if reply is None or "pid" not in reply:
             log.warning("the fork server did not fork (%s); spawning workers instead", reply)
             self._stop()
+            self.disabled = "refused" in (reply or {})  # it would refuse again: not started anew for every task
             return None
         return ForkedWorker(self, reply["pid"])
 

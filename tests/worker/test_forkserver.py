@@ -114,3 +114,13 @@ def test_a_server_whose_imports_initialised_cuda_refuses_to_fork():
     assert replies[0]["ready"] is True
     assert "CUDA was initialised in the fork server" in replies[1]["refused"]
     assert len(replies) == 2  # nothing forked
+
+
+def test_a_task_on_a_gpu_is_spawned_never_forked(tmp_path, server):
+    """A GPU trial forked from the server failed on the H100 (CUDA poisoned by an import): it is spawned."""
+    parents: list[int] = []
+    spec = faulty_spec(tmp_path, "raise", phase="start")
+    spec.device = "cuda:0"
+    result = run_in_worker(spec, tmp_path / "w", Limits(120), on_start=parents_of_workers(parents))
+    assert result.outcome == Outcome.ERROR
+    assert parents == [os.getpid()], "the GPU task was forked by the server"
