@@ -1,7 +1,7 @@
 """The search loop's decisions that need no model: budget estimates, and what a failure says of its values."""
 
 from autotune import study as studies
-from autotune.process.results import Outcome, TaskResult
+from autotune.process.results import Outcome, TaskDetails, TaskResult
 from autotune.search.durations import Durations, ended
 from autotune.search.loop import TRIAL_PROCESSES, Spending, judge_values, overrun_reason
 from autotune.study import TrialRecord
@@ -61,6 +61,21 @@ def test_only_the_first_call_of_a_compiled_plan_is_compiling():
     spending.add_trial(_ok_trial(first_call_s=1.0), duration=11.0, compiles=False)
     assert spending.seconds["compiling (first calls)"] == 5.0 and spending.seconds["first calls"] == 1.0
     assert spending.seconds["warming up"] == 1.0 + 5.0
+
+
+def test_a_capacity_probe_compiles_at_the_first_call_of_each_batch_not_only_at_its_capacity():
+    """The H100's 8B probe compiled for 35 s at batch 1 and 48 s at batch 2; its capacity's own first call (batch 64)
+    took 1.2 s, and the summary said 'compiling (first calls) 1.2s, warming up 1m40s'."""
+    points = [
+        {"size": size, "verdict": "met", "figures": {"first_call_s": s}} for size, s in ((1, 35.0), (2, 48.0), (4, 1.2))
+    ]
+    trial = _ok_trial(first_call_s=1.2)
+    trial.timings["warmup"] = 90.0
+    trial.details = TaskDetails(capacity={"points": points})
+    spending = Spending()
+    spending.add_trial(trial, duration=110.0, compiles=True)
+    assert spending.seconds["compiling (first calls)"] == 35.0 + 48.0 + 1.2
+    assert spending.seconds["warming up"] == 90.0 - (35.0 + 48.0 + 1.2)
 
 
 def test_failed_and_cut_short_trials_are_counted_whole_under_their_own_names():
