@@ -35,6 +35,7 @@ import torch
 from autotune.errors import UserError
 from autotune.paths import default_cache_dir
 from autotune.specs import WorkloadSpec
+from autotune.study.ceilings import utc_minute
 from autotune.worker.measurement.speed import decode_bytes_per_step, kv_bytes_per_token, roofline
 from autotune.worker.measurement.timing import repeat_until
 from autotune.worker.measurement.token_clock import TokenClock
@@ -63,6 +64,7 @@ class Ceiling:
     copy_bandwidth_gb_s: float  # measured here: a device-to-device copy, bytes read + written per second
     torch: str
     transformers: str
+    measured_at: str  # when its iterations ended (a figure can be stored with a study later)
 
     @property
     def copy_fraction(self) -> float:
@@ -192,7 +194,7 @@ def measure(args: argparse.Namespace, model: Any, tokenizer: Any, batch: int, co
         decode_tok_s=speed, decode_tok_s_cv=statistics.pstdev(speeds) / statistics.mean(speeds),
         iterations=len(speeds), achieved_bandwidth_gb_s=figures["achieved_bandwidth_gb_s"],
         roofline_fraction=figures["roofline_fraction"], peak_bandwidth_gb_s=peak, copy_bandwidth_gb_s=copy_gb_s,
-        torch=found["torch"], transformers=found["transformers"],
+        torch=found["torch"], transformers=found["transformers"], measured_at=utc_minute(),
     )  # fmt: skip
 
 

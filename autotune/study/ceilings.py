@@ -28,8 +28,13 @@ def add_ceilings(study: optuna.Study, figures: list[dict[str, Any]]) -> None:
         check_same_model_and_device(study, figure["model"], figure["device_name"])
     keys = {_key(figure) for figure in figures}
     kept = [stored for stored in ceilings(study) if _key(stored) not in keys]
-    now = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    set_study_system_attr(study, CEILINGS_ATTR, [*kept, *({**figure, "measured_at": now} for figure in figures)])
+    now = utc_minute()
+    set_study_system_attr(study, CEILINGS_ATTR, [*kept, *({**figure, "stored_at": now} for figure in figures)])
+
+
+def utc_minute() -> str:
+    """Now, as a ceiling's `measured_at` and `stored_at` say it."""
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
 
 
 def store_ceilings(url: str, study_name: str, figures: list[dict[str, Any]]) -> None:

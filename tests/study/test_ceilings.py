@@ -24,9 +24,9 @@ def ceiling(batch: int, tok_s: float, **changes: object) -> dict[str, object]:
     return {**figure, **changes}
 
 
-def prepared_study(tmp_path):
-    """fakes.known_study, with the device its prepare step found."""
-    study, url = fakes.known_study(tmp_path / "known.db")
+def prepared_study(tmp_path, make=fakes.known_study):
+    """fakes.known_study (or another of fakes' studies), with the device its prepare step found."""
+    study, url = make(tmp_path / "known.db")
     settings = studies.stored_settings(study)
     environment = {**settings.prepared.environment, "device_name": DEVICE}
     studies.update_settings(study, replace(settings, prepared=replace(settings.prepared, environment=environment)))
@@ -39,7 +39,7 @@ def test_figures_of_the_studys_model_and_device_are_stored_and_a_new_one_replace
     store_ceilings(url, study.study_name, [ceiling(8, 520.0)])
     stored = ceilings(studies.load_stored_study(url, study.study_name))
     assert sorted((f["batch_size"], f["decode_tok_s"]) for f in stored) == [(1, 80.0), (8, 520.0)]
-    assert all(f["measured_at"].endswith("UTC") for f in stored)
+    assert all(f["stored_at"].endswith("UTC") for f in stored)
 
 
 @pytest.mark.parametrize(
