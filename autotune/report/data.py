@@ -260,7 +260,7 @@ def collect(study: optuna.Study, storage_url: str) -> ReportData:
         constraints=settings.feasibility,
         importances=importances(study, objectives),
         parallel=parallel(launched, settings.space, objectives),
-        progress=progress(launched, objectives),
+        progress=progress(launched, objectives, unstarted(studies.search_runs(study))),
         failures=failure_groups(launched),
         excluded=studies.exclusions(study),
         suspected=studies.suspicions(study),
@@ -474,8 +474,16 @@ def loss_vectors(records: list[TrialRecord], objectives: Sequence[Metric] = OBJE
     return scaled_losses([record.metrics for record in records], objectives)
 
 
-def progress(launched: list[TrialRecord], objectives: Sequence[Metric] = OBJECTIVES) -> Progress | None:
-    """Hypervolume (Optuna's WFG) of the feasible complete trials after each launched trial."""
+def unstarted(runs: list[dict[str, Any]]) -> int:
+    """How many planned trials the last search run passed over: the budget left could not finish them."""
+    return len(runs[-1].get("passed_over") or []) if runs else 0
+
+
+def progress(
+    launched: list[TrialRecord], objectives: Sequence[Metric] = OBJECTIVES, unstarted: int = 0
+) -> Progress | None:
+    """Hypervolume (Optuna's WFG) of the feasible complete trials after each launched trial; `unstarted`: planned
+    trials the budget left could not finish (a front that stopped growing then says nothing of the budget)."""
     if not launched:
         return None
     usable = [r for r in launched if r.complete and r.feasible]
@@ -499,7 +507,7 @@ def progress(launched: list[TrialRecord], objectives: Sequence[Metric] = OBJECTI
     final = volumes[-1]
     shares = [volume / final if final > 0 else 0.0 for volume in volumes]
     last = next((numbers[i] for i in range(len(volumes) - 1, -1, -1) if _grew(volumes, i)), None)
-    return Progress(numbers, times, shares, best_tps, best_mem, last, _verdict(numbers, last))
+    return Progress(numbers, times, shares, best_tps, best_mem, last, _verdict(numbers, last, unstarted))
 
 
 def _grew(volumes: list[float], i: int) -> bool:
@@ -507,7 +515,7 @@ def _grew(volumes: list[float], i: int) -> bool:
     return volumes[i] > previous * (1 + 1e-9) and volumes[i] > 0
 
 
-def _verdict(numbers: list[int], last: int | None) -> str:
+def _verdict(numbers: list[int], last: int | None, unstarted: int = 0) -> str:
     if last is None:
         return "No feasible trial completed: the front is empty."
     position = numbers.index(last) + 1
@@ -515,7 +523,13 @@ def _verdict(numbers: list[int], last: int | None) -> str:
     text = f"The front last grew at trial #{last}, the {_ordinal(position)} of {total} launched trials"
     if total - position < max(2, total // 5):
         return text + ": it was still growing, so a larger budget would likely find more."
-    return text + f"; the {total - position} trials since found nothing better, so the budget looks sufficient."
+    since = f"; the {total - position} trials since found nothing better"
+    if unstarted:
+        return (
+            text + f"{since}, but the budget left {unstarted} planned trial{'s' if unstarted > 1 else ''} unstarted: "
+            "a larger budget would try them."
+        )
+    return text + f"{since}, so the budget looks sufficient."
 
 
 def _ordinal(n: int) -> str:

@@ -135,7 +135,16 @@ def test_progress_hypervolume_and_best_so_far(data):
     assert progress_data.best_throughput == [100, 200, 200, 400, 400, 400, 400, 400]
     assert progress_data.best_memory == [4.0, 2.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
     assert progress_data.last_improvement == 3
-    assert "budget looks sufficient" in progress_data.verdict
+    assert "the budget left 1 planned trial unstarted" in progress_data.verdict  # the fake run passed one over
+    assert "budget looks sufficient" in progress(data.trials).verdict  # with nothing planned left unstarted
+
+
+def test_a_front_that_stopped_growing_says_nothing_of_the_budget_when_planned_trials_were_left_unstarted(data):
+    """The H100's 8B search: 6 trials, the front last grew at the 3rd, 40 warm-up values not started for lack of
+    budget; its report said the budget looked sufficient."""
+    verdict = progress(data.trials, unstarted=40).verdict
+    assert "budget left 40 planned trials unstarted: a larger budget would try them" in verdict
+    assert "sufficient" not in verdict
 
 
 def test_progress_says_when_the_front_was_still_growing(data):
