@@ -187,10 +187,10 @@ class ForkedWorker:
 
 
 def forkable(device: str) -> bool:
-    """Whether a task on this device may be forked from the fork server. Not a GPU's: an import that merely asks
-    `torch.cuda.is_available()` poisons every later fork for CUDA, without `torch.cuda.is_initialized()` saying so
-    (on an H100 with the quantization packages installed, every forked trial failed: "Cannot re-initialize CUDA in
-    forked subprocess"). A GPU trial takes tens of seconds; the imports a spawned worker repeats take a few."""
+    """Whether a task on this device may be forked from the fork server. Not a GPU's: on an H100 with the quantization
+    packages installed, every forked trial failed ("Cannot re-initialize CUDA in forked subprocess") while
+    `torch.cuda.is_initialized()` was false in the server, so no check there can be trusted to catch it. A GPU trial
+    takes tens of seconds; the imports a spawned worker repeats take a few (about 5 s on that machine)."""
     return not device.startswith("cuda")
 
 

@@ -2,11 +2,9 @@
 
 Every trial still runs in its own process, with its own memory, its own process group and its own
 fate, but it no longer pays the seconds of importing the libraries (benchmarks/trial_overhead.py
-shows the split). The server never initialises CUDA nor starts a thread before forking, which is
-what makes fork safe here; if it ever finds another thread, or CUDA initialised by an import (a package
-that asks the card's capability when imported: on an H100 with the quantization packages installed, the
-trials' first fork failed with "Cannot re-initialize CUDA in forked subprocess"), it refuses and the runner
-spawns.
+shows the split). It serves tasks on a CPU only: a task on a GPU is spawned (autotune.process.runner.forkable:
+on an H100 forked trials could not use CUDA). It never starts a thread before forking; if it finds another thread,
+or CUDA initialised by an import, it refuses and the runner spawns.
 
 Protocol (JSON lines): the runner writes {"spec", "result", "log", "env"}; the server answers
 {"pid": N} once the child runs, then {"pid": N, "status": wait status} when it has ended.
