@@ -174,7 +174,11 @@ def _dry_run(
     from autotune.specs import SearchRequest
 
     request = SearchRequest(model, hardware, workload, budget=budget, space_path=space, objectives=objectives)
-    print_dry_run(dry_run(request), as_json)
+    run = dry_run(request)
+    print_dry_run(run, as_json)
+    if not as_json:
+        for note in run.notes:
+            out.print(f"note: {note}")
 
 
 @app.command()

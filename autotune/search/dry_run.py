@@ -19,7 +19,13 @@ from autotune.paths import default_space_path
 from autotune.profiles import PROFILES, GpuProfile, resolve_hardware
 from autotune.search.durations import Durations
 from autotune.search.forecast import Forecaster
-from autotune.search.prepare import baseline_config, expected_reference, plan_target, runnable_space
+from autotune.search.prepare import (
+    baseline_config,
+    expected_reference,
+    machine_notes,
+    plan_target,
+    runnable_space,
+)
 from autotune.search.strategy import Planned, Situation, next_queued, warm_up_set
 from autotune.space import Config, SearchSpace, Target, build_plan, config_key, load_space, rules
 from autotune.specs import SearchRequest
@@ -50,6 +56,7 @@ class DryRun:
     trials: list[PlannedTrial]
     sampler_next: bool  # the strategy had nothing more to plan: the sampler takes over after these
     probe: str | None = None  # what each trial's capacity probe measures at most, and what that costs
+    notes: tuple[str, ...] = ()  # values left out of the space for this machine, each with why
 
     def to_json(self) -> str:
         return json.dumps([trial.to_json() for trial in self.trials], indent=2)
@@ -69,7 +76,8 @@ def dry_run(request: SearchRequest) -> DryRun:
     limit = request.budget.max_trials or PLANNED_AT_MOST
     trials, more = _plan(situation, reference, _skip(space, target), limit)
     probe = KINDS[workload].describe_probe(request.workload)
-    return DryRun(profile, checkpoint, baseline, trials, sampler_next=not more, probe=probe)
+    notes = tuple(machine_notes(space))
+    return DryRun(profile, checkpoint, baseline, trials, sampler_next=not more, probe=probe, notes=notes)
 
 
 def _profile(gpu: str, device: str | None) -> GpuProfile:

@@ -168,6 +168,16 @@ def runnable_space(declared: SearchSpace, profile: GpuProfile, target: Target) -
     return hardware.prune(lambda knob, value: rules.workload_problem(knob, value, target))
 
 
+def machine_notes(space: SearchSpace) -> list[str]:
+    """One line per value left out for what this machine answered about it (rules.Host)."""
+    return [
+        f"not searched: {knob}={value}, {reason}"
+        for knob, values in space.removed.items()
+        for value, reason in values.items()
+        if rules.left_out_for_this_machine(knob, value, reason)
+    ]
+
+
 def assistant_model(request: SearchRequest) -> str | None:
     """--assistant-model, or the demo's draft (built beside the demo model) for --model demo."""
     if request.model.assistant is not None or request.model.id != "demo":

@@ -33,7 +33,7 @@ from autotune.profiles import detect_gpu
 from autotune.search.events import SearchEvents, SearchSummary
 from autotune.search.interrupts import Interrupted, StudyPlace, deferred
 from autotune.search.loop import TrialLoop
-from autotune.search.prepare import Prepared, prepare
+from autotune.search.prepare import Prepared, machine_notes, prepare
 from autotune.search.session import Session, join_session, open_session, recover
 from autotune.specs import SearchRequest, WorkerRequest
 
@@ -44,14 +44,22 @@ def run_search(request: SearchRequest, events: SearchEvents) -> SearchSummary:
         return _run_on_devices(request, events)
     started = time.monotonic()
     deadline = request.budget.deadline(started)
-    events.progress("checking the hardware, the search space and the study")
-    session = open_session(request, events)
+    session = _open_session(request, events)
     with _study_named_on_interrupt(session):
         prepared = _prepare(session, deadline, events)
         loop = TrialLoop(session, session.attach(prepared, events), prepared, deadline, events)
         summary = _run_loop(loop, started)
     studies.record_search_run(loop.study, _run_record(request, summary))
     return _with_best(summary, loop.study)
+
+
+def _open_session(request: SearchRequest, events: SearchEvents) -> Session:
+    """The session, with a note for each value left out for what this machine answered."""
+    events.progress("checking the hardware, the search space and the study")
+    session = open_session(request, events)
+    for line in machine_notes(session.space):
+        events.note(line)
+    return session
 
 
 def _with_best(summary: SearchSummary, study: optuna.Study) -> SearchSummary:
@@ -134,8 +142,7 @@ def _run_on_devices(request: SearchRequest, events: SearchEvents) -> SearchSumma
     """One `autotune worker` per device, each pinned to its GPU, all on this study; then the summary."""
     started = time.monotonic()
     deadline = request.budget.deadline(started)
-    events.progress("checking the hardware, the search space and the study")
-    session = open_session(request, events)
+    session = _open_session(request, events)
     _check_devices(request.devices, session.profile.kind)
     with _study_named_on_interrupt(session):
         prepared = _prepare(session, deadline, events)  # builds the model and the reference once, for every worker here

@@ -1,8 +1,9 @@
 """What can run where, decided in this one module from rules written down as data.
 
 Where each kind of rule is written:
-- what one knob value needs from the hardware (CUDA, a compute capability, several GPUs): its handler's
-  `needs` in autotune/space/knobs.py; checked against the hardware profile before the study starts;
+- what one knob value needs from the hardware (CUDA, a compute capability, several GPUs, a CPU whose matmuls
+  it changes): its handler's `needs` in autotune/space/knobs/; checked against the hardware profile, and against
+  what this machine answers for itself (Host), before the study starts;
 - what one value needs installed in the trial's environment, from which version ("an fp8 KV-cache backend
   from transformers 5.22"): its handler's `requires`; checked by the trial worker before it loads anything;
 - the values a workload could only see refused (assisted decoding on a batch): its handler's `refused`;
@@ -38,6 +39,14 @@ class Profile(Protocol):
     name: str
     kind: str  # "cuda" or "cpu"
     compute_capability: float | None
+
+
+class Host(Protocol):
+    """What this machine answers for itself (autotune.profiles: NVML, and a probe run in the trial worker's torch)."""
+
+    def visible_gpus(self) -> int: ...
+
+    def bf16_changes_fp32_matmuls(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -88,21 +97,35 @@ def needs_of(knob: str, value: Value) -> Needs:
     return (handler.unlisted_values_need if unlisted else None) or Needs()
 
 
-def hardware_problem(knob: str, value: Value, profile: Profile, visible_gpus: Callable[[], int]) -> str | None:
-    """Why this profile cannot run the value, or None. `visible_gpus` counts the GPUs this machine lends."""
+def hardware_problem(knob: str, value: Value, profile: Profile, host: Host) -> str | None:
+    """Why this profile cannot run the value, or None; `host` answers for the machine the trials run on."""
     needs = needs_of(knob, value)
     if profile.kind != "cuda":
-        if needs.gpus > CPU_RANKS_AT_MOST:
-            return f"the cpu profile runs at most {CPU_RANKS_AT_MOST} gloo ranks (they share this host's cores)"
-        return f"needs a CUDA GPU ({needs.why})" if needs.cuda else None  # compute capabilities concern GPUs only
-    if needs.gpus > 1 and needs.gpus > visible_gpus():
-        return f"{needs.why} (this machine has {visible_gpus()})"
+        return _cpu_problem(needs, host)
+    if needs.gpus > 1 and needs.gpus > host.visible_gpus():
+        return f"{needs.why} (this machine has {host.visible_gpus()})"
     capability = profile.compute_capability or 0.0
     if needs.min_compute_capability and capability < needs.min_compute_capability:
         return f"{needs.why} ({profile.name} has {capability})"
     if needs.below_compute_capability and capability >= needs.below_compute_capability:
         return f"{needs.why} ({profile.name} has {capability})"
     return None
+
+
+def _cpu_problem(needs: Needs, host: Host) -> str | None:
+    if needs.gpus > CPU_RANKS_AT_MOST:
+        return f"the cpu profile runs at most {CPU_RANKS_AT_MOST} gloo ranks (they share this host's cores)"
+    if needs.cuda:
+        return f"needs a CUDA GPU ({needs.why})"
+    if needs.bf16_matmuls and not host.bf16_changes_fp32_matmuls():
+        return needs.why
+    return None  # compute capabilities concern GPUs only
+
+
+def left_out_for_this_machine(knob: str, value: Value, reason: str) -> bool:
+    """Whether `reason` is what this machine answered for the value (a search and a dry run say so)."""
+    needs = needs_of(knob, value)
+    return needs.bf16_matmuls and reason == needs.why
 
 
 def why_not_installed(knob: str, value: Value) -> str | None:

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from autotune.space.knobs import Requires
+from autotune.worker.fpmath import bf16_changes_fp32_matmuls
 
 _PACKAGES = (
     "torch",
@@ -43,6 +44,7 @@ def environment(device: str) -> dict[str, Any]:
     else:
         info["device_name"] = _cpu_name()
         info["cpu_threads"] = torch.get_num_threads()
+        info["bf16_changes_fp32_matmuls"] = bf16_changes_fp32_matmuls()  # the probe the cpu profile prunes with
     return info
 
 

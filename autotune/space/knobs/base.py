@@ -24,6 +24,7 @@ class Needs:
     min_compute_capability: float | None = None
     below_compute_capability: float | None = None
     gpus: int = 1  # how many GPUs of the profile's kind it runs on (tensor parallelism)
+    bf16_matmuls: bool = False  # on a CPU: fp32_precision=bf16 must change this machine's float32 matmuls (it asks)
     why: str = ""
 
 

@@ -44,14 +44,19 @@ class Fp32PrecisionKnob(Knob):
     help = (
         "internal precision of float32 matmuls and convolutions, generate() inside torch.backends.flags(): "
         "ieee keeps float32; tf32 runs TensorFloat-32 tensor cores (Ampere or newer GPUs); bf16 lets oneDNN "
-        "compute in bfloat16 (CPUs with AVX512-BF16 or AMX)"
+        "compute in bfloat16 on CPUs where it does (a probe asks this one; where it does not, bf16 is not searched)"
     )
     short_name = "fp32"
     choices = ("ieee", "tf32", "bf16")
     default = "ieee"  # float32 computed as float32: what torch does unless told otherwise
     failure_words = ("tf32", "fp32_precision", "matmul precision")
     needs: ClassVar[Mapping[Value, Needs]] = {
-        "tf32": Needs(cuda=True, min_compute_capability=8.0, why="TensorFloat-32 needs an Ampere or newer GPU")
+        "tf32": Needs(cuda=True, min_compute_capability=8.0, why="TensorFloat-32 needs an Ampere or newer GPU"),
+        "bf16": Needs(
+            bf16_matmuls=True,
+            why="bfloat16 is never used on this CPU: oneDNN keeps float32 matmuls in float32 under it (the probe's "
+            "matmuls came out exact, autotune/worker/fpmath.py), so its trials would compute as ieee's do",
+        ),
     }
     requires: ClassVar[Mapping[Value, Requires]] = dict.fromkeys(
         ("tf32", "bf16"), Requires("torch", since="2.9", what="fp32_precision setting of torch.backends.flags")
