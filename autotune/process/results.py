@@ -66,7 +66,7 @@ class TaskSpec:
         data = dict(data)
         data["model"] = ModelSpec(**data["model"])
         data["workload"] = WorkloadSpec(**data["workload"])
-        data["quality"] = QualitySpec(**data["quality"])
+        data["quality"] = QualitySpec.from_stored(data["quality"])
         data["candidate"] = Candidate(**data["candidate"]) if data.get("candidate") else None
         data["reference_candidates"] = [Candidate(**c) for c in data.get("reference_candidates", [])]
         return cls(**data)
@@ -93,6 +93,7 @@ class TaskDetails:
     serve: dict[str, Any] | None = None  # serve trial: the command that ran and the figures of each load level
     # trial with an SLO or a capacity probe: its points (autotune.workloads.capacity.Capacity), unit, what it found
     capacity: dict[str, Any] | None = None
+    quality_path: str | None = None  # trial: the path its quality figures came from (autotune.figures.quality)
 
     def to_json(self) -> dict[str, Any]:
         return {key: value for key, value in asdict(self).items() if value is not None}

@@ -232,7 +232,7 @@ def _joined(worker: WorkerRequest, stored: StudySettings) -> SearchRequest:
         model=ModelSpec(stored.model, revision=stored.revision, trust_remote_code=worker.trust_remote_code),
         hardware=HardwareSpec(device=worker.device),
         workload=WorkloadSpec(**stored.workload),
-        quality=QualitySpec(**stored.quality),
+        quality=QualitySpec.from_stored(stored.quality),
         budget=worker.budget,
         storage=worker.storage,
         constraints=tuple(parse_constraints(stored.constraints)),

@@ -13,6 +13,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.figures.constraints import Constraint, violations
 from autotune.figures.metrics import OBJECTIVES, Metric
+from autotune.figures.quality import PREFILL, stored_path
 from autotune.process.results import Outcome, TaskResult
 from autotune.space import Config, config_key
 
@@ -51,6 +52,7 @@ class TrialRecord:
     # "unit" (batch, rate or concurrency) and "said" (what the probe found, one line)
     capacity: dict[str, Any] | None = None
     blame: dict[str, Any] | None = None  # failed: {"knob", "value", "certain"}, the value its failure points at
+    quality_path: str = PREFILL  # where its quality figures came from (autotune.figures.quality)
 
     @property
     def feasible(self) -> bool:
@@ -99,6 +101,7 @@ class TrialRecord:
             serve=attrs.get("serve"),
             capacity=attrs.get("capacity"),
             blame=attrs.get("blame"),
+            quality_path=stored_path(attrs.get("quality_path")),
         )
 
 
@@ -184,6 +187,8 @@ def record_result(
             trial.set_user_attr("serve", result.details.serve)
         if result.details.capacity is not None:
             trial.set_user_attr("capacity", result.details.capacity)
+        if result.details.quality_path is not None:
+            trial.set_user_attr("quality_path", result.details.quality_path)
         trial.set_user_attr("metrics", result.metrics)
         trial.set_user_attr("stats", result.stats)
         for key, value in violations(constraints, result.metrics).items():

@@ -127,6 +127,23 @@ class PaddedGeneration:
             **self.kwargs,
         )
 
+    def forced(self, prompts: torch.Tensor, processor: Any, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The timed call with these prompts (the timed batch and input length, so the same compiled shapes) and a
+        logits processor that forces each next token: the tokens it generated, [rows, output_len]."""
+        from transformers import LogitsProcessorList
+
+        with self.contexts():
+            output = self.model.generate(
+                input_ids=prompts,
+                attention_mask=torch.ones_like(prompts) if attention_mask is None else attention_mask,
+                max_new_tokens=self.output_len,
+                do_sample=False,
+                pad_token_id=self.pad_id,
+                logits_processor=LogitsProcessorList([processor]),
+                **self.kwargs,
+            )
+        return output[:, prompts.shape[1] :]
+
     def close(self) -> None:
         """Nothing runs between calls."""
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import gc
 import importlib
 import json
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -14,17 +13,18 @@ from typing import Any
 
 import torch
 
+from autotune.figures.quality import DECODE, GENERATE
 from autotune.process.results import Outcome, TaskDetails, TaskResult, TaskSpec, WorkloadSpec
 from autotune.space import rules
 from autotune.space.plan import Plan
 from autotune.worker.environment import environment, installed_version
 from autotune.worker.extensions import build_library_extensions
 from autotune.worker.failures import BrokenOutputError, UnsupportedError, classify
-from autotune.worker.generation import build_inputs, entered, make_generation
+from autotune.worker.generation import Generation, PaddedGeneration, build_inputs, make_generation
 from autotune.worker.loading import import_first_call_modules, load_model, load_tokenizer
 from autotune.worker.measurement.energy import EnergyCounter, energy_figures
 from autotune.worker.measurement.memory import PeakMemory
-from autotune.worker.measurement.quality import broken_reason, compare_with_reference, load_reference, prefix_agreement
+from autotune.worker.measurement.quality import broken_reason, judged_quality, load_reference, prefix_agreement
 from autotune.worker.measurement.speed import (
     Iteration,
     cost_per_million_tokens,
@@ -35,7 +35,7 @@ from autotune.worker.measurement.speed import (
     speed_figures,
 )
 from autotune.worker.measurement.timing import repeat_until
-from autotune.worker.tasks import Phases, inject_fault
+from autotune.worker.tasks import Phases, inject_fault, plant_model_fault
 from autotune.worker.tensor_parallel import ranks_of, shared_clock
 from autotune.workloads import KINDS
 from autotune.workloads.capacity import Capacity, Probe
@@ -61,17 +61,15 @@ def run(spec: TaskSpec, phases: Phases) -> TaskResult:
         import_first_call_modules()
         memory = PeakMemory(spec.device)
         model = load_model(spec.model, plan, spec.device)
-    if (spec.fault or {}).get("kind") == "slow_forward":  # tests: a model slower for real, whatever else runs
-        delay = float(spec.fault["seconds"])  # type: ignore[index]
-        model.register_forward_hook(lambda *_: time.sleep(delay))
+    plant_model_fault(model, spec.fault)
     sizes = spec.workload.batch_sizes or [KINDS[spec.workload.kind].requests(spec.workload)]
     probe = Probe(sizes, spec.workload.slo, spec.memory_limit_bytes)
     points = _climb(probe, lambda size: _measure_batch(spec, model, plan, tokenizer, size, memory, phases))
     capacity = probe.capacity()
     chosen = points[capacity.chosen.size if capacity.chosen else min(points)]
     workload_spec = replace(spec.workload, batch_size=int(chosen.size))
-    with phases("quality"), entered(plan.contexts):  # the forward passes run as generate() did (precision, kernel)
-        quality = _quality(spec, model, chosen.iterations[-1].generated)
+    with phases("quality"):
+        quality, quality_path = _quality(spec, model, plan, tokenizer, chosen)
     speed, stats = speed_figures(chosen.iterations, chosen.warmup[0])
     figures = _roofline_and_cost(spec, model, plan, workload_spec, speed)
     metrics = {**speed, **chosen.latency, **quality, **chosen.memory, **figures}
@@ -79,7 +77,7 @@ def run(spec: TaskSpec, phases: Phases) -> TaskResult:
     if ranks > 1:
         metrics["tp_ranks"] = float(ranks)  # the memory figures are rank 0's: one shard and its share of the work
     metrics |= energy_figures(chosen.joules, sum(len(row) for i in chosen.iterations for row in i.generated))
-    details = TaskDetails(plan=plan.to_json() if plan != planned else None)  # what ran, when this installation differs
+    details = TaskDetails(plan=plan.to_json() if plan != planned else None, quality_path=quality_path)
     if spec.workload.batch_sizes or spec.workload.slo:
         metrics |= {"capacity": chosen.size if capacity.chosen else 0.0, "meets_slo": float(bool(capacity.chosen))}
         details.capacity = {**capacity.to_json(), "unit": "batch", "said": _said(capacity)}
@@ -88,9 +86,11 @@ def run(spec: TaskSpec, phases: Phases) -> TaskResult:
 
 @dataclass(frozen=True)
 class MeasuredBatch:
-    """One batch size measured: its iterations, warm-up, latency percentiles, memory and energy."""
+    """One batch size measured: its iterations, warm-up, latency percentiles, memory and energy, and the generation
+    that ran them (its quality is judged through it)."""
 
     size: int
+    generation: Generation
     iterations: list[Iteration]
     warmup: list[Iteration]
     latency: dict[str, float]
@@ -144,7 +144,7 @@ def _measure_batch(
         peak = memory.peak_bytes()
         generation.close()
     measured = {**memory.details(), "peak_memory_bytes": float(peak), "peak_memory_gb": peak / 1e9}
-    return MeasuredBatch(size, iterations, warmup, latency_percentiles(iterations), measured, joules)
+    return MeasuredBatch(size, generation, iterations, warmup, latency_percentiles(iterations), measured, joules)
 
 
 def _free_memory() -> None:
@@ -167,18 +167,36 @@ def refuse_what_cannot_run(config: dict[str, Any], plan: Plan) -> None:
         raise UnsupportedError(refused.message, knob=refused.knob, combination=refused.knob is None)
 
 
-def _quality(spec: TaskSpec, model: Any, generated: list[list[int]]) -> dict[str, float]:
-    """Broken-output checks, teacher-forced KL / top-1 / perplexity, and greedy agreement."""
+def _quality(
+    spec: TaskSpec, model: Any, plan: Plan, tokenizer: Any, chosen: MeasuredBatch
+) -> tuple[dict[str, float], str]:
+    """Broken-output checks; KL, top-1, perplexity and token agreement teacher-forced through the generation that was
+    timed (autotune/worker/measurement/quality.py); greedy agreement of its own outputs. And the path they came from."""
+    generated = chosen.iterations[-1].generated
     reference_greedy = None
     if spec.greedy_reference_path:
         reference_greedy = json.loads(Path(spec.greedy_reference_path).read_text())["generated"][: len(generated)]
     reason = broken_reason(generated, reference_greedy)
     if reason:
         raise BrokenOutputError(reason)
-    quality = compare_with_reference(model, load_reference(Path(spec.reference_path)))
+    forced, path = _forced_generation(spec, model, plan, tokenizer, chosen)
+    reference = load_reference(Path(spec.reference_path))  # type: ignore[arg-type] - checked in run()
+    quality = judged_quality(forced, reference, reference_greedy, model.device)
     if reference_greedy is not None:
         quality["greedy_agreement"] = prefix_agreement(generated, reference_greedy)
-    return quality
+    return quality, path
+
+
+def _forced_generation(
+    spec: TaskSpec, model: Any, plan: Plan, tokenizer: Any, chosen: MeasuredBatch
+) -> tuple[PaddedGeneration, str]:
+    """The generation the quality is forced through: the timed one itself; under continuous batching, which takes no
+    logits processor, generate() on the same model, inputs and settings."""
+    if isinstance(chosen.generation, PaddedGeneration):
+        return chosen.generation, DECODE
+    workload = replace(spec.workload, batch_size=chosen.size)
+    inputs = build_inputs(tokenizer, workload, chosen.size)
+    return PaddedGeneration(model, plan, inputs, workload, tokenizer.pad_token_id), GENERATE
 
 
 def _roofline_and_cost(spec: TaskSpec, model: Any, plan: Plan, workload: WorkloadSpec, speed: dict[str, float]) -> dict:

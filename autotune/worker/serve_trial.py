@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import shlex
 import sys
@@ -20,6 +21,7 @@ from typing import Any
 
 import psutil
 
+from autotune.figures.quality import SERVED
 from autotune.process.results import Outcome, TaskDetails, TaskResult, TaskSpec
 from autotune.serving.latency import serve_figures
 from autotune.serving.levels import measure_levels
@@ -36,10 +38,10 @@ from autotune.space.plan import Plan
 from autotune.specs import ServeSpec
 from autotune.worker.environment import environment
 from autotune.worker.failures import UnsupportedError
-from autotune.worker.generation import build_inputs
+from autotune.worker.generation import PaddedGeneration, build_inputs
 from autotune.worker.loading import load_model, load_tokenizer
 from autotune.worker.measurement.energy import EnergyCounter, energy_figures
-from autotune.worker.measurement.quality import compare_with_reference, load_reference
+from autotune.worker.measurement.quality import judged_quality, load_reference
 from autotune.worker.measurement.speed import cost_per_million_tokens
 from autotune.workloads.capacity import Capacity, Probe
 from autotune.workloads.serve import capacity_details, level_probe, level_requests
@@ -87,21 +89,35 @@ def run(spec: TaskSpec, phases: Any) -> TaskResult:
     capacity = probe.capacity()
     at = _at(capacity, slo)
     metrics, stats, levels = serve_figures(records, slo, at)
-    with phases("quality"):
-        model = load_model(spec.model, plan, spec.device)
-        metrics |= compare_with_reference(model, load_reference(Path(spec.reference_path)))
+    with phases("quality"):  # the server exposes no logits: the served configuration, through generate() here
+        metrics |= _quality(spec, plan, tokenizer)
     metrics |= _memory(capacity, at) | energy_figures(joules, _generated_tokens(records))
     metrics |= {"client_cpu_share": client_cpu, "warmup_s": phases.timings["load"]}
     if spec.price_per_hour is not None and metrics["throughput_tok_s"] > 0:  # at the trial's level, as its throughput
         price = spec.price_per_hour
         metrics["cost_per_million_tokens_usd"] = cost_per_million_tokens(price, metrics["throughput_tok_s"])
     serve = _details(argv, load, slo, _judged(levels, capacity, bool(slo)), server_cores, client_cores)
-    details = TaskDetails(serve={**serve, "server_pid": server.process.pid if server.process else None})
+    served = {**serve, "server_pid": server.process.pid if server.process else None}
+    details = TaskDetails(serve=served, quality_path=SERVED)
     if slo:
         chosen = capacity.chosen
         metrics |= {"capacity": chosen.size if chosen else 0.0, "meets_slo": float(chosen is not None)}
         details.capacity = capacity_details(capacity, load.mode, spec.workload.slo_share)
     return TaskResult(Outcome.OK, metrics=metrics, stats=stats, environment=environment(spec.device), details=details)
+
+
+def _quality(spec: TaskSpec, plan: Plan, tokenizer: Any) -> dict[str, float]:
+    """KL, top-1, perplexity and token agreement of the served configuration, loaded here and forced through
+    generate() one prompt at a time (autotune/worker/measurement/quality.py)."""
+    model = load_model(spec.model, plan, spec.device)
+    forced = PaddedGeneration(
+        model, plan, build_inputs(tokenizer, spec.workload, 1), spec.workload, tokenizer.pad_token_id
+    )
+    reference = load_reference(Path(spec.reference_path))  # type: ignore[arg-type] - checked in run()
+    greedy = None
+    if spec.greedy_reference_path:
+        greedy = json.loads(Path(spec.greedy_reference_path).read_text())["generated"]
+    return judged_quality(forced, reference, greedy, model.device)
 
 
 def _at(capacity: Capacity, slo: dict[str, float]) -> float | None:

@@ -41,7 +41,7 @@ from autotune.worker.environment import environment
 from autotune.worker.failures import UnsupportedError, classify
 from autotune.worker.generation import OUTPUT_HARNESS, PaddedGeneration, build_inputs
 from autotune.worker.loading import load_model, load_tokenizer
-from autotune.worker.measurement.quality import compute_reference, eval_windows, load_reference
+from autotune.worker.measurement.quality import compute_reference, eval_rows, load_reference, reference_rows
 from autotune.worker.measurement.quality import save_reference as save_reference_file
 from autotune.worker.tensor_parallel import is_rank, is_reporting_rank, ranks_of, run_ranks
 from autotune.workloads import KINDS
@@ -67,9 +67,9 @@ class Phases:
 
     def _injects_at(self, name: str) -> bool:
         """Whether the fault is one to inject as this phase starts (a probe injects its own at a batch; a generation
-        trial slows its model for slow_forward)."""
+        trial plants a model fault in its model: plant_model_fault)."""
         fault = self.fault or {}
-        return fault.get("phase") == name and "batch" not in fault and fault.get("kind") != "slow_forward"
+        return fault.get("phase") == name and "batch" not in fault and fault.get("kind") not in MODEL_FAULTS
 
     @contextmanager
     def __call__(self, name: str) -> Iterator[None]:
@@ -176,6 +176,7 @@ def reference_key(spec: TaskSpec, model: ModelSpec, candidate: Candidate) -> str
         "files": _model_files_fingerprint(Path(model.path)),
         "eval_text": hashlib.sha256(EVAL_TEXT.read_bytes()).hexdigest(),
         "quality": spec.quality.__dict__,
+        "decoding": {"path": "forced-v3", **_forced_shape(spec)},  # through its own decoding path, these rows
         "config": candidate.config,
     }
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:24]
@@ -239,11 +240,25 @@ def _compute_reference(
     plan = Plan.from_json(candidate.plan)
     loaded = load_model(model, plan, spec.device)
     if not logprobs_path.exists():
-        windows = eval_windows(tokenizer, spec.quality, info.get("max_position_embeddings"))
-        save_reference_file(compute_reference(loaded, windows, spec.quality.top_k), logprobs_path)
+        shape = _forced_shape(spec)
+        rows = eval_rows(tokenizer, shape["rows"], spec.workload.input_len, spec.workload.output_len)
+        batch = min(spec.workload.batch_size, shape["rows"])
+        forced = PaddedGeneration(loaded, plan, rows.prompts[:batch].tolist(), spec.workload, tokenizer.pad_token_id)
+        top_k, positions = spec.quality.top_k, spec.quality.positions
+        save_reference_file(
+            compute_reference(forced.forced, batch, rows, loaded.device, top_k, positions), logprobs_path
+        )
     generated = PaddedGeneration(loaded, plan, inputs, spec.workload, tokenizer.pad_token_id).run().generated
     write_json_atomically(greedy_path, {"inputs": inputs, "generated": generated})
     del loaded
+
+
+def _forced_shape(spec: TaskSpec) -> dict[str, int]:
+    """The rows of evaluation text the reference decodes: as many as the largest batch any trial may judge (a trial
+    of one prompt at a time judges several)."""
+    sizes = {*(spec.workload.batch_sizes or [spec.workload.batch_size]), 1}
+    rows = reference_rows(sizes, spec.workload.output_len, spec.quality.positions)
+    return {"rows": rows, "prompt_len": spec.workload.input_len, "forced_len": spec.workload.output_len}
 
 
 # -------------------------------------------------------------------------------------------- trial
@@ -275,6 +290,29 @@ def _runner(path: str) -> Callable[[TaskSpec, Phases], TaskResult]:
 
 
 STALL_S = 30.0
+MODEL_FAULTS = ("slow_forward", "decode_drift")  # planted in the loaded model, not injected as a phase starts
+DRIFT_SCALE = 4.0  # decode_drift: the logits' shift, in standard deviations of a normal draw per token
+
+
+def plant_model_fault(model: Any, fault: dict[str, Any] | None) -> None:
+    """Tests: a model slower for real, whatever else runs beside it (slow_forward: a sleep per forward pass), or wrong
+    on the decoding path only (decode_drift: every forward pass of one new token per row, as a KV cache decodes, has a
+    fixed random shift added to its logits; a pass over a whole text, the prefill path, is left exact)."""
+    kind = (fault or {}).get("kind")
+    if kind == "slow_forward":
+        delay = float(fault["seconds"])  # type: ignore[index]
+        model.register_forward_hook(lambda *_: time.sleep(delay))
+    elif kind == "decode_drift":
+        generator = torch.Generator().manual_seed(0)
+        shift = DRIFT_SCALE * torch.randn(model.config.get_text_config(decoder=True).vocab_size, generator=generator)
+
+        def drift(module: Any, args: tuple, kwargs: dict, output: Any) -> Any:
+            ids = kwargs.get("input_ids", args[0] if args else None)
+            if ids is not None and ids.shape[1] == 1:
+                output.logits = output.logits + shift.to(output.logits.device, output.logits.dtype)
+            return output
+
+        model.register_forward_hook(drift, with_kwargs=True)
 
 
 def inject_fault(kind: str, until: str | None = None) -> None:
