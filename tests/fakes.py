@@ -17,6 +17,7 @@ from optuna.trial import TrialState, create_trial
 
 from autotune import study as studies
 from autotune.figures.constraints import MEETS_SLO
+from autotune.figures.quality import DECODE
 from autotune.paths import PACKAGED_SPACE
 from autotune.profiles import PROFILES
 from autotune.space import Target, build_plan, config_key, load_space
@@ -121,14 +122,21 @@ def add_complete(
     target: Target = CUDA,
     **more_attrs: Any,
 ) -> None:
-    """`more_attrs`: further user attributes a trial stores, as `capacity` or `serve`."""
+    """`more_attrs`: further user attributes a trial stores, as `capacity` or `serve`; `quality_path=None` leaves it
+    out, as studies written before the decoding path (2026-11-27) did."""
+    path = {"quality_path": more_attrs.pop("quality_path", DECODE)}
     study.add_trial(
         create_trial(
             state=TrialState.COMPLETE,
             params=cfg,
             distributions=_distributions(cfg),
             values=[figures["throughput_tok_s"], figures["peak_memory_gb"], figures["kl_divergence"]],
-            user_attrs={**_attrs(cfg, roles, "ok", duration_s, target), "metrics": figures, **more_attrs},
+            user_attrs={
+                **_attrs(cfg, roles, "ok", duration_s, target),
+                "metrics": figures,
+                **({} if path["quality_path"] is None else path),
+                **more_attrs,
+            },
             constraints=constraints,
         )
     )

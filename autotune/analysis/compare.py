@@ -9,16 +9,24 @@ is lower by more than the throughput tolerance, or when nothing fits at all.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 from autotune.analysis.capacity import AtCapacity, SloTarget, Terms, at_capacity
 from autotune.analysis.tolerances import DEFAULT_TOLERANCES, GivenTolerances, Tolerances
-from autotune.figures.metrics import KL_DIVERGENCE, KL_FLOOR, PEAK_MEMORY, THROUGHPUT  # KL below its floor: equal
+from autotune.figures.metrics import (  # KL below its floor: equal
+    KL_DIVERGENCE,
+    KL_FLOOR,
+    PEAK_MEMORY,
+    THROUGHPUT,
+    TOKEN_AGREEMENT,
+)
+from autotune.figures.quality import ON_THE_PATH
 from autotune.study import TrialRecord
 
 __all__ = ["DEFAULT_TOLERANCES", "Comparison", "GivenTolerances", "Level", "Miss", "Movement", "Tolerances", "compare"]
 
-MOVED = (THROUGHPUT.name, "ttft_s", "tpot_s", PEAK_MEMORY.name, KL_DIVERGENCE.name, "capacity")
+MOVED = (THROUGHPUT.name, "ttft_s", "tpot_s", PEAK_MEMORY.name, KL_DIVERGENCE.name, TOKEN_AGREEMENT.name, "capacity")
 
 
 @dataclass(frozen=True)
@@ -83,6 +91,7 @@ class Comparison:
     tolerances: Tolerances = DEFAULT_TOLERANCES["cuda"]
     target: SloTarget | None = None  # the SLO both studies were searched within
     not_compared: str | None = None  # why their figures do not compare (another SLO); nothing else is set then
+    quality_apart: str | None = None  # why their quality figures do not compare (measured on other paths)
 
     @property
     def threshold(self) -> float:
@@ -110,15 +119,30 @@ def compare(before: list[TrialRecord], front_before: set[int], after: list[Trial
         for record in records:
             if record.number in front:
                 on_front.setdefault(_key(record), []).append(label)
-    comparison = Comparison(tolerances=tolerances, target=terms[0].target if terms and terms[0].target.slo else None)
+    apart = quality_apart(list(complete_before.values()), list(complete_after.values()))
+    target = terms[0].target if terms and terms[0].target.slo else None
+    comparison = Comparison(tolerances=tolerances, target=target, quality_apart=apart)
+    if apart:  # levels are matched on memory alone, and no quality figure is said to have moved
+        tolerances = replace(tolerances, kl=math.inf)
     for key, labels in on_front.items():
         a, b = complete_before.get(key), complete_after.get(key)
         config = (a or b).config
-        comparison.movements.append(Movement(config, tuple(labels), _figures(a), _figures(b), _changes(a, b)))
+        changes = {name: c for name, c in _changes(a, b).items() if not (apart and name in ON_THE_PATH)}
+        comparison.movements.append(Movement(config, tuple(labels), _figures(a), _figures(b), changes))
     for record in (r for r in before if r.number in front_before and r.complete):
         level = _level(record, list(complete_after.values()), tolerances)
         comparison.levels.append(_at_capacity(level, record, complete_after, terms) if terms else level)
     return comparison
+
+
+def quality_apart(before: list[TrialRecord], after: list[TrialRecord]) -> str | None:
+    """Why two studies' quality figures do not compare: their trials measured them on other paths (a study written
+    before quality was measured on the decoding path, 2026-11-27, against one after)."""
+    paths = [sorted({record.quality_path for record in records}) for records in (before, after)]
+    if not all(paths) or paths[0] == paths[1]:
+        return None
+    said = [" and ".join(found) for found in paths]
+    return f"quality measured on other paths (A: {said[0]}; B: {said[1]}): KL and agreements are not compared"
 
 
 def _at_capacity(level: Level, record: TrialRecord, after: dict[str, TrialRecord], terms: tuple[Terms, Terms]) -> Level:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from autotune.analysis.capacity import AtCapacity, SloTarget, Terms, at_capacity
 from autotune.analysis.compare import Comparison, GivenTolerances, compare
-from autotune.figures.metrics import KL_DIVERGENCE, PEAK_MEMORY, THROUGHPUT
+from autotune.figures.metrics import GREEDY_AGREEMENT, KL_DIVERGENCE, PEAK_MEMORY, THROUGHPUT, TOKEN_AGREEMENT
 from autotune.space import Config
 from autotune.study import TrialRecord
 
@@ -41,6 +41,8 @@ class FrontPoint:
     memory_gb: float
     kl: float
     capacity: AtCapacity | None = None  # where it probed one: its capacity and what it carries there
+    token_agreement: float | None = None  # with the reference's greedy tokens, where measured
+    greedy_agreement: float | None = None
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,14 @@ class NightSummary:
         return min((p.kl for p in self.points), default=None)
 
     @property
+    def best_token_agreement(self) -> float | None:
+        return max((p.token_agreement for p in self.points if p.token_agreement is not None), default=None)
+
+    @property
+    def best_greedy_agreement(self) -> float | None:
+        return max((p.greedy_agreement for p in self.points if p.greedy_agreement is not None), default=None)
+
+    @property
     def fastest_capacity(self) -> AtCapacity | None:
         """The capacity of the front's fastest point, and what it carries there."""
         return self.points[0].capacity if self.points else None
@@ -91,13 +101,14 @@ class NightSummary:
             return "first night"
         if self.comparison.not_compared:
             return f"not compared: {self.comparison.not_compared}"
+        apart = " (quality measured on other paths: not compared)" if self.comparison.quality_apart else ""
         if not self.regressed:
-            return "ok"
+            return f"ok{apart}"
         worst, figures = self.worst_loss, self.regressed
         loss = ""
         if "throughput" in figures and worst is not None:
             loss = f" ({'' if figures == ['throughput'] else 'throughput '}{-worst:.1%} at worst)"
-        return f"REGRESSED {', '.join(figures)}{loss}"
+        return f"REGRESSED {', '.join(figures)}{loss}{apart}"
 
     def best_change(self, before: NightSummary | None) -> float | None:
         """(best - best before) / best before, of the front's best throughput."""
@@ -165,6 +176,8 @@ def _front_points(night: Night) -> list[FrontPoint]:
             record.metrics[PEAK_MEMORY.name],
             record.metrics[KL_DIVERGENCE.name],
             at_capacity(record, night.terms) if night.terms else None,
+            record.metrics.get(TOKEN_AGREEMENT.name),
+            record.metrics.get(GREEDY_AGREEMENT.name),
         )
         for record in night.records
         if record.number in night.front

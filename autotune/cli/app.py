@@ -153,7 +153,9 @@ def search(
     check_search_inputs(request, report)
     interrupts.install()
     summary = run_search(request, printer)
-    print_search_summary(summary, _capacity_within(request.workload))
+    print_search_summary(
+        summary, _capacity_within(request.workload), quality_at_capacity=request.workload.kind != "serve"
+    )
     print_finished(finish(summary, report, artifacts))
     if summary.failed_workers:
         print(f"autotune: {'; '.join(summary.failed_workers)} (its lines above say why)", file=sys.stderr)
@@ -375,6 +377,7 @@ def measure(
         "environment": result.environment,
         "serve": result.details.serve,  # serve workload: the command that ran, figures per load level
         "capacity": result.details.capacity,  # an SLO or a capacity probe: its points and what it found
+        "quality_path": result.details.quality_path,  # where its quality figures came from (figures/quality.py)
     }
     print_measurement(document, as_json)
     if not result.ok:

@@ -13,7 +13,17 @@ from rich.table import Table
 
 from autotune.cli.progress import ProgressDisplay
 from autotune.figures.constraints import MEETS_SLO, Constraint
-from autotune.figures.metrics import KL_DIVERGENCE, OBJECTIVES, PEAK_MEMORY, THROUGHPUT, Metric
+from autotune.figures.metrics import (
+    GREEDY_AGREEMENT,
+    KL_DIVERGENCE,
+    OBJECTIVES,
+    PEAK_MEMORY,
+    THROUGHPUT,
+    TOKEN_AGREEMENT,
+    TOP1_AGREEMENT,
+    Metric,
+)
+from autotune.figures.quality import ON_THE_PATH, PATHS, path_lines, path_note
 from autotune.figures.slo import describe_slo, in_ms
 from autotune.space import Config
 from autotune.space.knobs import short_name
@@ -82,10 +92,32 @@ def _figures(record: TrialRecord) -> str:
         return f"{record.outcome}: {first_line[:160]}"
     m = record.metrics
     return (
-        f"ok {m[THROUGHPUT.name]:.1f} tok/s, ttft {m['ttft_s'] * 1000:.1f} ms, "
-        f"{format_bytes(m['peak_memory_bytes'])}, KL {m[KL_DIVERGENCE.name]:.2e}, "
-        f"top-1 {m['top1_agreement'] * 100:.1f}%"
-    ) + _serve_figures(m)
+        (
+            f"ok {m[THROUGHPUT.name]:.1f} tok/s, ttft {m['ttft_s'] * 1000:.1f} ms, "
+            f"{format_bytes(m['peak_memory_bytes'])}, {agreement_figures(m)}"
+        )
+        + _serve_figures(m)
+        + _path_note(record.quality_path)
+    )
+
+
+def agreement_figures(m: dict[str, float]) -> str:
+    """The quality figures: KL, top-1, and the agreements with the reference's greedy tokens where measured."""
+    shown = [f"KL {m[KL_DIVERGENCE.name]:.2e}", f"top-1 {_percent(m.get(TOP1_AGREEMENT.name))}"]
+    shown += [f"{metric.heading} {_percent(m[metric.name])}" for metric in AGREEMENTS if metric.name in m]
+    return ", ".join(shown)
+
+
+AGREEMENTS = (TOKEN_AGREEMENT, GREEDY_AGREEMENT)
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.1f}%"
+
+
+def _path_note(path: str) -> str:
+    note = path_note(path)
+    return f" [{note}]" if note else ""
 
 
 def capacity_lines(capacity: dict[str, Any]) -> list[str]:
@@ -126,12 +158,9 @@ def _duration(record: TrialRecord) -> str:
 # ------------------------------------------------------------------------------------ search, worker
 
 
-# Figures of the teacher-forced comparison with the reference: the same at any batch or load, so under any SLO.
-BATCH_FREE = {KL_DIVERGENCE.name, "top1_agreement", "perplexity", "perplexity_delta"}
-
-
-def print_search_summary(summary: SearchSummary, capacity_within: str = "") -> None:
-    """`capacity_within`: "within itl_p95<=6ms" where the trials' figures are at their capacity within an SLO."""
+def print_search_summary(summary: SearchSummary, capacity_within: str = "", quality_at_capacity: bool = True) -> None:
+    """`capacity_within`: "within itl_p95<=6ms" where the trials' figures are at their capacity within an SLO;
+    `quality_at_capacity`: the quality figures too (decoded at that batch), not a serve trial's (one prompt)."""
     out.print(
         f"study {summary.study_name}: {summary.launched} trials in {format_duration(summary.elapsed_s)} "
         f"({summary.stop_reason})"
@@ -141,7 +170,8 @@ def print_search_summary(summary: SearchSummary, capacity_within: str = "") -> N
     )
     out.print(f"time spent: {spent}")
     for found in summary.best:
-        at = f" at its capacity {capacity_within}" if capacity_within and found.metric.name not in BATCH_FREE else ""
+        at_capacity = quality_at_capacity or found.metric.name not in ON_THE_PATH
+        at = f" at its capacity {capacity_within}" if capacity_within and at_capacity else ""
         out.print(f"best {found.metric.label}: {_best_figure(found)}{at}, {_found_when(found)}")
     if summary.passed_over:
         listed = "; ".join(summary.passed_over)
@@ -225,7 +255,9 @@ def print_finished(finished: Finished) -> None:
         out.print(f"trial logs and the report are stored as Optuna artifacts in {finished.artifacts}")
 
 
-SHOWN_IN_FRONT = {THROUGHPUT.name, "ttft_s", PEAK_MEMORY.name, KL_DIVERGENCE.name, "top1_agreement"}
+SHOWN_IN_FRONT = {THROUGHPUT.name, "ttft_s", PEAK_MEMORY.name, KL_DIVERGENCE.name, TOP1_AGREEMENT.name} | {
+    metric.name for metric in AGREEMENTS
+}
 
 
 def print_front(
@@ -245,7 +277,7 @@ def print_front(
     changes = "changes from the baseline" if baseline else "configuration"
     for column in ("#", changes, *(["capacity"] if probed else []), "tok/s", "vs baseline", "ttft", "memory"):
         table.add_column(column)
-    for column in ("KL", "top-1"):
+    for column in ("KL", "top-1", *(metric.heading for metric in AGREEMENTS)):
         table.add_column(column)
     for metric in extra:
         table.add_column(metric.heading)
@@ -261,10 +293,13 @@ def print_front(
             f"{m['ttft_s'] * 1000:.1f} ms",
             format_bytes(m["peak_memory_bytes"]),
             f"{m[KL_DIVERGENCE.name]:.2e}",
-            f"{m['top1_agreement'] * 100:.1f}%",
+            _percent(m.get(TOP1_AGREEMENT.name)),
+            *(_percent(m.get(metric.name)) for metric in AGREEMENTS),
             *(_figure(metric, m.get(metric.name)) for metric in extra),
         )
     out.print(table)
+    for line in path_lines((card.record.number, card.record.quality_path) for card in cards):
+        out.print(line)
 
 
 def _figure(metric: Metric, value: float | None) -> str:
@@ -292,12 +327,20 @@ def print_measurement(document: dict[str, Any], as_json: bool) -> None:
             out.print(f"{name}: {document['metrics'][name]:.6g}")
     for line in capacity_lines(document["capacity"]) if document.get("capacity") else []:
         out.print(line)
+    if document.get("quality_path"):
+        out.print(f"quality measured {PATHS[document['quality_path']]}")
 
 
 # ------------------------------------------------------------------------------------ compare
 
 
-MOVED_FIGURES = {"throughput_tok_s": "tok/s", "ttft_s": "ttft", "peak_memory_gb": "memory", "kl_divergence": "KL"}
+MOVED_FIGURES = {
+    THROUGHPUT.name: "tok/s",
+    "ttft_s": "ttft",
+    PEAK_MEMORY.name: "memory",
+    KL_DIVERGENCE.name: "KL",
+    TOKEN_AGREEMENT.name: TOKEN_AGREEMENT.heading,
+}
 
 
 def _moved_columns(comparison: Comparison) -> dict[str, str]:
@@ -328,6 +371,8 @@ def print_comparison(study_a: str, study_b: str, comparison: Comparison, output:
         f"tolerances: throughput -{t.throughput:.0%}, memory +{t.memory:.0%}, KL +{t.kl:.0%} "
         "(a level of the earlier front is met by a configuration within the memory and KL tolerances)"
     )
+    if comparison.quality_apart:
+        out.print(f"{comparison.quality_apart}; a level is met within the memory tolerance alone")
     for level in comparison.levels:
         out.print(_level_line(study_b, level, t))
 
@@ -347,6 +392,7 @@ def comparison_markdown(study_a: str, study_b: str, comparison: Comparison) -> s
         "",
         f"Tolerances: throughput -{t.throughput:.0%}, memory +{t.memory:.0%}, KL +{t.kl:.0%}.",
         *([f"Figures at each configuration's capacity {_md(comparison.target.within)}."] if comparison.target else []),
+        *([f"{_md(comparison.quality_apart)}."] if comparison.quality_apart else []),
         "",
         "| configuration | front | " + " | ".join(columns.values()) + " |",
         "|---|---|" + "---|" * len(columns),
@@ -373,6 +419,7 @@ def _comparison_document(study_a: str, study_b: str, comparison: Comparison) -> 
         "tolerances": asdict(tolerances),
         "slo": comparison.target.slo if comparison.target else None,
         "within": comparison.target.within if comparison.target else None,
+        "quality_apart": comparison.quality_apart,
         "regressed": bool(comparison.regressed),
         "configurations": [asdict(movement) for movement in comparison.movements],
         "levels": [
@@ -488,6 +535,8 @@ def _history_document(history: History, chart: str) -> dict[str, Any]:
                 "best_throughput_tok_s": night.best_throughput,
                 "lowest_peak_memory_gb": night.lowest_memory_gb,
                 "lowest_kl": night.lowest_kl,
+                "best_token_agreement": night.best_token_agreement,
+                "best_greedy_agreement": night.best_greedy_agreement,
                 "slo": night.target.slo if night.target else None,
                 "fastest_at_capacity": _capacity_json(night.fastest_capacity),
                 "previous": night.previous,

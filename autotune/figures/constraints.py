@@ -28,6 +28,8 @@ ALIASES: dict[str, tuple[str, str]] = {
     "peak_memory": ("peak_memory_gb", "gb"),
     "kl": ("kl_divergence", ""),
     "top1": ("top1_agreement", ""),
+    "greedy": ("greedy_agreement", ""),
+    "tokens": ("token_agreement", ""),
     "ppl": ("perplexity", ""),
     "ppl_delta": ("perplexity_delta", ""),
     "ttft": ("ttft_s", "s"),

@@ -26,6 +26,7 @@ from autotune.analysis.found import BestFound, best_found
 from autotune.analysis.pareto import hypervolume, scaled_losses, study_front
 from autotune.figures.constraints import MEETS_SLO, Constraint
 from autotune.figures.metrics import KL_DIVERGENCE, OBJECTIVES, PEAK_MEMORY, THROUGHPUT, Metric
+from autotune.figures.quality import EVERY_TRIAL_DECODED, path_lines
 from autotune.figures.slo import describe_slo
 from autotune.report.ceiling import CeilingRow, ceiling_rows
 from autotune.report.serving import deployed_command
@@ -295,8 +296,12 @@ def card(record: TrialRecord, settings: StudySettings, baseline: TrialRecord | N
     model_id = model_id_for_code(settings)
     device = settings.prepared.device or "cuda"
     m = record.metrics
-    reference_perplexity = settings.prepared.reference_perplexity
     perplexity = m.get("perplexity")
+    # the reference's perplexity on the text this trial judged (its delta), else on all of it (studies before)
+    delta = m.get("perplexity_delta")
+    reference_perplexity = (
+        perplexity - delta if perplexity and delta is not None else settings.prepared.reference_perplexity
+    )
     # serve trials: the command that ran (its host and port included) and the load it held, else the plan's
     served = (
         deployed_command(record.serve, record.capacity)
@@ -566,6 +571,8 @@ def environment(settings: StudySettings, runs: list[dict[str, Any]], launched: l
         "baseline configuration": prepared.baseline_config,
         "constraints": ", ".join(settings.constraints) or "none",
     }
+    measured = [(record.number, record.quality_path) for record in launched if record.complete]
+    rows["quality"] = ("; ".join(path_lines(measured)) or EVERY_TRIAL_DECODED) if measured else None
     rows.update(budget_used(runs, launched))
     if prepared.hardware_note:
         rows["note"] = prepared.hardware_note

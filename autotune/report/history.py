@@ -168,7 +168,17 @@ def _table(history: History) -> str:
     return f"<table id='nights'><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
-HEADINGS = ("night", "study", "trials", "front", "best tok/s", "lowest memory", "lowest KL", "vs the night before")
+HEADINGS = (
+    "night",
+    "study",
+    "trials",
+    "front",
+    "best tok/s",
+    "lowest memory",
+    "lowest KL",
+    "best tokens / greedy",
+    "vs the night before",
+)
 CAPACITY_HEADINGS = ("SLO", "capacity of the fastest")
 
 
@@ -191,6 +201,7 @@ def night_cells(history: History, night: NightSummary) -> list[str]:
         _number(night.best_throughput, "{:.1f}") + (f" ({change:+.1%})" if change is not None else ""),
         format_bytes(night.lowest_memory_gb * 1e9) if night.lowest_memory_gb is not None else "-",
         _number(night.lowest_kl, "{:.2e}"),
+        f"{_percent(night.best_token_agreement)} / {_percent(night.best_greedy_agreement)}",
     ]
     if len(history_headings(history)) > len(HEADINGS):
         cells += [describe_slo(night.target.slo) if night.target else "none", _fastest(night.fastest_capacity)]
@@ -204,6 +215,10 @@ def _fastest(found: AtCapacity | None) -> str:
     figures = f"{found.tokens_per_s_per_device:.4g} generated tok/s end to end per {found.device}"
     cost = found.cost_per_million_tokens
     return f"{found.unit.size_text(found.size)}: {figures}" + (f", ${cost:.4g} per 1M tokens" if cost else "")
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
 
 
 def _number(value: float | None, template: str) -> str:

@@ -16,7 +16,15 @@ from plotly.offline import get_plotlyjs
 
 from autotune.analysis.capacity import Terms
 from autotune.figures.constraints import Constraint
-from autotune.figures.metrics import KL_DIVERGENCE, PEAK_MEMORY, THROUGHPUT
+from autotune.figures.metrics import (
+    GREEDY_AGREEMENT,
+    KL_DIVERGENCE,
+    PEAK_MEMORY,
+    THROUGHPUT,
+    TOKEN_AGREEMENT,
+    TOP1_AGREEMENT,
+)
+from autotune.figures.quality import path_note
 from autotune.report.ceiling import ceiling_section
 from autotune.report.charts import (
     capacity_chart,
@@ -134,6 +142,14 @@ def card_facts(card: ParetoCard) -> list[str]:
         quality += f", top-1 disagreement {card.top1_loss * 100:.1f}%"
     if card.perplexity_change is not None:
         quality += f", perplexity {_signed_percent(card.perplexity_change)}"
+    agreements = [(metric, m[metric.name]) for metric in (TOKEN_AGREEMENT, GREEDY_AGREEMENT) if metric.name in m]
+    agreed = ", ".join(
+        f"{metric.label.removesuffix(' with reference')} {value * 100:.1f}%" for metric, value in agreements
+    )
+    if agreed:
+        quality += f"; with the reference's greedy tokens: {agreed}"
+    if note := path_note(card.record.quality_path):
+        quality += f" ({note})"
     facts = [found.capacity_line()] if found is not None else []
     facts += [speed, memory, quality, _bandwidth(card, at)]
     if found is not None:
@@ -314,6 +330,8 @@ _COLUMNS = (
     "memory",
     "KL",
     "top-1",
+    TOKEN_AGREEMENT.heading,
+    GREEDY_AGREEMENT.heading,
     "ppl",
     "time",
     "details",
@@ -370,7 +388,9 @@ def _trial_row(data: ReportData, record: TrialRecord, on_front: bool) -> str:
         _number(m.get("tpot_s"), "{:.2f}", 1000),
         format_bytes(m.get("peak_memory_bytes")) if m else "-",
         _number(m.get(KL_DIVERGENCE.name), "{:.2e}"),
-        _number(m.get("top1_agreement"), "{:.1f}%", 100),
+        _number(m.get(TOP1_AGREEMENT.name), "{:.1f}%", 100),
+        _number(m.get(TOKEN_AGREEMENT.name), "{:.1f}%", 100),
+        _number(m.get(GREEDY_AGREEMENT.name), "{:.1f}%", 100),
         _number(m.get("perplexity"), "{:.2f}"),
         format_duration(record.duration_s) if record.duration_s else "-",
     ]

@@ -75,6 +75,9 @@ class PreparedFacts:
         )
 
 
+PREFILL_QUALITY_KEY = "window"  # studies before the decoding path stored the window of their one forward pass
+
+
 @dataclass
 class StudySettings:
     """What a study is bound to: resuming with other values would mix figures that do not compare."""
@@ -126,6 +129,12 @@ class StudySettings:
             raise StudyMismatchError(
                 f"study {name!r} optimises {', '.join(stored.objectives)}, not {', '.join(self.objectives)}; repeat "
                 "its --objective/--objectives flags or give none to keep them, or pass --study NEW_NAME"
+            )
+        if PREFILL_QUALITY_KEY in stored.quality and PREFILL_QUALITY_KEY not in self.quality:
+            raise StudyMismatchError(
+                f"study {name!r} measured quality on the prefill path (it was written before 2026-11-27); new trials "
+                "measure it through each configuration's own decoding path, and their figures would not compare; "
+                "pass --study NEW_NAME to start a new study (report, best, compare and history still read this one)"
             )
         for key in self.BINDING:
             if self._bound(key) != stored._bound(key):

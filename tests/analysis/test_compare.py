@@ -178,7 +178,7 @@ def test_compare_prints_capacity_beside_the_slo_it_holds_within(tmp_path: Path, 
     ) in table.stdout
     markdown = run_main(["compare", "night-1", "night-2", "--storage", url, "--format", "markdown"], tmp_path, cli_env)
     assert "Figures at each configuration's capacity within itl_p95&lt;=6ms." in markdown.stdout
-    assert "| configuration | front | tok/s | ttft | memory | KL | capacity |" in markdown.stdout
+    assert "| configuration | front | tok/s | ttft | memory | KL | tokens | capacity |" in markdown.stdout
     as_json = run_main(["compare", "night-1", "night-2", "--storage", url, "--json"], tmp_path, cli_env)
     document = json.loads(as_json.stdout)
     assert document["slo"] == fakes.CAPACITY_SLO and document["within"] == "within itl_p95<=6ms"

@@ -121,7 +121,7 @@ def test_compare_as_markdown_for_a_ci_job_summary(series, tmp_path, cli_env):
     assert regressed.returncode == 3, regressed.stdout + regressed.stderr
     lines = regressed.stdout.splitlines()
     assert lines[0] == "### autotune compare: demo-2026-11-03 → demo-2026-11-04: **REGRESSED**: throughput"
-    assert "| configuration | front | tok/s | ttft | memory | KL |" in lines
+    assert "| configuration | front | tok/s | ttft | memory | KL | tokens |" in lines
     assert any(line.startswith("- REGRESSED throughput: at ") for line in lines)
     fine = run_cli(["compare", "demo-2026-11-01", "demo-2026-11-02", "--storage", series, "--format", "markdown"],
                    tmp_path, cli_env, timeout=120)  # fmt: skip

@@ -93,6 +93,15 @@ def test_the_study_holds_eight_distinct_trials_each_in_its_own_process(first_run
         assert record.capacity is None and "capacity" not in record.metrics and "meets_slo" not in record.metrics
 
 
+def test_each_trial_stores_the_duration_the_budget_forecast_for_it_once_one_ended(demo_search: DemoSearch):
+    """Beside what it took (duration_s): what the budget's check expected and allowed at most (search/durations.py)."""
+    ran = [trial for trial in demo_search.study().trials if "duration_s" in trial.user_attrs]
+    assert "forecast_s" not in ran[0].user_attrs  # nothing had ended: no scale
+    for trial in ran[1:]:
+        forecast = trial.user_attrs["forecast_s"]
+        assert 0 < forecast["expected"] < forecast["at_most"]
+
+
 def test_reference_and_baseline_come_first_and_the_reference_matches_itself(first_run):
     _, _, trial_records = first_run
     runs = launched(trial_records)

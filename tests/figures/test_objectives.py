@@ -19,10 +19,11 @@ def test_each_preset_sets_its_objectives_workload_and_constraints():
     assert (latency.objectives, latency.workload, latency.constraints) == (
         ("tpot_s", "ttft_s"),
         "latency",
-        ("kl<=0.01",),
+        ("kl<=0.01", "tokens>=0.95"),  # both measured through the decoding path
     )
     throughput = search_goal("throughput", None, False, [])
     assert throughput.objectives == ("throughput_tok_s", "peak_memory_gb") and throughput.workload == "throughput"
+    assert throughput.constraints == latency.constraints
     balanced = search_goal("balanced", None, False, [])
     assert balanced.objectives == tuple(metric.name for metric in OBJECTIVES) and balanced.constraints == ()
     memory = search_goal("memory", None, False, [])
