@@ -161,8 +161,9 @@ def figure_problems(case: Case, metrics: dict[str, float]) -> list[str]:
             problems.append(f"{name} is {value}, wanted {wanted}")
 
     require("throughput_tok_s", lambda v: v > 0, "> 0")
-    if config.get("speculative", "none") != "none":  # lossless under greedy decoding
+    if config.get("speculative", "none") != "none":  # lossless under greedy decoding, on its own decoding path
         require("greedy_agreement", lambda v: v == 1.0, "1.0 (the reference's greedy tokens)")
+        require("token_agreement", lambda v: v == 1.0, "1.0 (the reference's greedy tokens)")
         require("kl_divergence", lambda v: v < 1e-6, "< 1e-6")
         require("top1_agreement", lambda v: v == 1.0, "1.0")
     if config.get("tp_size", 1) > 1:  # every rank reports; sharded matmuls keep the greedy tokens
@@ -174,6 +175,7 @@ def figure_problems(case: Case, metrics: dict[str, float]) -> list[str]:
         require("perplexity", lambda v: math.isfinite(v) and v > 0, "a finite perplexity")
     if config.get("batching") == "continuous":
         require("greedy_agreement", lambda v: 0 <= v <= 1, "in [0, 1]")
+    require("token_agreement", lambda v: 0 < v <= 1, "in (0, 1]")  # every trial, on some decoding path
     return problems
 
 

@@ -10,7 +10,8 @@ reference model, in this process. One Markdown table, one row per configuration:
     python benchmarks/quality_paths.py --device cpu [--out benchmarks/results/quality-paths-cpu.md]
 
 Speculative decoding runs one prompt at a time (the latency workload); the rest a batch of 8, 128 tokens in, 64 out.
-Every configuration is float32 but the bfloat16 row, so that what is lossless must show the reference's exact figures.
+Every configuration is float32 but the bfloat16 and float16 rows, so that what is lossless must show the reference's
+exact figures; the last rows are the quantizations the speed presets' quality guard admits or refuses.
 """
 
 from __future__ import annotations
@@ -48,6 +49,13 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     ("speculative: prompt lookup", {"speculative": "prompt_lookup"}),
     ("speculative: assistant (the demo's draft)", {"speculative": "assistant"}),
     ("speculative: early exit", {"speculative": "early_exit"}),
+    # what the speed presets' quality guard admits and refuses (docs/usage.md, "Objectives")
+    ("float16", {"dtype": "float16"}),
+    ("8-bit weights, bitsandbytes", {"quantization": "bnb-8bit"}),
+    ("8-bit weights, optimum-quanto", {"quantization": "quanto-int8"}),
+    ("8-bit weights, torchao", {"quantization": "torchao-int8"}),
+    ("4-bit weights, bitsandbytes NF4", {"quantization": "bnb-4bit"}),
+    ("4-bit weights, optimum-quanto", {"quantization": "quanto-int4"}),
 ]
 ONE_PROMPT = WorkloadSpec("latency", batch_size=1)
 A_BATCH = WorkloadSpec("throughput", batch_size=8)
@@ -100,7 +108,7 @@ def row(label: str, settings: dict[str, Any], device: str, reference_model: Any,
 
 def markdown(rows: list[Row]) -> list[str]:
     lines = [
-        "| configuration | KL prefill | KL decoding | top-1 prefill | top-1 decoding | greedy | tokens | quality step |",
+        "| configuration | KL prefill | KL decoding | top-1 prefill | top-1 decoding | greedy | tokens | quality |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
