@@ -44,7 +44,7 @@ def wait_healthy(url: str, timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            if httpx.get(url, timeout=1).status_code == 200:
+            if httpx.get(url, timeout=1, trust_env=False).status_code == 200:  # never through HTTP_PROXY
                 return
         except httpx.HTTPError:
             time.sleep(0.1)

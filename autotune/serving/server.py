@@ -117,7 +117,7 @@ class ServerProcess:
         """Wait until /health answers; return how long it took. ServerError if it exits or never answers."""
         assert self.process is not None
         started = time.monotonic()
-        with httpx.Client(timeout=HEALTH_POLL_S * 5) as client:
+        with httpx.Client(timeout=HEALTH_POLL_S * 5, trust_env=False) as client:  # never through HTTP_PROXY
             while time.monotonic() - started < timeout_s:
                 if self.process.poll() is not None:
                     raise ServerError(self._exit_reason("before it answered /health"))
