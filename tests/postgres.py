@@ -49,7 +49,8 @@ class PostgresServer:
         self.data = self.root / "data"
         if os.geteuid() == 0:
             shutil.chown(self.root, "postgres")
-        subprocess.run(_as_server_user([initdb, "-D", str(self.data), "--auth=trust", "-U", "autotune"]), **_CHECKED)
+        subprocess.run(_as_server_user([initdb, "-D", str(self.data), "--auth=trust", "-U", "autotune", *NO_LOCALE]),
+                       **_CHECKED)  # fmt: skip
         self._start_on_a_free_port()
         subprocess.run([_binary("createdb") or "createdb", *self._address(), "-U", "autotune", "studies"], **_CHECKED)
 
@@ -95,6 +96,9 @@ class PostgresServer:
 
 
 _CHECKED = dict(check=True, capture_output=True, text=True)
+# initdb takes its locale from LANG and LC_*, and refuses one the machine has not generated (LANG=en_US.UTF-8 where
+# only C.UTF-8 exists): the C locale, in UTF-8, exists everywhere.
+NO_LOCALE = ("--no-locale", "--encoding=UTF8")
 PORT_ATTEMPTS = 3
 
 
