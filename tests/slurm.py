@@ -149,7 +149,7 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
     for folder in ("state", "spool"):
         (root / folder).mkdir()
     host = socket.gethostname()
-    cpus = os.cpu_count() or 1
+    cpus = len(os.sched_getaffinity(0))  # the CPUs this process may run on: a container's, not its host's
     (root / "slurm.conf").write_text(_configuration(root, host, cpus))
     cluster = SlurmCluster(root, {**os.environ, "SLURM_CONF": str(root / "slurm.conf")}, cpus)
     try:
