@@ -177,6 +177,7 @@ def reference_key(spec: TaskSpec, model: ModelSpec, candidate: Candidate) -> str
         "eval_text": hashlib.sha256(EVAL_TEXT.read_bytes()).hexdigest(),
         "quality": spec.quality.__dict__,
         "decoding": {"path": "forced-v3", **_forced_shape(spec)},  # through its own decoding path, these rows
+        "threads": torch.get_num_threads(),  # a CPU's sums run in another order with other threads (KL ~2e-7)
         "config": candidate.config,
     }
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:24]
