@@ -3,7 +3,7 @@
 # .gpukit/ (wheels and the demo model, built by ../shared/tools/gpukit/make-kit.sh --with-plotly) carried.
 # Installs the wheels into the machine's own python, records versions, runs benchmarks/gpu_proof.py and
 # leaves SUMMARY.md, the log and a tarball of the proof folder under $OUT.
-# PHASE: demo | llama | resume-llama | conformance | quant | headroom | settings | eight-b.  Each phase is self-contained: a fresh
+# PHASE: demo | llama | resume-llama | conformance | quant | headroom | settings | eight-b | quality.  Each phase is self-contained: a fresh
 # machine forgets everything.
 # Every phase first records `autotune gpus` (what autotune detects on the card) in $OUT/gpus.txt.
 # conformance: benchmarks/conformance.py for the card's profile, every value it does not prune (BUDGET: per case),
@@ -12,6 +12,8 @@
 # of static cache + compile reduce-overhead, set against each other by benchmarks/headroom.py; then (unless BUDGET is
 # lean) benchmarks/timer_check.py (autotune's clock, the synchronizing clock it replaced, and a plain generate() timed
 # only around the call).
+# quality: benchmarks/quality_paths.py on the 1.1B Llama (not run on a GPU yet): compile reduce-overhead (CUDA graphs),
+# continuous batching, the offloaded and quantized caches, each figure on the prefill and on the decoding path.
 # quant: conformance of the torchao, optimum-quanto and hqq values (the kit built with --with-quant), BUDGET per case.
 # eight-b: a model of Llama-3-8B's shape (random weights, bf16), a capacity search of BUDGET (batch 1-64 within
 # itl_p95<=30ms), then the hand loop at batch 1 and 8 stored with that study ($OUT/llama-8b.db).
@@ -64,6 +66,10 @@ case $P in
     cases=(); for c in torchao-int8 torchao-int4 torchao-fp8 quanto-int8 quanto-int4 quanto-float8; do cases+=(--case "quantization=$c"); done
     cases+=(--case kv_cache_backend=quanto --case kv_cache_backend=hqq)
     python3 benchmarks/conformance.py --gpu "$profile" --timeout "$B" "${cases[@]}" --table "$OUT/conformance-$profile-quant.md" 2>&1 ;;
+  quality)  # issue 46 on the 1.1B Llama: the prefill figure against the decoding path's, CUDA graphs and batching
+    folder=$(python3 benchmarks/llama_1b.py --device cuda | tail -1)
+    python3 benchmarks/quality_paths.py --device cuda --model "$folder" --out "$OUT/quality-paths-cuda.md" \
+      --only float32 --only bfloat16 --only "static cache" --only offloaded --only "quantized cache" --only continuous 2>&1 ;;
   eight-b)  # Llama-3-8B's shape, random weights: a capacity search within a per-token target, then the hand loop
     out=/tmp/llama-8b; [ "$(df --output=avail -k /dev/shm | tail -1)" -gt 40000000 ] && out=/dev/shm/llama-8b  # 16 GB
     folder=$(timeout 240 python3 benchmarks/llama_1b.py --device cuda --shape 8b --train-steps 0 --out $out | tail -1)

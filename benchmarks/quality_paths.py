@@ -8,6 +8,7 @@ measure`), then loads the model as the configuration's plan loads it and compute
 reference model, in this process. One Markdown table, one row per configuration:
 
     python benchmarks/quality_paths.py --device cpu [--out benchmarks/results/quality-paths-cpu.md]
+    python benchmarks/quality_paths.py --device cuda --model PATH --only "static cache" --only continuous   # a GPU
 
 Speculative decoding runs one prompt at a time (the latency workload); the rest a batch of 8, 128 tokens in, 64 out.
 Every configuration is float32 but the bfloat16 and float16 rows, so that what is lossless must show the reference's
@@ -40,6 +41,7 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     ("bfloat16, dynamic cache", {"dtype": "bfloat16"}),
     ("static cache, compile off", {"cache_implementation": "static", "compile": "off"}),
     ("static cache, compile default", {"cache_implementation": "static", "compile": "default"}),
+    ("static cache, compile reduce-overhead", {"cache_implementation": "static", "compile": "reduce-overhead"}),
     ("offloaded cache", {"cache_implementation": "offloaded"}),
     ("offloaded static cache", {"cache_implementation": "offloaded_static", "compile": "off"}),
     ("quantized cache, fp8", {"cache_implementation": "quantized", "kv_cache_backend": "fp8"}),
@@ -71,11 +73,15 @@ class Row:
     quality_s: float | None
 
 
-def request_for(settings: dict[str, Any], device: str) -> SearchRequest:
+def request_for(settings: dict[str, Any], model: str, device: str) -> SearchRequest:
     workload = ONE_PROMPT if settings.get("speculative") else A_BATCH
     return SearchRequest(
-        ModelSpec("demo"), HardwareSpec("auto", device), workload, budget=BudgetSpec(trial_timeout_s=600)
+        ModelSpec(model), HardwareSpec("auto", device), workload, budget=BudgetSpec(trial_timeout_s=600)
     )
+
+
+def model_path(model: str) -> str:
+    return str(demo_model_path(default_cache_dir())) if model == "demo" else model
 
 
 def prefill_of(config: dict[str, Any], request: SearchRequest, reference_model: Any, windows: Any) -> dict[str, float]:
@@ -87,14 +93,13 @@ def prefill_of(config: dict[str, Any], request: SearchRequest, reference_model: 
 
     hardware = resolve_hardware(request.hardware.gpu, request.hardware.device)
     plan = build_plan(config, plan_target(hardware.profile, request))
-    path = str(demo_model_path(default_cache_dir()))
-    model = load_model(LoadedModel("demo", path=path), plan, hardware.device)
+    model = load_model(LoadedModel(request.model.id, path=model_path(request.model.id)), plan, hardware.device)
     with entered(plan.contexts):
         return prefill_figures(model, reference_model, windows)
 
 
-def row(label: str, settings: dict[str, Any], device: str, reference_model: Any, windows: Any) -> Row:
-    request = request_for(settings, device)
+def row(label: str, settings: dict[str, Any], model: str, device: str, reference_model: Any, windows: Any) -> Row:
+    request = request_for(settings, model, device)
     try:
         config, result = measure(request, {**FLOAT32, **settings})
     except UserError as error:
@@ -133,6 +138,7 @@ def _share(value: float | None) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--model", default="demo", help="demo, or a model folder (the 1.1B Llama of llama_1b.py)")
     parser.add_argument("--out", type=Path, help="also write the table to this file")
     parser.add_argument("--only", action="append", default=[], help="only the cases whose label starts so")
     args = parser.parse_args()
@@ -141,15 +147,17 @@ def main() -> None:
 
     from autotune.worker.measurement.quality import eval_windows
 
-    path = demo_model_path(default_cache_dir())  # the reference: float32, sdpa, as a search of the demo prepares it
-    reference_model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa")
+    path = model_path(args.model)  # the reference: float32, sdpa, as a search prepares it
+    reference_model = AutoModelForCausalLM.from_pretrained(
+        path, dtype=torch.float32, attn_implementation="sdpa", device_map=args.device
+    )
     windows = eval_windows(AutoTokenizer.from_pretrained(path))
     started = time.monotonic()
     rows = []
     for label, settings in CASES:
         if args.only and not any(label.startswith(prefix) for prefix in args.only):
             continue
-        rows.append(row(label, settings, args.device, reference_model, windows))
+        rows.append(row(label, settings, args.model, args.device, reference_model, windows))
         print(markdown(rows)[len(rows) + 1], flush=True)
     table = markdown(rows)
     print("\n".join(table))
