@@ -133,15 +133,19 @@ def test_an_outcome_other_than_the_one_written_down_is_one_line_naming_the_case_
 
 def test_an_ok_run_must_show_what_its_knob_promises() -> None:
     speculative = BY_LABEL["speculative=assistant (float32)"]
-    exact = {"throughput_tok_s": 5.0, "greedy_agreement": 1.0, "kl_divergence": 0.0, "top1_agreement": 1.0}
+    exact = {"throughput_tok_s": 5.0, "greedy_agreement": 1.0, "token_agreement": 1.0, "kl_divergence": 0.0}
+    exact["top1_agreement"] = 1.0
     assert figure_problems(speculative, exact) == []
-    assert figure_problems(speculative, {**exact, "greedy_agreement": 0.9}) == [
-        "greedy_agreement is 0.9, wanted 1.0 (the reference's greedy tokens)"
+    assert figure_problems(speculative, {**exact, "greedy_agreement": 0.9, "token_agreement": 0.99}) == [
+        "greedy_agreement is 0.9, wanted 1.0 (the reference's greedy tokens)",
+        "token_agreement is 0.99, wanted 1.0 (the reference's greedy tokens)",
     ]
     tp = BY_LABEL["tp_size=2 (float32)"]
-    assert figure_problems(tp, {"throughput_tok_s": 5.0, "greedy_agreement": 1.0, "tp_ranks": 2.0}) == []
-    assert figure_problems(tp, {"throughput_tok_s": 5.0, "greedy_agreement": 1.0}) == [
-        "tp_ranks is None, wanted 2 ranks"
+    ran = {"throughput_tok_s": 5.0, "greedy_agreement": 1.0, "token_agreement": 1.0}
+    assert figure_problems(tp, {**ran, "tp_ranks": 2.0}) == []
+    assert figure_problems(tp, ran) == ["tp_ranks is None, wanted 2 ranks"]
+    assert figure_problems(tp, {**ran, "tp_ranks": 2.0, "token_agreement": None}) == [  # every value, some path
+        "token_agreement is None, wanted in (0, 1]"
     ]
     quantized = BY_LABEL["kv_cache_backend=hqq"]
     assert "perplexity is nan, wanted a finite perplexity" in figure_problems(
