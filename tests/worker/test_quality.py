@@ -138,20 +138,30 @@ def test_nan_logits_are_broken_output():
 
 
 @pytest.mark.parametrize(
-    ("batch", "text_rows", "prompt_rows", "calls"),
-    [(8, 4, 4, 1), (64, 4, 60, 1), (1, 4, 1, 5), (2, 4, 2, 3), (3, 6, 3, 3), (4, 4, 4, 2), (16, 4, 12, 1)],
+    ("batch", "forced", "text_rows", "prompt_rows", "calls"),
+    [
+        (8, 64, 4, 4, 1),
+        (64, 64, 4, 60, 1),
+        (2, 64, 4, 2, 3),
+        (3, 64, 6, 3, 3),
+        (4, 64, 4, 4, 2),
+        (16, 64, 4, 12, 1),
+        (1, 64, 3, 1, 4),  # at most 4 generations: 192 positions of text
+        (1, 4, 3, 1, 4),  # a test's 4 tokens out: 12 positions, not 64 generations
+        (8, 4, 24, 8, 4),
+    ],
 )
-def test_a_batch_judges_256_positions_of_text_and_of_prompts_in_generations_of_its_own_size(
-    batch, text_rows, prompt_rows, calls
+def test_a_batch_judges_up_to_256_positions_of_text_and_of_prompts_in_at_most_4_generations_of_its_size(
+    batch, forced, text_rows, prompt_rows, calls
 ):
-    judged = layout(batch, forced_len=64, positions=256)
+    judged = layout(batch, forced_len=forced, positions=256)
     assert (judged.eval_count, judged.token_count, judged.calls) == (text_rows, prompt_rows, calls)
     assert judged.eval_count + judged.token_count == calls * batch  # every generation is of the timed batch
 
 
 def test_the_reference_decodes_the_rows_any_batch_judges_alone_or_packed():
     assert reference_rows({1, 8}, 64, 256) == 8  # batch 8 with padded prompts: 8 rows of text alone
-    assert reference_rows({1}, 64, 256) == 4
+    assert reference_rows({1}, 64, 256) == 3
     assert reference_rows({1, 3}, 64, 256) == 6
 
 

@@ -74,12 +74,18 @@ class Layout:
         return (self.eval_count + self.token_count) // self.batch
 
 
+MOST_CALLS = 4  # forced generations a trial's quality takes at most: the measuring phase runs at least 5
+
+
 def layout(batch: int, forced_len: int, positions: int) -> Layout:
-    """At least `positions` decoded positions of each kind where the batch allows; the slots a last generation has
-    left are filled with more evaluation text. At batch 8 and 64 tokens out: 4 rows of text and 4 prompts, one call."""
+    """At least `positions` decoded positions of each kind where the batch allows, in at most MOST_CALLS generations;
+    the slots a last generation has left are filled with more evaluation text. At batch 8 and 64 tokens out: 4 rows of
+    text and 4 prompts, one call; one prompt at a time: 3 rows of text and the prompt, four calls."""
     wanted = math.ceil(positions / forced_len)
     tokens = min(batch, max(wanted, batch - wanted))
-    calls = math.ceil((wanted + tokens) / batch)
+    calls = min(MOST_CALLS, math.ceil((wanted + tokens) / batch))
+    if calls * batch - tokens < 1:  # one prompt at a time: at least one row of text
+        calls += 1
     return Layout(batch, calls * batch - tokens, tokens)
 
 
