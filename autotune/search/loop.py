@@ -26,8 +26,9 @@ from autotune.search.session import Session, recover
 from autotune.search.strategy import Situation, next_queued, ruled_out, warm_up_set
 from autotune.space import Config, SearchSpace, build_plan, config_key, rules
 from autotune.study import TrialRecord, artifacts, kept
+from autotune.study.claims import OWNER_ATTR, claim_configuration, this_process
 from autotune.study.optuna_internals import trial_id
-from autotune.study.recovery import OWNER_ATTR, Heartbeat, claim_configuration, this_process
+from autotune.study.recovery import Heartbeat
 from autotune.workloads import KINDS
 
 MAX_CONSECUTIVE_SKIPS = 50

@@ -22,10 +22,10 @@ from autotune.search.events import SearchEvents
 from autotune.search.prepare import Prepared, plan_target, runnable_space
 from autotune.space import Config, SearchSpace, config_key, load_space, rules
 from autotune.specs import HardwareSpec, ModelSpec, QualitySpec, SearchRequest, WorkerRequest, WorkloadSpec
-from autotune.study import StudySettings, artifacts, kept
+from autotune.study import StudySettings, artifacts
 from autotune.study.claims import Claims
 from autotune.study.patience import PatientStorage
-from autotune.study.recovery import LogAttacher, recover_interrupted
+from autotune.study.recovery import LogAttacher, Recovery
 from autotune.workloads import metrics_of_one_kind
 
 
@@ -112,16 +112,8 @@ def recover(
 
     Each interrupted trial is noted once per run: `noted` holds those this run has told of already.
     """
-    spared: set[int] = set()
-    if kept_in is not None:
-        for line in kept.store_kept(study, claims, kept_in):
-            events.note(line)
-        spared = kept.waiting(study, kept_in)
-    recovered = [number for number in recover_interrupted(study, claims, attach_log, spared) if number not in noted]
-    noted.update(recovered)
-    if recovered:
-        numbers = ", ".join(f"#{number}" for number in recovered)
-        events.note(f"trials {numbers} were interrupted when their process died; each is retried once")
+    assert attach_log is not None and kept_in is not None
+    Recovery(study, claims, kept_in, attach_log, events.note, noted)()
 
 
 def open_patient_storage(request: SearchRequest, url: str, events: SearchEvents) -> PatientStorage:

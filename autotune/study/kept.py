@@ -27,10 +27,9 @@ from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.process.results import TaskResult, write_json_atomically
-from autotune.study.claims import Claims
+from autotune.study.claims import OWNER_ATTR, Claims, claim_configuration, owner_alive, this_process
 from autotune.study.optuna_internals import study_id, study_storage, trial_id
 from autotune.study.records import TrialRecord, record_result, record_skip
-from autotune.study.recovery import OWNER_ATTR, claim_configuration, owner_alive, this_process
 from autotune.study.settings import stored_settings
 
 KEPT_NAME = "result-to-store.json"
@@ -44,7 +43,7 @@ class KeptResult:
     trial_id: int
     result: TaskResult
     duration_s: float
-    owner: dict[str, Any]  # the process that measured it (recovery.this_process)
+    owner: dict[str, Any]  # the process that measured it (claims.this_process)
 
 
 def keep(trial_folder: Path, trial: optuna.Trial, result: TaskResult, duration_s: float) -> Path | None:
