@@ -21,8 +21,8 @@ from autotune.process.runner import Limits, run_in_worker
 from autotune.search.durations import Durations, ended
 from autotune.search.events import SearchEvents
 from autotune.search.interrupts import Interrupted, deferred
-from autotune.search.prepare import Prepared, plan_target, trial_spec
-from autotune.search.session import Session, recover
+from autotune.search.prepare import plan_target, trial_spec
+from autotune.search.session import Session
 from autotune.search.strategy import Situation, next_queued, ruled_out, warm_up_set
 from autotune.space import Config, SearchSpace, build_plan, config_key, rules
 from autotune.study import TrialRecord, artifacts, kept
@@ -89,20 +89,18 @@ def _first_calls_s(result: TaskResult) -> float:
 class TrialLoop:
     """Measures trials until the trial limit, the budget or the space runs out."""
 
-    def __init__(
-        self, session: Session, study: optuna.Study, prepared: Prepared, deadline: float | None, events: SearchEvents
-    ) -> None:
+    def __init__(self, session: Session, deadline: float | None, events: SearchEvents) -> None:
         self.session = session
         self.request = session.request
-        self.study = study
-        self.prepared = prepared
+        self.study = session.study
+        self.prepared = session.prepared
         self.deadline = deadline
         self.events = events
         self.claims = session.claims
-        self.space = studies.space_with_exclusions(session.space, study)
+        self.space = studies.space_with_exclusions(session.space, session.study)
         self.spending = Spending()
         self.launched = 0
-        self.warm_up = warm_up_set(self.space, prepared.baseline_config)
+        self.warm_up = warm_up_set(self.space, session.prepared.baseline_config)
         self.situation = self._situation()
         self.passed_over: dict[
             str, str
@@ -125,10 +123,7 @@ class TrialLoop:
             stop = self._limit_reached()
             if stop:
                 return stop
-            session = self.session
-            recover(
-                self.study, self.claims, self.events, session.noted_interruptions, session.attach_log, session.workdir
-            )
+            self.session.recovery()
             picked = self._next_trial()
             if picked is None:
                 return "every configuration of the space has been measured"
