@@ -1,6 +1,6 @@
 """A measured result kept on local disk until the study's storage has it: through an outage, or past it.
 
-The trial loop writes each result beside its trial's files (`<trial folder>/result-to-store.json`) before it
+A trial (search/trial.py) writes its result beside its files (`<trial folder>/result-to-store.json`) before it
 tells the storage, and removes it once the storage has it. A file still there belongs to a process that could
 not finish: it gave up waiting for its storage (--storage-patience) or was killed. The next search or worker of
 the study on this machine stores it, before it looks for interrupted trials, and exactly once: a process takes
