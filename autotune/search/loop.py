@@ -1,38 +1,27 @@
-"""The trial loop: ask Optuna for a configuration, claim it, measure it in a worker, tell the result."""
+"""The trial loop: which trial runs next (the strategy's queue, the sampler, a random pick), whether the budget left
+lets it start, and where the search's time went. Each trial's own life (taken, run, stored, retried) is a Trial
+(search/trial.py); the loop reads the study once per trial, after recovering what dead processes left."""
 
 from __future__ import annotations
 
-import json
-import os
 import random
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
-
-import optuna
-from optuna.exceptions import UpdateFinishedTrialError
-from optuna.trial import TrialState
 
 from autotune import study as studies
-from autotune.errors import StorageUnavailableError
-from autotune.process import phases
 from autotune.process.results import Outcome, TaskResult
-from autotune.process.runner import Limits, run_in_worker
 from autotune.search.durations import Durations, ended
 from autotune.search.events import SearchEvents
 from autotune.search.interrupts import Interrupted, deferred
-from autotune.search.prepare import Prepared, plan_target, trial_spec
-from autotune.search.session import Session, recover
+from autotune.search.prepare import plan_target
+from autotune.search.session import Session
 from autotune.search.strategy import Situation, next_queued, ruled_out, warm_up_set
-from autotune.space import Config, SearchSpace, build_plan, config_key, rules
-from autotune.study import TrialRecord, artifacts, kept
-from autotune.study.optuna_internals import trial_id
-from autotune.study.recovery import OWNER_ATTR, Heartbeat, claim_configuration, this_process
+from autotune.search.trial import SAMPLER, StudyRead, Trial, judge_values
+from autotune.space import Config, build_plan, config_key, rules
+from autotune.study import TrialRecord
 from autotune.workloads import KINDS
 
 MAX_CONSECUTIVE_SKIPS = 50
-HEARTBEAT_EVERY_S = 10.0
-SAMPLER = "sampler"  # why a trial ran: Optuna's sampler proposed it
 RANDOM_PICK = "random pick (the sampler kept proposing measured configurations)"
 NEARLY_USED_UP = "budget nearly used up: "
 
@@ -88,26 +77,19 @@ def _first_calls_s(result: TaskResult) -> float:
 class TrialLoop:
     """Measures trials until the trial limit, the budget or the space runs out."""
 
-    def __init__(
-        self, session: Session, study: optuna.Study, prepared: Prepared, deadline: float | None, events: SearchEvents
-    ) -> None:
+    def __init__(self, session: Session, deadline: float | None, events: SearchEvents) -> None:
         self.session = session
         self.request = session.request
-        self.study = study
-        self.prepared = prepared
+        self.study = session.study
         self.deadline = deadline
         self.events = events
-        self.claims = session.claims
-        self.space = studies.space_with_exclusions(session.space, study)
+        self.space = studies.space_with_exclusions(session.space, session.study)
         self.spending = Spending()
         self.launched = 0
-        self.warm_up = warm_up_set(self.space, prepared.baseline_config)
+        self.warm_up = warm_up_set(self.space, session.prepared.baseline_config)
         self.situation = self._situation()
-        self.passed_over: dict[
-            str, str
-        ] = {}  # why -> what the summary says of a trial the budget left could not finish
-        self.current: optuna.Trial | None = None  # asked and not finished yet: a signal must not leave it RUNNING
-        self.started: float | None = None  # when the current trial's worker was launched
+        self.passed_over: dict[str, str] = {}  # why -> what the summary says of a planned trial the budget passed over
+        self.current: Trial | None = None  # the last trial taken: a signal must not leave it RUNNING
         self.token = random.SystemRandom().randrange(1, 2**31)  # this loop, in the trials it takes
 
     def run(self) -> str:
@@ -116,7 +98,8 @@ class TrialLoop:
             return self._run()
         except Interrupted as interrupt:
             with deferred():
-                self._abandon(interrupt)
+                if self.current is not None:
+                    self.current.abandon(interrupt)
             raise
 
     def _run(self) -> str:
@@ -124,24 +107,21 @@ class TrialLoop:
             stop = self._limit_reached()
             if stop:
                 return stop
-            session = self.session
-            recover(
-                self.study, self.claims, self.events, session.noted_interruptions, session.attach_log, session.workdir
-            )
-            picked = self._next_trial()
-            if picked is None:
+            read = StudyRead(self.session.recovery())
+            durations = self._durations(read.records)
+            trial = self._next_trial(read, durations)
+            if trial is None:
                 return "every configuration of the space has been measured"
-            trial, config, roles = picked
-            overrun = self._would_overrun(config)
+            overrun = self._would_overrun(trial.config, durations)
             if overrun:
-                self._release(config, trial.number)
-                studies.record_skip(self.study, trial, config, overrun)
-                if not _planned(roles):  # the sampler's proposal: no ranking to take the next from
+                trial.release()
+                trial.skip(overrun)
+                if not _planned(trial.roles):  # the sampler's proposal: no ranking to take the next from
                     return overrun
-                for why in roles:  # queued before its duration was known: the next planned that fits runs
+                for why in trial.roles:  # queued before its duration was known: the next planned that fits runs
                     self.passed_over.setdefault(why, f"{why} ({overrun.removeprefix(NEARLY_USED_UP)})")
                 continue
-            result = self._measure(trial, config, roles)
+            result = self._measure(trial, durations)
             if result.outcome == Outcome.BUDGET:
                 return "budget used up"
 
@@ -153,64 +133,69 @@ class TrialLoop:
             return "budget used up"
         return None
 
-    def _would_overrun(self, config: Config) -> str | None:
+    def _would_overrun(self, config: Config, durations: Durations) -> str | None:
         """Why this trial must not start: the longest it should take (search/durations.py) exceeds the budget left."""
         if self.deadline is None:
             return None
-        return overrun_reason(config, self._durations(studies.records(self.study)), self.deadline - time.monotonic())
+        return overrun_reason(config, durations, self.deadline - time.monotonic())
 
     def _durations(self, records: list[TrialRecord]) -> Durations:
         workload = self.request.workload
         allowance = KINDS[workload.kind].probe_allowance_s(workload)  # a probe's longer courses
         device = self.session.profile.device_type
-        return Durations(ended(records), self.prepared.baseline_config, device, allowance)  # type: ignore[arg-type]
+        baseline = self.session.prepared.baseline_config
+        return Durations(ended(records), baseline, device, allowance)  # type: ignore[arg-type]
 
-    def _next_trial(self) -> tuple[optuna.Trial, Config, list[str]] | None:
+    def _next_trial(self, read: StudyRead, durations: Durations) -> Trial | None:
         """The next configuration to measure: queued (anchors, warm-up set, retries) or sampled; None when
         the space has nothing left. Proposals that a rule forbids, that earlier failures rule out, or that
         another trial has claimed are skipped without being run."""
-        records = studies.records(self.study)
-        history = [(r.number, r.config, r.outcome) for r in records if r.outcome]
-        self._queue_planned(records, history)
+        history = read.history()
+        self._queue_planned(read, history, durations)
         for _ in range(MAX_CONSECUTIVE_SKIPS):
-            trial = self._ask()
-            config = self.space.suggest(trial)
-            reason = (
-                self._never_run(config, history)
-                or self._given_up(config)
-                or self._left_to_retry(config, trial)
-                or self._claim(config, trial.number)
-            )
+            trial = self._take()
+            reason = self._never_run(trial.config, history) or trial.why_not_run(read)
             if reason is None:
-                return trial, config, self._roles(trial)
-            studies.record_skip(self.study, trial, config, reason)
-        seen = studies.measured_keys(self.study) | studies.awaiting_retry(self.study)
+                trial.roles = trial.queued_roles()
+                return trial
+            trial.skip(reason)
+            if trial.retries(read):  # a retry skipped: its configuration awaits it no longer
+                read = StudyRead(self.study.get_trials(deepcopy=False))
+        return self._random_pick(read, history, durations)
+
+    def _random_pick(
+        self, read: StudyRead, history: list[tuple[int, Config, str]], durations: Durations
+    ) -> Trial | None:
+        """The sampler keeps proposing known or forbidden configurations: take an untried one at random."""
+        seen = read.measured | read.awaiting_retry
         untried = [
             c for c in self.space.configurations() if config_key(c) not in seen and not self._never_run(c, history)
         ]
         if not untried:
             return None
-        # The sampler keeps proposing known or forbidden configurations: take an untried one at random.
         self.study.enqueue_trial(random.choice(untried), user_attrs={"roles": [RANDOM_PICK]})
-        trial = self._ask()
-        config = self.space.suggest(trial)
-        reason = self._claim(config, trial.number)
+        trial = self._take()
+        reason = trial.claim()
         if reason is not None:  # another process took it meanwhile
-            studies.record_skip(self.study, trial, config, reason)
-            return self._next_trial()
-        return trial, config, [RANDOM_PICK]
+            trial.skip(reason)
+            return self._next_trial(StudyRead(self.study.get_trials(deepcopy=False)), durations)
+        trial.roles = [RANDOM_PICK]
+        return trial
 
-    def _queue_planned(self, records: list[TrialRecord], history: list[tuple[int, Config, str]]) -> None:
+    def _take(self) -> Trial:
+        trial = self.current = Trial(self.session, self.events)
+        trial.take(self.token, self.space)
+        return trial
+
+    def _queue_planned(self, read: StudyRead, history: list[tuple[int, Config, str]], durations: Durations) -> None:
         """Queue what the strategy plans next (warm-up set, compositions, predicted changes), when nothing
         else waits in the queue."""
-        waiting = self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
-        if waiting:
+        if read.waiting:
             return
-        taken = set(studies.measured_keys(self.study)) | set(studies.awaiting_retry(self.study))
-        complete = {config_key(r.config): (r.config, r.metrics) for r in records if r.outcome == Outcome.OK}
+        taken = set(read.measured) | set(read.awaiting_retry)
+        complete = {config_key(r.config): (r.config, r.metrics) for r in read.records if r.outcome == Outcome.OK}
         skip = lambda c: self._never_run(c, history)  # noqa: E731
         left = self.deadline - time.monotonic() if self.deadline is not None else None
-        durations = self._durations(records)
         passed_over = lambda planned, at_most: self._pass_over(planned.why, at_most, left)  # noqa: E731
         planned = next_queued(self.situation, self.warm_up, complete, taken, skip, durations, left, passed_over)
         if planned is not None:
@@ -223,7 +208,7 @@ class TrialLoop:
     def _situation(self) -> Situation:
         return Situation(
             self.space,
-            self.prepared.baseline_config,
+            self.session.prepared.baseline_config,
             self.session.profile.device_type,  # type: ignore[arg-type] - "cpu" or "cuda"
             self.session.settings.objective_metrics,
             self.request.workload.kind,
@@ -237,144 +222,18 @@ class TrialLoop:
     def _unmeasurable(self, config: Config) -> str | None:
         return rules.unmeasurable(build_plan(config, plan_target(self.session.profile, self.request)))
 
-    def _ask(self) -> optuna.Trial:
-        """A new trial, marked as ours with a first heartbeat at once, so a crash can never leave it RUNNING."""
-        with deferred():
-            trial = self.study.ask()
-            while not self.claims.take_trial(trial_id(trial), self.token):
-                self.events.note(f"trial #{trial.number} was popped by another worker as well; it is theirs")
-                trial = self.study.ask()
-            self.current = trial
-            self.started = None
-            trial.set_user_attr(OWNER_ATTR, this_process())
-            if self.request.run_id:
-                trial.set_user_attr("run_id", self.request.run_id)
-            self.session.storage.first_heartbeat(trial_id(trial))
-        return trial
-
-    def _roles(self, trial: optuna.Trial) -> list[str]:
-        roles = list(trial.user_attrs.get("roles", [SAMPLER]))
-        if self._failed_trial(trial) is not None and "retry" not in roles:
-            roles.append("retry")
-        return roles
-
-    def _given_up(self, config: Config) -> str | None:
-        """A configuration interrupted again after its one retry is never run again (it holds no claim)."""
-        holder = studies.measured_keys(self.study).get(config_key(config))
-        trials = self.study.get_trials(deepcopy=False)
-        interrupted = holder is not None and TrialRecord.from_frozen(trials[holder]).interrupted
-        return f"interrupted twice, last as trial #{holder}: not run again" if interrupted else None
-
-    def _left_to_retry(self, config: Config, trial: optuna.Trial) -> str | None:
-        """An interrupted configuration is measured by its queued retry, not by a trial sampled meanwhile."""
-        interrupted = studies.awaiting_retry(self.study).get(config_key(config))
-        if interrupted is None or self._failed_trial(trial) == interrupted:
-            return None
-        return f"interrupted as trial #{interrupted}: its queued retry measures it"
-
-    def _failed_trial(self, trial: optuna.Trial) -> int | None:
-        return self.study.get_trials(deepcopy=False)[trial.number].system_attrs.get("failed_trial")
-
-    def _claim(self, config: Config, number: int) -> str | None:
-        holder = claim_configuration(self.study, self.claims, config_key(config), number)
-        return None if holder == number else f"same configuration as trial #{holder}"
-
-    def _record_forecast(self, trial: optuna.Trial, config: Config) -> None:
-        """What the budget expected this trial to take, beside what it took (`duration_s`): the forecast checked."""
-        forecast = self._durations(studies.records(self.study)).of(config)
-        if forecast.at_most is not None:  # seconds only once a trial ended; before, no scale
-            trial.set_user_attr(
-                "forecast_s", {"expected": round(forecast.expected, 1), "at_most": round(forecast.at_most, 1)}
-            )
-
-    def _release(self, config: Config, number: int) -> None:
-        self.claims.release(config_key(config), number)
-
-    def _measure(self, trial: optuna.Trial, config: Config, roles: list[str]) -> TaskResult:
-        self.events.trial_started(trial.number, config, roles)
-        for why in roles:  # passed over earlier, it fits now (more trials alike ended)
+    def _measure(self, trial: Trial, durations: Durations) -> TaskResult:
+        for why in trial.roles:  # passed over earlier, it fits now (more trials alike ended)
             self.passed_over.pop(why, None)
-        built = build_plan(config, plan_target(self.session.profile, self.request))
-        studies.record_launch(trial, config, built.to_json(), roles)
-        self._record_forecast(trial, config)
-        spec = trial_spec(self.request, self.prepared, config, built.to_json())
-        if (fault := _injected_fault(self.launched, config)) is not None:
-            spec.fault = fault
-        workdir = self.session.trial_workdir(trial.number)
-        limits = Limits(self.request.budget.trial_timeout_s, self.deadline)
-        on_start = lambda pid: trial.set_user_attr("worker_pid", pid)  # noqa: E731 - which process measures it
-        compiles = built.compiles
-        on_phase = lambda name: self.events.progress(f"trial #{trial.number}: {phases.label(name, compiles)}")  # noqa: E731
-        with Heartbeat(self.session.storage, trial_id(trial), HEARTBEAT_EVERY_S):
-            started = self.started = time.monotonic()
-            result = run_in_worker(spec, workdir, limits, on_start=on_start, on_phase=on_phase)
-            duration = time.monotonic() - started
-            self._store(trial, config, result, duration, workdir)
-        self.space = judge_values(self.study, self.session.space, trial.number, config, result)
+        measured = trial.run(self.deadline, self.launched, durations.of(trial.config))
+        result = measured.result
+        self.space = judge_values(self.study, self.session.space, trial.number, trial.config, result)
         if result.excludes or result.suspects:
             self.situation = self._situation()
-        self.spending.add_trial(result, duration, compiles)
+        self.spending.add_trial(result, measured.duration_s, measured.compiles)
         self.launched += 1
-        self.events.trial_finished(TrialRecord.from_frozen(self.study.get_trials(deepcopy=False)[trial.number]))
+        self.events.trial_finished(trial.record())
         return result
-
-    def _store(self, trial: optuna.Trial, config: Config, result: TaskResult, duration: float, workdir: Path) -> None:
-        """The trial's log and result into storage. The result is kept on local disk until the storage has it
-        (study/kept.py): through an outage the storage waits out, and past it, for the next process to store."""
-        kept_file = kept.keep(workdir, trial, result, duration)
-        try:
-            with deferred():
-                artifacts.attach(self.session.artifact_store, trial, workdir / "worker.log", artifacts.LOG_MIMETYPE)
-                self._record(trial, config, result, duration)
-        except StorageUnavailableError as error:
-            self.current = None  # not to be recorded as interrupted: its result waits on disk
-            raise StorageUnavailableError(f"{error}{kept.kept_note(trial.number, kept_file)}") from None
-        kept.forget(kept_file)
-
-    def _record(self, trial: optuna.Trial, config: Config, result: TaskResult, duration: float) -> None:
-        try:
-            studies.record_result(
-                self.study, trial, result, duration, self.session.constraints, self.session.settings.objective_metrics
-            )
-        except (UpdateFinishedTrialError, ValueError):  # ValueError: Optuna's "Cannot tell a FAIL trial"
-            if self.session.storage.get_trial(trial_id(trial)).state == TrialState.RUNNING:
-                raise
-            # this process stalled past the grace period, or its storage was unreachable that long, and another
-            # one failed the trial as interrupted: the result goes to the retry that queued, if it still waits
-            measured = kept.KeptResult(None, trial.number, trial_id(trial), result, duration, this_process())
-            self.events.note(kept.store(self.study, self.claims, measured) or f"trial #{trial.number} is stored")
-        self.current = None
-        if result.outcome == Outcome.BUDGET:
-            self._release(config, trial.number)  # never measured: a later run may take it
-
-    def _abandon(self, interrupt: Interrupted) -> None:
-        """A signal stopped the run: finish the trial in hand, so that none is left RUNNING.
-
-        A launched trial (its worker and children already killed by the runner) fails with the reason
-        `interrupted` and is queued to be retried once; one not launched yet is recorded as skipped.
-        """
-        trial, self.current = self.current, None
-        if trial is None:
-            return
-        storage = self.session.storage
-        unfinished = storage.get_trial(trial_id(trial))  # as it was launched: what the retry copies
-        if unfinished.state != TrialState.RUNNING:  # skipped before the signal came
-            return
-        config = unfinished.user_attrs.get("config") or dict(unfinished.params)
-        if self.started is None:
-            self._release(config, trial.number)
-            studies.record_skip(self.study, trial, config, f"interrupted by {interrupt} before launch")
-            return
-        message = f"interrupted by {interrupt}: the search or worker was stopped; retried once when it resumes"
-        result = TaskResult(Outcome.INTERRUPTED, message, phase="measure")
-        log = self.session.trial_workdir(trial.number) / "worker.log"  # as recovery stores it after a SIGKILL
-        artifacts.attach(self.session.artifact_store, trial, log, artifacts.LOG_MIMETYPE)
-        studies.record_result(self.study, trial, result, time.monotonic() - self.started)
-        retry = storage.get_heartbeat_stale_trial_callback()
-        if retry is not None:
-            retry(self.study, unfinished)
-        self._release(config, trial.number)
-        interrupt.trial = trial.number
 
 
 def overrun_reason(config: Config, durations: Durations, seconds_left: float) -> str | None:
@@ -392,58 +251,3 @@ def _may_take(at_most: float, seconds_left: float) -> str:
 def _planned(roles: list[str]) -> bool:
     """Queued by the strategy (or the session's anchors), not proposed by the sampler."""
     return not {SAMPLER, RANDOM_PICK} & set(roles)
-
-
-def _injected_fault(launch_index: int, config: Config) -> dict[str, str] | None:
-    """Tests make a trial fail for real: the n-th trial this process launches (from 0), or every trial of the
-    configurations that have all the knob values a key names, whichever trial launches them.
-
-    AUTOTUNE_INJECT_FAULTS='{"3": {"phase": "load", "kind": "hang"}}' makes the fourth trial hang while loading;
-    '{"dtype=float32,attn_implementation=eager": {"phase": "load", "kind": "raise"}}' makes every float32 eager
-    trial raise while loading.
-    """
-    faults = os.environ.get("AUTOTUNE_INJECT_FAULTS")
-    if not faults:
-        return None
-    for key, fault in json.loads(faults).items():
-        if key == str(launch_index) or ("=" in key and _has_values(config, key)):
-            return fault
-    return None
-
-
-def _has_values(config: Config, pairs: str) -> bool:
-    """Whether `config` has every value of "knob=value,knob=value"."""
-    return all(str(config.get(knob)) == value for knob, _, value in (pair.partition("=") for pair in pairs.split(",")))
-
-
-def judge_values(
-    study: optuna.Study, declared: SearchSpace, number: int, config: Config, result: TaskResult
-) -> SearchSpace:
-    """What a trial's result says of its values; the space left to search.
-
-    A typed refusal excludes its value for the study. A value only the words of an error point at is suspected,
-    and excluded when a trial of another configuration fails on it too; a trial that completes clears the
-    suspicion of its values.
-    """
-    if result.excludes:
-        knob, value = result.excludes["knob"], result.excludes["value"]
-        studies.add_exclusion(study, knob, value, f"{knob}={value} cannot run here: {_first_line(result.message)}")
-    elif result.suspects:
-        knob, value = result.suspects["knob"], result.suspects["value"]
-        earlier = studies.suspicions(study).get(knob, {}).get(str(value))
-        if earlier is None:
-            studies.add_suspicion(study, knob, value, number, config_key(config), _first_line(result.message))
-        elif earlier["config_key"] != config_key(config):
-            why = f"trials #{earlier['trial']} and #{number} failed with words that point at it"
-            reason = f"{knob}={value} is suspected twice ({why}): {_first_line(result.message)}"
-            studies.add_exclusion(study, knob, value, reason)
-    elif result.ok:
-        suspected = studies.suspicions(study)
-        for knob, value in config.items():
-            if str(value) in suspected.get(knob, {}):
-                studies.clear_suspicion(study, knob, value)
-    return studies.space_with_exclusions(declared, study)
-
-
-def _first_line(message: str) -> str:
-    return message.splitlines()[0] if message else ""

@@ -34,7 +34,7 @@ from autotune.search.events import SearchEvents, SearchSummary
 from autotune.search.interrupts import Interrupted, StudyPlace, deferred
 from autotune.search.loop import TrialLoop
 from autotune.search.prepare import Prepared, machine_notes, prepare
-from autotune.search.session import Session, join_session, open_session, recover
+from autotune.search.session import Checked, Session, check_search, check_worker, open_session
 from autotune.specs import SearchRequest, WorkerRequest
 
 
@@ -44,22 +44,21 @@ def run_search(request: SearchRequest, events: SearchEvents) -> SearchSummary:
         return _run_on_devices(request, events)
     started = time.monotonic()
     deadline = request.budget.deadline(started)
-    session = _open_session(request, events)
-    with _study_named_on_interrupt(session):
-        prepared = _prepare(session, deadline, events)
-        loop = TrialLoop(session, session.attach(prepared, events), prepared, deadline, events)
-        summary = _run_loop(loop, started)
-    studies.record_search_run(loop.study, _run_record(request, summary))
-    return _with_best(summary, loop.study)
+    checked = _check(request, events)
+    with _study_named_on_interrupt(checked):
+        session = open_session(checked, _prepare(checked, deadline, events), events)
+        summary = _run_loop(TrialLoop(session, deadline, events), started)
+    studies.record_search_run(session.study, _run_record(request, summary))
+    return _with_best(summary, session.study)
 
 
-def _open_session(request: SearchRequest, events: SearchEvents) -> Session:
-    """The session, with a note for each value left out for what this machine answered."""
+def _check(request: SearchRequest, events: SearchEvents) -> Checked:
+    """The inputs checked, with a note for each value left out for what this machine answered."""
     events.progress("checking the hardware, the search space and the study")
-    session = open_session(request, events)
-    for line in machine_notes(session.space):
+    checked = check_search(request, events)
+    for line in machine_notes(checked.space):
         events.note(line)
-    return session
+    return checked
 
 
 def _with_best(summary: SearchSummary, study: optuna.Study) -> SearchSummary:
@@ -74,22 +73,22 @@ def join_study(worker: WorkerRequest, events: SearchEvents) -> SearchSummary:
     started = time.monotonic()
     deadline = worker.budget.deadline(started)
     events.progress("reading the study")
-    session, reference = join_session(worker, events)
-    with _study_named_on_interrupt(session):
+    checked, reference = check_worker(worker, events)
+    with _study_named_on_interrupt(checked):
         prepared = prepare(
-            session.request, session.hardware, session.space, session.workdir, deadline, reference, _preparing(events)
+            checked.request, checked.hardware, checked.space, checked.workdir, deadline, reference, _preparing(events)
         )
-        loop = TrialLoop(session, session.attach(prepared, events), prepared, deadline, events)
-        return _run_loop(loop, started)
+        session = open_session(checked, prepared, events)
+        return _run_loop(TrialLoop(session, deadline, events), started)
 
 
 @contextmanager
-def _study_named_on_interrupt(session: Session) -> Iterator[None]:
+def _study_named_on_interrupt(checked: Checked) -> Iterator[None]:
     """An interrupt that passes through here learns which study to report on."""
     try:
         yield
     except Interrupted as interrupt:
-        interrupt.study = StudyPlace(session.name, session.storage_url)
+        interrupt.study = StudyPlace(checked.name, checked.storage_url)
         raise
 
 
@@ -97,13 +96,13 @@ def _preparing(events: SearchEvents) -> Callable[[str], None]:
     return lambda name: events.progress(f"preparing: {phases.label(name)}")
 
 
-def _prepare(session: Session, deadline: float | None, events: SearchEvents) -> Prepared:
+def _prepare(checked: Checked, deadline: float | None, events: SearchEvents) -> Prepared:
     try:
-        request = session.request
-        return prepare(request, session.hardware, session.space, session.workdir, deadline, None, _preparing(events))
+        request = checked.request
+        return prepare(request, checked.hardware, checked.space, checked.workdir, deadline, None, _preparing(events))
     except UserError:
-        if session.existing is None:  # bad input leaves nothing behind
-            shutil.rmtree(session.workdir, ignore_errors=True)
+        if checked.existing is None:  # bad input leaves nothing behind
+            shutil.rmtree(checked.workdir, ignore_errors=True)
         raise
 
 
@@ -142,11 +141,12 @@ def _run_on_devices(request: SearchRequest, events: SearchEvents) -> SearchSumma
     """One `autotune worker` per device, each pinned to its GPU, all on this study; then the summary."""
     started = time.monotonic()
     deadline = request.budget.deadline(started)
-    session = _open_session(request, events)
-    _check_devices(request.devices, session.profile.kind)
-    with _study_named_on_interrupt(session):
-        prepared = _prepare(session, deadline, events)  # builds the model and the reference once, for every worker here
-        study = session.attach(prepared, events)
+    checked = _check(request, events)
+    _check_devices(request.devices, checked.profile.kind)
+    with _study_named_on_interrupt(checked):
+        prepared = _prepare(checked, deadline, events)  # builds the model and the reference once, for every worker here
+        session = open_session(checked, prepared, events)
+        study = session.study
         run_id = uuid.uuid4().hex[:12]
         shares = _shares(request.budget.max_trials, len(request.devices))
         workers: list[_Worker] = []
@@ -156,7 +156,7 @@ def _run_on_devices(request: SearchRequest, events: SearchEvents) -> SearchSumma
                     workers.append(_start_worker(session, index, device, share, deadline, run_id, events))
             codes = [worker.wait() for worker in workers]
             # A worker that died left its trial RUNNING: fail it now and queue its retry, as a worker would.
-            recover(study, session.claims, events, session.noted_interruptions, session.attach_log, session.workdir)
+            session.recovery()
         except Interrupted as interrupt:  # each worker records its own trial, then ends
             with deferred():
                 for worker in workers:

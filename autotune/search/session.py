@@ -1,9 +1,13 @@
-"""The study a search works on: every input checked before anything is written, then created or joined."""
+"""The study a search works on: every input checked before anything is written, then the study created or joined.
+
+`check_search` (a search) and `check_worker` (a worker joining a study) check the inputs and write nothing;
+once the model is prepared, `open_session` creates or loads the study and makes the Session, whole.
+"""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,36 +26,53 @@ from autotune.search.events import SearchEvents
 from autotune.search.prepare import Prepared, plan_target, runnable_space
 from autotune.space import Config, SearchSpace, config_key, load_space, rules
 from autotune.specs import HardwareSpec, ModelSpec, QualitySpec, SearchRequest, WorkerRequest, WorkloadSpec
-from autotune.study import StudySettings, artifacts, kept
+from autotune.study import StudySettings, artifacts
 from autotune.study.claims import Claims
 from autotune.study.patience import PatientStorage
-from autotune.study.recovery import LogAttacher, recover_interrupted
+from autotune.study.recovery import LogAttacher, Recovery
 from autotune.workloads import metrics_of_one_kind
 
 
-@dataclass
-class Session:
-    """What the search knows before any trial: hardware, space, study name and storage."""
+@dataclass(frozen=True)
+class Checked:
+    """A search's inputs, each checked before anything is written: hardware, space, study name and storage, the
+    settings the study is bound to, and the study itself where it exists already."""
 
     request: SearchRequest
     hardware: ResolvedHardware
     space: SearchSpace
     name: str
     storage_url: str
-    storage: PatientStorage | None
+    storage: PatientStorage | None  # None: its SQLite file does not exist yet
     existing: optuna.Study | None
     settings: StudySettings
     joining: bool = False  # a worker joining a study: it leaves the study's settings as they are
-    claims: Claims | None = None
-    noted_interruptions: set[int] = field(default_factory=set)  # interrupted trials this run has told of
-    artifact_store: Any = None  # trial logs go there (autotune.study.artifacts), None where there is none
 
-    def trial_workdir(self, number: int) -> Path:
-        return self.workdir / f"trial-{number:04d}"
+    @property
+    def profile(self) -> GpuProfile:
+        return self.hardware.profile
 
-    def attach_log(self, storage: optuna.storages.BaseStorage, trial_id: int, number: int) -> None:
-        """Store the local log of a trial another process of this host left running, if there is one."""
-        artifacts.attach_to_trial_id(self.artifact_store, storage, trial_id, self.trial_workdir(number) / "worker.log")
+    @property
+    def workdir(self) -> Path:
+        return studies.trial_folder(self.storage_url, self.name, self.request.storage.cache_dir)
+
+
+@dataclass(frozen=True)
+class Session:
+    """A search's study, whole from the start: made by `open_session` from the checked inputs and the prepared model."""
+
+    request: SearchRequest
+    hardware: ResolvedHardware
+    space: SearchSpace  # as the study stores it
+    name: str
+    storage_url: str
+    storage: PatientStorage
+    study: optuna.Study
+    settings: StudySettings
+    prepared: Prepared
+    claims: Claims
+    artifact_store: Any  # trial logs go there (autotune.study.artifacts), None where there is none
+    recovery: Recovery  # between trials: kept results stored, the trials of dead processes failed and retried
 
     @property
     def constraints(self) -> list[Constraint]:
@@ -65,63 +86,77 @@ class Session:
     def workdir(self) -> Path:
         return studies.trial_folder(self.storage_url, self.name, self.request.storage.cache_dir)
 
-    def attach(self, prepared: Prepared, events: SearchEvents) -> optuna.Study:
-        """Create the study, or load it to resume; store what the report needs; recover interrupted trials."""
-        storage = self.storage or open_patient_storage(self.request, self.storage_url, events)
-        if self.existing is None:
-            self.space = self.space.including(prepared.reference_config).including(prepared.baseline_config)
-            self.settings.space = self.space.to_json()
-            study = studies.create_study(storage, self.name, self.settings, self.request.seed)
-            if study is None:  # another search created it meanwhile: join it, as a resume would
-                self.existing = studies.load_existing(storage, self.name, self.request.seed)
-                self.settings.check_resumable(studies.wait_for_settings(self.existing), self.name)
-        if self.existing is not None:
-            study = studies.load_existing(storage, self.name, self.request.seed)
-            self.space = SearchSpace.from_json(studies.stored_settings(study).space)
-        self.storage = storage
-        self.artifact_store = artifacts.open_store(self.request.storage.artifacts, self.storage_url)
-        if not self.joining:
-            self.settings.prepared = prepared.facts()
-            self.settings.space = self.space.to_json()
-            studies.update_settings(study, self.settings)
-        self.claims = Claims(storage.engine, storage.get_study_id_from_name(self.name), storage.patience)
-        recover(study, self.claims, events, self.noted_interruptions, self.attach_log, self.workdir)
-        _enqueue_anchors(study, prepared)
-        if self.request.warm_start:
-            _enqueue_warm_start(study, find_warm_start(self.request, self.storage_url), self.space, events)
-        stored = sum(1 for record in studies.records(study) if record.launched and record.outcome)
-        events.note(
-            f"study {self.name} in {studies.redact(self.storage_url)}: profile {self.profile.name}, "
-            f"{self.space.size()} configurations in the space, {stored} trials stored"
-        )
-        if self.settings.constraints:
-            events.note(f"constraints: {', '.join(self.settings.constraints)} (feasible trials only on the front)")
-        return study
+    def trial_workdir(self, number: int) -> Path:
+        return trial_workdir(self.workdir, number)
 
 
-def recover(
-    study: optuna.Study,
-    claims: Claims,
-    events: SearchEvents,
-    noted: set[int],
-    attach_log: LogAttacher | None = None,
-    kept_in: Path | None = None,
-) -> None:
-    """Store the results that processes of this machine kept on disk and could not store (study/kept.py), then
-    fail and retry the trials of dead processes (at start, and between trials while running).
+def trial_workdir(workdir: Path, number: int) -> Path:
+    return workdir / f"trial-{number:04d}"
 
-    Each interrupted trial is noted once per run: `noted` holds those this run has told of already.
-    """
-    spared: set[int] = set()
-    if kept_in is not None:
-        for line in kept.store_kept(study, claims, kept_in):
-            events.note(line)
-        spared = kept.waiting(study, kept_in)
-    recovered = [number for number in recover_interrupted(study, claims, attach_log, spared) if number not in noted]
-    noted.update(recovered)
-    if recovered:
-        numbers = ", ".join(f"#{number}" for number in recovered)
-        events.note(f"trials {numbers} were interrupted when their process died; each is retried once")
+
+def open_session(checked: Checked, prepared: Prepared, events: SearchEvents) -> Session:
+    """Create the study, or load it to resume; store what the report needs; recover interrupted trials; queue the
+    anchors (and the front a warm start names)."""
+    request = checked.request
+    storage = checked.storage or open_patient_storage(request, checked.storage_url, events)
+    study, space, settings = _create_or_load(checked, storage, prepared)
+    artifact_store = artifacts.open_store(request.storage.artifacts, checked.storage_url)
+    if not checked.joining:
+        settings.prepared = prepared.facts()
+        settings.space = space.to_json()
+        studies.update_settings(study, settings)
+    claims = Claims(storage.engine, storage.get_study_id_from_name(checked.name), storage.patience)
+    recovery = Recovery(study, claims, checked.workdir, _log_attacher(artifact_store, checked.workdir), events.note)
+    session = Session(
+        request, checked.hardware, space, checked.name, checked.storage_url, storage, study, settings, prepared,
+        claims=claims, artifact_store=artifact_store, recovery=recovery,
+    )  # fmt: skip
+    recovery()
+    _enqueue_anchors(study, prepared)
+    if request.warm_start:
+        _enqueue_warm_start(study, find_warm_start(request, checked.storage_url), space, events)
+    _say_opened(session, events)
+    return session
+
+
+def _create_or_load(
+    checked: Checked, storage: PatientStorage, prepared: Prepared
+) -> tuple[optuna.Study, SearchSpace, StudySettings]:
+    """The study, its space and its settings: a new study holds the reference and the baseline in its space; a study
+    resumed or joined keeps the space it stores."""
+    name, seed = checked.name, checked.request.seed
+    settings = replace(checked.settings)  # the session's own: what is stored changes it
+    existing = checked.existing
+    if existing is None:
+        space = checked.space.including(prepared.reference_config).including(prepared.baseline_config)
+        settings.space = space.to_json()
+        study = studies.create_study(storage, name, settings, seed)
+        if study is not None:
+            return study, space, settings
+        existing = studies.load_existing(storage, name, seed)  # another search created it meanwhile: join it
+        settings.check_resumable(studies.wait_for_settings(existing), name)
+    study = studies.load_existing(storage, name, seed)
+    return study, SearchSpace.from_json(studies.stored_settings(study).space), settings
+
+
+def _log_attacher(artifact_store: Any, workdir: Path) -> LogAttacher:
+    """Stores the local log of a trial another process of this host left running, if there is one."""
+
+    def attach_log(storage: optuna.storages.BaseStorage, trial_id: int, number: int) -> None:
+        log = trial_workdir(workdir, number) / "worker.log"
+        artifacts.attach_to_trial_id(artifact_store, storage, trial_id, log)
+
+    return attach_log
+
+
+def _say_opened(session: Session, events: SearchEvents) -> None:
+    stored = sum(1 for record in studies.records(session.study) if record.launched and record.outcome)
+    events.note(
+        f"study {session.name} in {studies.redact(session.storage_url)}: profile {session.profile.name}, "
+        f"{session.space.size()} configurations in the space, {stored} trials stored"
+    )
+    if session.settings.constraints:
+        events.note(f"constraints: {', '.join(session.settings.constraints)} (feasible trials only on the front)")
 
 
 def open_patient_storage(request: SearchRequest, url: str, events: SearchEvents) -> PatientStorage:
@@ -132,7 +167,7 @@ def open_patient_storage(request: SearchRequest, url: str, events: SearchEvents)
     return storage
 
 
-def open_session(request: SearchRequest, events: SearchEvents) -> Session:
+def check_search(request: SearchRequest, events: SearchEvents) -> Checked:
     """Check every input before anything is written: hardware, space, model path, existing study."""
     hardware = resolve_hardware(request.hardware.gpu, request.hardware.device)
     if hardware.note:
@@ -169,7 +204,7 @@ def open_session(request: SearchRequest, events: SearchEvents) -> Session:
     if request.warm_start:
         find_warm_start(request, url)  # bad input now, before anything is written
     artifacts.check_location(request.storage.artifacts, url)  # bad input now, before anything is written
-    return Session(request, hardware, space, name, url, storage, existing, settings)
+    return Checked(request, hardware, space, name, url, storage, existing, settings)
 
 
 def uninstalled_notes(space: SearchSpace) -> list[str]:
@@ -208,7 +243,7 @@ def find_warm_start(request: SearchRequest, url: str) -> optuna.Study:
     raise UserError(f"--warm-start: no study named {request.warm_start!r} in {studies.redact(url)} nor in its own file")
 
 
-def join_session(worker: WorkerRequest, events: SearchEvents) -> tuple[Session, Config]:
+def check_worker(worker: WorkerRequest, events: SearchEvents) -> tuple[Checked, Config]:
     """A worker joining an existing study: everything comes from the study; returns its reference too."""
     name, url = worker.storage.study_name, worker.storage.url
     assert name is not None and url is not None
@@ -221,9 +256,9 @@ def join_session(worker: WorkerRequest, events: SearchEvents) -> tuple[Session, 
     space = SearchSpace.from_json(stored.space)
     request = _joined(worker, stored)
     storage = open_patient_storage(request, url, events)
-    session = Session(request, hardware, space, name, url, storage, study, stored, True)
+    checked = Checked(request, hardware, space, name, url, storage, study, stored, joining=True)
     artifacts.check_location(worker.storage.artifacts, url)
-    return session, stored.prepared.reference_config
+    return checked, stored.prepared.reference_config
 
 
 def _joined(worker: WorkerRequest, stored: StudySettings) -> SearchRequest:

@@ -1,21 +1,29 @@
-"""Claims: which trial measures which configuration, kept in the study's own database.
+"""Claims: which trial measures which configuration, kept in the study's own database; which process runs a trial.
 
 A claim is a row with a unique key (study, configuration), so when several search processes or
 workers sample the same configuration at once, the database lets exactly one of them insert it: a
 configuration is never measured twice, on SQLite as on PostgreSQL, on one machine or many. The study
 is identified by Optuna's study id, so a study deleted and created again under its name starts clean.
+
+A trial also records its owner, the process that runs it (host, pid, process start time): recovery
+(study/recovery.py) fails the trials whose owner is gone.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import socket
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
+import optuna
+import psutil
 import sqlalchemy
 from sqlalchemy.exc import IntegrityError
 
 from autotune.study.patience import Patience, storage_problem
+from autotune.study.records import TrialRecord
 
 Result = TypeVar("Result")
 
@@ -98,3 +106,28 @@ class Claims:
                     CLAIMS.c.trial_number == trial_number,
                 )
             )
+
+
+OWNER_ATTR = "owner"
+
+
+def this_process() -> dict[str, Any]:
+    return {"host": socket.gethostname(), "pid": os.getpid(), "started": psutil.Process().create_time()}
+
+
+def owner_alive(owner: dict[str, Any]) -> bool:
+    """Whether the process that runs a trial on this host still runs (pids are reused: check start time)."""
+    try:
+        return abs(psutil.Process(owner["pid"]).create_time() - owner["started"]) < 1.0
+    except (psutil.Error, KeyError, TypeError):
+        return False
+
+
+def claim_configuration(study: optuna.Study, claims: Claims, config_key: str, number: int) -> int:
+    """Claim a configuration for trial `number`; the trial that holds it. An interrupted trial's claim is taken
+    over: recovery queues the retry before it releases the claim, and a retry asked in between must still run."""
+    holder = claims.claim(config_key, number)
+    if holder != number and TrialRecord.from_frozen(study.get_trials(deepcopy=False)[holder]).interrupted:
+        claims.release(config_key, holder)
+        holder = claims.claim(config_key, number)
+    return holder

@@ -1,6 +1,6 @@
 """A measured result kept on local disk until the study's storage has it: through an outage, or past it.
 
-The trial loop writes each result beside its trial's files (`<trial folder>/result-to-store.json`) before it
+A trial (search/trial.py) writes its result beside its files (`<trial folder>/result-to-store.json`) before it
 tells the storage, and removes it once the storage has it. A file still there belongs to a process that could
 not finish: it gave up waiting for its storage (--storage-patience) or was killed. The next search or worker of
 the study on this machine stores it, before it looks for interrupted trials, and exactly once: a process takes
@@ -27,10 +27,9 @@ from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.process.results import TaskResult, write_json_atomically
-from autotune.study.claims import Claims
+from autotune.study.claims import OWNER_ATTR, Claims, claim_configuration, owner_alive, this_process
 from autotune.study.optuna_internals import study_id, study_storage, trial_id
 from autotune.study.records import TrialRecord, record_result, record_skip
-from autotune.study.recovery import OWNER_ATTR, claim_configuration, owner_alive, this_process
 from autotune.study.settings import stored_settings
 
 KEPT_NAME = "result-to-store.json"
@@ -44,7 +43,7 @@ class KeptResult:
     trial_id: int
     result: TaskResult
     duration_s: float
-    owner: dict[str, Any]  # the process that measured it (recovery.this_process)
+    owner: dict[str, Any]  # the process that measured it (claims.this_process)
 
 
 def keep(trial_folder: Path, trial: optuna.Trial, result: TaskResult, duration_s: float) -> Path | None:

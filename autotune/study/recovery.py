@@ -1,50 +1,68 @@
 """Trials left RUNNING by a process that died: fail them, give their configuration back, retry once.
 
-A trial records which process runs it (host, pid, process start time). When that process is gone
-(kill -9, a crashed laptop), the next search on the same host fails the trial at once; trials of
-other hosts fail when their heartbeat goes stale (Optuna's heartbeat, as in the multi-worker mode).
-Either way Optuna's RetryHeartbeatStaleTrialCallback queues the configuration once more. A failed
-trial without an outcome is an interrupted one (see study.TrialRecord): Optuna does not let a
+A trial records which process runs it (host, pid, process start time: study/claims.py). When that
+process is gone (kill -9, a crashed laptop), the next search on the same host fails the trial at once;
+trials of other hosts fail when their heartbeat goes stale (Optuna's heartbeat, as in the multi-worker
+mode). Either way Optuna's RetryHeartbeatStaleTrialCallback queues the configuration once more. A
+failed trial without an outcome is an interrupted one (see study.TrialRecord): Optuna does not let a
 finished trial be annotated, so its one-line reason (FAIL_REASON_ATTR) is written just before it fails.
+
+`Recovery` is what a search or a worker does between trials: the results this machine kept on disk
+stored first (study/kept.py), then the trials of dead processes failed and retried.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import socket
 import threading
 from collections.abc import Callable, Set
+from dataclasses import dataclass, field
+from pathlib import Path
 from types import TracebackType
-from typing import Any
 
 import optuna
-import psutil
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages import fail_stale_trials
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
-from autotune.study import FAIL_REASON_ATTR, TrialRecord, interrupted_message, records
-from autotune.study.claims import Claims
+from autotune.study import FAIL_REASON_ATTR, TrialRecord, interrupted_message, kept
+from autotune.study.claims import OWNER_ATTR, Claims, owner_alive
 from autotune.study.optuna_internals import heartbeat_enabled, stale_trial_ids, study_id, study_storage
 
 log = logging.getLogger(__name__)
 
-OWNER_ATTR = "owner"
 # Stores what a trial left behind (its log) before it fails: (storage, trial id, trial number).
 LogAttacher = Callable[[optuna.storages.BaseStorage, int, int], None]
 
 
-def this_process() -> dict[str, Any]:
-    return {"host": socket.gethostname(), "pid": os.getpid(), "started": psutil.Process().create_time()}
+@dataclass
+class Recovery:
+    """What a process of a study recovers between trials, and with what: its study and claims, where this machine
+    keeps the study's trial files (kept results, logs), how it stores a log, and where it says what it found."""
 
+    study: optuna.Study
+    claims: Claims
+    trial_files: Path  # the study's folder of trial folders on this machine (a search's or a worker's workdir)
+    attach_log: LogAttacher
+    note: Callable[[str], None]
+    noted: set[int] = field(default_factory=set)  # the interrupted trials this run has told of already
 
-def owner_alive(owner: dict[str, Any]) -> bool:
-    """Whether the process that runs a trial on this host still runs (pids are reused: check start time)."""
-    try:
-        return abs(psutil.Process(owner["pid"]).create_time() - owner["started"]) < 1.0
-    except (psutil.Error, KeyError, TypeError):
-        return False
+    def __call__(self) -> list[FrozenTrial]:
+        """Store the results that processes of this machine kept on disk and could not store (study/kept.py), then
+        fail and retry the trials of dead processes; the study's trials as they are then (read once).
+
+        Each interrupted trial is noted once per run."""
+        for line in kept.store_kept(self.study, self.claims, self.trial_files):
+            self.note(line)
+        spared = kept.waiting(self.study, self.trial_files)
+        retried, trials = _recover(self.study, self.claims, self.attach_log, spared)
+        recovered = [number for number in retried if number not in self.noted]
+        self.noted.update(recovered)
+        if recovered:
+            numbers = ", ".join(f"#{number}" for number in recovered)
+            self.note(f"trials {numbers} were interrupted when their process died; each is retried once")
+        return trials
 
 
 class Heartbeat:
@@ -101,6 +119,13 @@ def recover_interrupted(
     `spared`: trials whose measured result another process of this host is storing now (study/kept.py). They are
     not failed, and their heartbeat is recorded, so that no other host's process finds them stale meanwhile.
     """
+    return _recover(study, claims, attach_log, spared)[0]
+
+
+def _recover(
+    study: optuna.Study, claims: Claims, attach_log: LogAttacher | None, spared: Set[int]
+) -> tuple[list[int], list[FrozenTrial]]:
+    """recover_interrupted's numbers, and the study's trials read once after it failed and queued what it did."""
     storage = study_storage(study)
     host = socket.gethostname()
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
@@ -111,20 +136,12 @@ def recover_interrupted(
             _fail_and_retry(storage, study, trial.number, attach_log)
     _explain_stale(storage, study, attach_log)
     fail_stale_trials(study)  # other hosts' trials, by heartbeat; their retry is queued the same way
-    interrupted = [record for record in records(study) if record.interrupted]
+    trials = study.get_trials(deepcopy=False)
+    interrupted = [record for record in map(TrialRecord.from_frozen, trials) if record.interrupted]
     for record in interrupted:
         claims.release(record.config_key, record.number)
-    return [record.number for record in interrupted if _queued_retry(study, record)]
-
-
-def claim_configuration(study: optuna.Study, claims: Claims, config_key: str, number: int) -> int:
-    """Claim a configuration for trial `number`; the trial that holds it. An interrupted trial's claim is taken
-    over: recovery queues the retry before it releases the claim, and a retry asked in between must still run."""
-    holder = claims.claim(config_key, number)
-    if holder != number and TrialRecord.from_frozen(study.get_trials(deepcopy=False)[holder]).interrupted:
-        claims.release(config_key, holder)
-        holder = claims.claim(config_key, number)
-    return holder
+    waiting = [trial for trial in trials if trial.state == TrialState.WAITING]
+    return [record.number for record in interrupted if _queued_retry(waiting, record)], trials
 
 
 def _fail_and_retry(
@@ -161,9 +178,9 @@ def _explain(storage: optuna.storages.BaseStorage, trial_id: int, attach_log: Lo
         attach_log(storage, trial_id, trial.number)
 
 
-def _queued_retry(study: optuna.Study, record: TrialRecord) -> bool:
+def _queued_retry(waiting: list[FrozenTrial], record: TrialRecord) -> bool:
     """Whether this interrupted trial's retry is still waiting (so it is news to report)."""
     return any(
         trial.system_attrs.get("failed_trial") is not None and record.number in trial.system_attrs["retry_history"]
-        for trial in study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+        for trial in waiting
     )

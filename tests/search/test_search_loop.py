@@ -1,11 +1,9 @@
-"""The search loop's decisions that need no model: budget estimates, and what a failure says of its values."""
+"""The search loop's decisions that need no model: budget estimates, and where the time went."""
 
-from autotune import study as studies
 from autotune.process.results import Outcome, TaskDetails, TaskResult
 from autotune.search.durations import Durations, ended
-from autotune.search.loop import TRIAL_PROCESSES, Spending, judge_values, overrun_reason
+from autotune.search.loop import TRIAL_PROCESSES, Spending, overrun_reason
 from autotune.study import TrialRecord
-from tests import fakes
 
 
 def record(config: dict, duration: float | None, outcome: str | None = "ok") -> TrialRecord:
@@ -83,45 +81,3 @@ def test_failed_and_cut_short_trials_are_counted_whole_under_their_own_names():
     spending.add_trial(TaskResult(Outcome.OOM, timings={"load": 1.0}), duration=4.0, compiles=True)
     spending.add_trial(TaskResult(Outcome.BUDGET), duration=2.0, compiles=False)
     assert spending.seconds == {"failed trials": 4.0, "stopped at the deadline": 2.0}
-
-
-# ------------------------------------------------------------------------------- excluded or suspected
-
-WORDS = "RuntimeError: the tokenizer's cache is not supported for this vocabulary"
-
-
-def test_a_value_only_the_words_of_an_error_point_at_is_suspected_and_excluded_after_another_configuration(tmp_path):
-    study, _ = fakes.new_study(tmp_path / "study.db")
-    first, second = fakes.config(cache_implementation="static"), fakes.config("float16", cache_implementation="static")
-    suspected = TaskResult(Outcome.UNSUPPORTED, WORDS, suspects={"knob": "cache_implementation", "value": "static"})
-    left = judge_values(study, fakes.SPACE, 3, first, suspected)
-    assert left.violation(second) is None  # still searched: the words may be about something else
-    assert studies.suspicions(study)["cache_implementation"]["static"]["trial"] == 3
-    assert judge_values(study, fakes.SPACE, 4, first, suspected).violation(second) is None  # the same one again
-    left = judge_values(study, fakes.SPACE, 5, second, suspected)
-    assert "cache_implementation=static is suspected twice (trials #3 and #5" in (left.violation(first) or "")
-    assert studies.suspicions(study) == {}
-
-
-def test_a_trial_that_completes_clears_the_suspicion_of_its_values(tmp_path):
-    study, _ = fakes.new_study(tmp_path / "study.db")
-    first, second = fakes.config(cache_implementation="static"), fakes.config("float16", cache_implementation="static")
-    suspected = TaskResult(Outcome.UNSUPPORTED, WORDS, suspects={"knob": "cache_implementation", "value": "static"})
-    judge_values(study, fakes.SPACE, 3, first, suspected)
-    judge_values(study, fakes.SPACE, 4, fakes.config("float32", cache_implementation="static"), TaskResult(Outcome.OK))
-    assert studies.suspicions(study) == {}
-    assert judge_values(study, fakes.SPACE, 5, second, suspected).violation(first) is None  # suspected anew
-
-
-def test_a_typed_refusal_excludes_its_value_at_once(tmp_path):
-    study, _ = fakes.new_study(tmp_path / "study.db")
-    config = fakes.config(quantization="torchao-int8")
-    refused = TaskResult(
-        Outcome.UNSUPPORTED,
-        "UnsupportedError: quantization=torchao-int8 needs torchao, which is not installed: pip install torchao",
-        excludes={"knob": "quantization", "value": "torchao-int8"},
-    )
-    left = judge_values(study, fakes.SPACE, 3, config, refused)
-    assert "quantization=torchao-int8 cannot run here" in (
-        left.violation(fakes.config(quantization="torchao-int8")) or ""
-    )

@@ -19,7 +19,7 @@ from autotune.process.results import Outcome, TaskResult
 from autotune.study import kept
 from autotune.study.claims import Claims
 from autotune.study.optuna_internals import study_storage, trial_id
-from autotune.study.recovery import _fail_and_retry, recover_interrupted
+from autotune.study.recovery import Recovery, _fail_and_retry, recover_interrupted
 from tests.fakes import new_study
 from tests.study.test_recovery import dead_owner, reopened, retries_of, start_trial
 
@@ -70,6 +70,18 @@ def test_a_result_its_process_kept_is_stored_by_the_next_one_on_its_trial(tmp_pa
     assert not path.exists() and list(path.parent.glob(f"{kept.KEPT_NAME}*")) == []
     assert recover_interrupted(study, claims) == []  # stored, so not interrupted: nothing to retry
     assert kept.store_kept(study, claims, tmp_path / "s") == []  # and never stored twice
+
+
+def test_recovery_stores_a_kept_result_before_it_looks_for_interrupted_trials(tmp_path):
+    study, claims, number = new_running_trial(tmp_path)
+    kept_by_a_process_that_died(tmp_path / "s", study, number, URL.format(tmp_path))
+
+    study, claims = reopened(tmp_path / "s.db")  # the next search or worker, between its trials
+    notes: list[str] = []
+    trials = Recovery(study, claims, tmp_path / "s", lambda storage, trial_id, number: None, notes.append)()
+    (line,) = notes  # the result stored, and no interrupted trial to tell of
+    assert line.startswith(f"trial #{number}: the result its process (pid ") and line.endswith("kept on disk is stored")
+    assert [trial.state for trial in trials] == [TrialState.COMPLETE]
 
 
 def test_a_result_its_living_process_keeps_is_left_to_it(tmp_path):

@@ -26,9 +26,9 @@ from autotune import study as studies
 from autotune.errors import UserError
 from autotune.process.results import Outcome, TaskResult
 from autotune.study import artifacts
-from autotune.study.claims import Claims
+from autotune.study.claims import OWNER_ATTR, Claims, this_process
 from autotune.study.optuna_internals import study_id
-from autotune.study.recovery import OWNER_ATTR, recover_interrupted, this_process
+from autotune.study.recovery import recover_interrupted
 from autotune.worker.demo_model import ensure_demo_model
 from tests.conftest import running_trial, start_search, wait_for
 from tests.fakes import BASELINE, new_study, settings

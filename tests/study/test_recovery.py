@@ -16,16 +16,8 @@ from optuna.trial import TrialState
 
 from autotune import study as studies
 from autotune.space import config_key
-from autotune.study.claims import Claims
-from autotune.study.recovery import (
-    OWNER_ATTR,
-    Heartbeat,
-    _fail_and_retry,
-    claim_configuration,
-    owner_alive,
-    recover_interrupted,
-    this_process,
-)
+from autotune.study.claims import OWNER_ATTR, Claims, claim_configuration, owner_alive, this_process
+from autotune.study.recovery import Heartbeat, Recovery, _fail_and_retry, recover_interrupted
 from tests.fakes import BASELINE, new_study
 
 
@@ -97,6 +89,20 @@ def test_a_retry_that_is_interrupted_too_is_not_retried_again(tmp_path):
     assert not [t for t in trials if t.state == TrialState.WAITING], "the configuration was queued a second time"
     (record,) = [r for r in studies.records(study) if r.number == retry]
     assert record.interrupted and record.config == BASELINE
+
+
+def test_recovery_between_trials_tells_of_each_interrupted_trial_once_and_hands_over_the_trials_after(tmp_path):
+    new_study(tmp_path / "s.db")
+    study, claims = reopened(tmp_path / "s.db")
+    number = start_trial(study, claims, dead_owner())
+    study, claims = reopened(tmp_path / "s.db")
+    notes: list[str] = []
+    recovery = Recovery(study, claims, tmp_path / "s", lambda storage, trial_id, number: None, notes.append)
+    trials = recovery()
+    assert notes == [f"trials #{number} were interrupted when their process died; each is retried once"]
+    assert [trial.state for trial in trials] == [TrialState.FAIL, TrialState.WAITING]  # the retry queued
+    recovery()
+    assert len(notes) == 1, "an interrupted trial is told of once per run"
 
 
 def test_a_trial_whose_process_still_runs_is_left_running(tmp_path):
