@@ -8,34 +8,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from autotune.paths import default_cache_dir
 
 if TYPE_CHECKING:
     from autotune.figures.constraints import Constraint
-
-
-LoadMode = Literal["rate", "concurrency"]
-
-
-@dataclass
-class ServeSpec:
-    """The load a `serve` trial puts on `transformers serve`.
-
-    rate: requests arrive as a Poisson process at each rate (requests/s); concurrency: that many clients,
-    each sending its next request when the last one ends. `levels`: the levels measured, each of them; `bracket`:
-    (lowest, highest) of the levels a capacity probe may try, climbing by doubling from the lowest while the workload's
-    `slo_share` of a level's requests meet the SLO, then narrowing by bisection (autotune/workloads/capacity.py).
-    """
-
-    mode: LoadMode = "concurrency"
-    levels: list[float] = field(default_factory=lambda: [1.0, 4.0])
-    bracket: list[float] | None = None
-    requests_per_level: int = 16  # at least: a level may send more (autotune/workloads/serve.py: level_requests)
-    warmup_requests: int = 2
-    port: int | None = None  # None: a free port chosen by the system
-    request_timeout_s: float = 120.0
 
 
 @dataclass
@@ -55,7 +33,8 @@ class WorkloadSpec:
     min_seconds: float = 3.0
     max_iterations: int = 200
     warmup_iterations: int = 2
-    serve: ServeSpec | None = None  # the load of the serve workload
+    # The serve kind's own options (its load), as plain data: autotune.workloads.serve.ServeSpec writes and reads them.
+    serve: dict[str, Any] | None = None
     # A capacity probe's batch sizes, ascending (--batch-size 1-128 or 1,8,32): a throughput trial measures the
     # largest that meets the SLO and fits in memory. Empty: batch_size alone.
     batch_sizes: list[int] = field(default_factory=list)
@@ -65,16 +44,16 @@ class WorkloadSpec:
     slo_share: float = 0.95  # serve: the share of requests that must meet the SLO at a rate it sustains
 
     def __post_init__(self) -> None:
-        if isinstance(self.serve, dict):
+        if self.serve is not None:
             serve = dict(self.serve)
             self.slo = self.slo or serve.pop("slo", None) or {}  # stored before the SLO was every kind's
             serve.pop("slo", None)
-            self.serve = ServeSpec(**serve)
+            self.serve = serve
 
     @property
     def probes_capacity(self) -> bool:
         """A trial looks for the largest batch or rate within the SLO and the memory, not one fixed shape."""
-        return len(self.batch_sizes) > 1 or bool(self.serve and self.serve.bracket)
+        return len(self.batch_sizes) > 1 or bool(self.serve and self.serve.get("bracket"))
 
     def to_json(self) -> dict[str, Any]:
         """Plain data; without what a workload leaves at its default and studies stored before it existed (the serve
@@ -84,8 +63,6 @@ class WorkloadSpec:
         for name, default in defaults.items():
             if data[name] == default:
                 del data[name]
-        if data.get("serve") is not None and data["serve"]["bracket"] is None:
-            del data["serve"]["bracket"]
         return data
 
 
