@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune.paths import default_cache_dir
+from autotune.units import parse_duration
 
 if TYPE_CHECKING:
     from autotune.figures.constraints import Constraint
@@ -59,11 +60,13 @@ class WorkloadSpec:
         """Plain data; without what a workload leaves at its default and studies stored before it existed (the serve
         load of other kinds, a probe's batch sizes, an SLO), so that those studies resume."""
         data = asdict(self)
-        defaults = {"serve": None, "batch_sizes": [], "slo": {}, "slo_share": 0.95}
-        for name, default in defaults.items():
-            if data[name] == default:
+        for name in ("serve", "batch_sizes", "slo", "slo_share"):
+            if data[name] == _WORKLOAD_DEFAULTS[name]:
                 del data[name]
         return data
+
+
+_WORKLOAD_DEFAULTS = asdict(WorkloadSpec())
 
 
 @dataclass
@@ -99,19 +102,22 @@ class HardwareSpec:
     price_per_hour: float | None = None  # None: the profile's
 
 
+# The defaults of the durations a user may give, as --trial-timeout and --storage-patience show them.
+DEFAULT_TRIAL_TIMEOUT = "20m"  # a trial still running is killed
+DEFAULT_STORAGE_PATIENCE = "10m"  # a storage outage is waited out this long (study/patience.py)
+DEFAULT_STORAGE_PATIENCE_S = parse_duration(DEFAULT_STORAGE_PATIENCE)
+
+
 @dataclass(frozen=True)
 class BudgetSpec:
     """When a run stops (a wall-clock budget, a number of trials, or neither) and when one trial is killed."""
 
     budget_s: float | None = None
     max_trials: int | None = None
-    trial_timeout_s: float = 1200.0
+    trial_timeout_s: float = parse_duration(DEFAULT_TRIAL_TIMEOUT)
 
     def deadline(self, started: float) -> float | None:
         return started + self.budget_s if self.budget_s else None
-
-
-DEFAULT_STORAGE_PATIENCE_S = 600.0
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,18 @@ from typing import Annotated, Any, TypeVar, get_args, get_origin
 
 import typer
 
-from autotune.analysis.tolerances import GivenTolerances
+from autotune.analysis.tolerances import DEFAULT_TOLERANCES, GivenTolerances
 from autotune.data import load_prompts
 from autotune.errors import UserError
 from autotune.extras import why_missing
-from autotune.specs import BudgetSpec, HardwareSpec, ModelSpec, WorkloadSpec
+from autotune.specs import (
+    DEFAULT_STORAGE_PATIENCE,
+    DEFAULT_TRIAL_TIMEOUT,
+    BudgetSpec,
+    HardwareSpec,
+    ModelSpec,
+    WorkloadSpec,
+)
 from autotune.units import parse_duration
 from autotune.workloads import KINDS, Flag, foreign_flags, kind_flags, workload_kind
 from autotune.workloads.capacity import parse_batch_sizes
@@ -173,18 +180,33 @@ _OutputLen = Annotated[int, typer.Option("--output-len", min=2, help="Tokens gen
 _Prompts = Annotated[
     Path | None, typer.Option("--prompts", help="Your prompts: .jsonl ({'prompt': ...}) or text, one per line.")
 ]
+
+
+def _default_tolerance(figure: str) -> str:
+    """ "GPU 5%, CPU 25%": a tolerance's defaults by device (analysis/tolerances.py), one where they agree."""
+    on_gpu, on_cpu = (getattr(DEFAULT_TOLERANCES[device], figure) for device in ("cuda", "cpu"))
+    return f"{on_gpu:.0%}" if on_gpu == on_cpu else f"GPU {on_gpu:.0%}, CPU {on_cpu:.0%}"
+
+
 _Threshold = Annotated[
     str | None,
-    typer.Option("--threshold", help="Throughput loss that is a regression: 5%, 0.05.", show_default="GPU 5%, CPU 25%"),
+    typer.Option(
+        "--threshold",
+        help="Throughput loss that is a regression: 5%, 0.05.",
+        show_default=_default_tolerance("throughput"),
+    ),
 ]
 _MemoryTolerance = Annotated[
     str | None,
     typer.Option(
-        "--memory-tolerance", help="Extra peak memory that still meets a level.", show_default="GPU 5%, CPU 15%"
+        "--memory-tolerance",
+        help="Extra peak memory that still meets a level.",
+        show_default=_default_tolerance("memory"),
     ),
 ]
 _KlTolerance = Annotated[
-    str | None, typer.Option("--kl-tolerance", help="Extra KL that still meets a level.", show_default="10%")
+    str | None,
+    typer.Option("--kl-tolerance", help="Extra KL that still meets a level.", show_default=_default_tolerance("kl")),
 ]
 
 
@@ -223,18 +245,18 @@ def model_spec(
     return ModelSpec(model, revision=revision, trust_remote_code=trust_remote_code, assistant=assistant_model)
 
 
-def hardware_spec(gpu: _Gpu = "auto", device: Device = None, price: _Price = None) -> HardwareSpec:
+def hardware_spec(gpu: _Gpu = HardwareSpec.gpu, device: Device = None, price: _Price = None) -> HardwareSpec:
     return HardwareSpec(gpu, device, price)
 
 
-def storage_patience_s(storage_patience: _StoragePatience = "10m") -> float:
+def storage_patience_s(storage_patience: _StoragePatience = DEFAULT_STORAGE_PATIENCE) -> float:
     return parse_duration(storage_patience, "--storage-patience")
 
 
 StoragePatienceS = Annotated[float, Group(storage_patience_s)]
 
 
-def trial_timeout_s(trial_timeout: _TrialTimeout = "20m") -> float:
+def trial_timeout_s(trial_timeout: _TrialTimeout = DEFAULT_TRIAL_TIMEOUT) -> float:
     return parse_duration(trial_timeout, "--trial-timeout")
 
 
@@ -248,10 +270,10 @@ def budget_spec(*, budget: _Budget = None, trials: _Trials = None, timeout_s: Tr
 
 @_taking_kind_flags
 def workload_spec(
-    kind: _WorkloadKind = "throughput",
-    batch_size: _BatchSize = "8",
-    input_len: _InputLen = 128,
-    output_len: _OutputLen = 64,
+    kind: _WorkloadKind = WorkloadSpec.kind,
+    batch_size: _BatchSize = str(WorkloadSpec.batch_size),
+    input_len: _InputLen = WorkloadSpec.input_len,
+    output_len: _OutputLen = WorkloadSpec.output_len,
     prompts: _Prompts = None,
     **kind_values: Any,
 ) -> WorkloadSpec:

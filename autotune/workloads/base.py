@@ -113,7 +113,7 @@ class WorkloadKind:
 
 
 KINDS: dict[str, WorkloadKind] = {}
-DEFAULT_KIND = "throughput"  # --workload's default, and the kind of plans stored before plans named theirs
+DEFAULT_KIND = WorkloadSpec.kind  # --workload's default, and the kind of plans stored before plans named theirs
 
 
 def register(cls: type[WorkloadKind]) -> type[WorkloadKind]:
