@@ -156,10 +156,26 @@ class SearchRequest:
 
 @dataclass(frozen=True)
 class WorkerRequest:
-    """`autotune worker`: which study to join and what this worker brings; the rest comes from the study."""
+    """`autotune worker`: which study to join and what this worker brings; the rest comes from the study.
+
+    `search --devices` hands each worker it starts its request as JSON (`to_json`, `from_json`: `autotune join`).
+    """
 
     storage: StorageSpec
     device: str | None = None
     budget: BudgetSpec = BudgetSpec()
     trust_remote_code: bool = False
-    run_id: str | None = None
+    run_id: str | None = None  # tags the trials of one `search --devices` run
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain data, paths as text."""
+        data = asdict(self)
+        data["storage"] |= {"studies_dir": str(self.storage.studies_dir), "cache_dir": str(self.storage.cache_dir)}
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> WorkerRequest:
+        storage = data["storage"] | {"studies_dir": Path(data["storage"]["studies_dir"])}
+        storage["cache_dir"] = Path(storage["cache_dir"])
+        budget = BudgetSpec(**data["budget"])
+        return cls(StorageSpec(**storage), data["device"], budget, data["trust_remote_code"], data["run_id"])
