@@ -8,34 +8,13 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from autotune.paths import default_cache_dir
+from autotune.units import parse_duration
 
 if TYPE_CHECKING:
     from autotune.figures.constraints import Constraint
-
-
-LoadMode = Literal["rate", "concurrency"]
-
-
-@dataclass
-class ServeSpec:
-    """The load a `serve` trial puts on `transformers serve`.
-
-    rate: requests arrive as a Poisson process at each rate (requests/s); concurrency: that many clients,
-    each sending its next request when the last one ends. `levels`: the levels measured, each of them; `bracket`:
-    (lowest, highest) of the levels a capacity probe may try, climbing by doubling from the lowest while the workload's
-    `slo_share` of a level's requests meet the SLO, then narrowing by bisection (autotune/workloads/capacity.py).
-    """
-
-    mode: LoadMode = "concurrency"
-    levels: list[float] = field(default_factory=lambda: [1.0, 4.0])
-    bracket: list[float] | None = None
-    requests_per_level: int = 16  # at least: a level may send more (autotune/workloads/serve.py: level_requests)
-    warmup_requests: int = 2
-    port: int | None = None  # None: a free port chosen by the system
-    request_timeout_s: float = 120.0
 
 
 @dataclass
@@ -55,7 +34,8 @@ class WorkloadSpec:
     min_seconds: float = 3.0
     max_iterations: int = 200
     warmup_iterations: int = 2
-    serve: ServeSpec | None = None  # the load of the serve workload
+    # The serve kind's own options (its load), as plain data: autotune.workloads.serve.ServeSpec writes and reads them.
+    serve: dict[str, Any] | None = None
     # A capacity probe's batch sizes, ascending (--batch-size 1-128 or 1,8,32): a throughput trial measures the
     # largest that meets the SLO and fits in memory. Empty: batch_size alone.
     batch_sizes: list[int] = field(default_factory=list)
@@ -65,28 +45,28 @@ class WorkloadSpec:
     slo_share: float = 0.95  # serve: the share of requests that must meet the SLO at a rate it sustains
 
     def __post_init__(self) -> None:
-        if isinstance(self.serve, dict):
+        if self.serve is not None:
             serve = dict(self.serve)
             self.slo = self.slo or serve.pop("slo", None) or {}  # stored before the SLO was every kind's
             serve.pop("slo", None)
-            self.serve = ServeSpec(**serve)
+            self.serve = serve
 
     @property
     def probes_capacity(self) -> bool:
         """A trial looks for the largest batch or rate within the SLO and the memory, not one fixed shape."""
-        return len(self.batch_sizes) > 1 or bool(self.serve and self.serve.bracket)
+        return len(self.batch_sizes) > 1 or bool(self.serve and self.serve.get("bracket"))
 
     def to_json(self) -> dict[str, Any]:
         """Plain data; without what a workload leaves at its default and studies stored before it existed (the serve
         load of other kinds, a probe's batch sizes, an SLO), so that those studies resume."""
         data = asdict(self)
-        defaults = {"serve": None, "batch_sizes": [], "slo": {}, "slo_share": 0.95}
-        for name, default in defaults.items():
-            if data[name] == default:
+        for name in ("serve", "batch_sizes", "slo", "slo_share"):
+            if data[name] == _WORKLOAD_DEFAULTS[name]:
                 del data[name]
-        if data.get("serve") is not None and data["serve"]["bracket"] is None:
-            del data["serve"]["bracket"]
         return data
+
+
+_WORKLOAD_DEFAULTS = asdict(WorkloadSpec())
 
 
 @dataclass
@@ -122,19 +102,22 @@ class HardwareSpec:
     price_per_hour: float | None = None  # None: the profile's
 
 
+# The defaults of the durations a user may give, as --trial-timeout and --storage-patience show them.
+DEFAULT_TRIAL_TIMEOUT = "20m"  # a trial still running is killed
+DEFAULT_STORAGE_PATIENCE = "10m"  # a storage outage is waited out this long (study/patience.py)
+DEFAULT_STORAGE_PATIENCE_S = parse_duration(DEFAULT_STORAGE_PATIENCE)
+
+
 @dataclass(frozen=True)
 class BudgetSpec:
     """When a run stops (a wall-clock budget, a number of trials, or neither) and when one trial is killed."""
 
     budget_s: float | None = None
     max_trials: int | None = None
-    trial_timeout_s: float = 1200.0
+    trial_timeout_s: float = parse_duration(DEFAULT_TRIAL_TIMEOUT)
 
     def deadline(self, started: float) -> float | None:
         return started + self.budget_s if self.budget_s else None
-
-
-DEFAULT_STORAGE_PATIENCE_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -173,10 +156,26 @@ class SearchRequest:
 
 @dataclass(frozen=True)
 class WorkerRequest:
-    """`autotune worker`: which study to join and what this worker brings; the rest comes from the study."""
+    """`autotune worker`: which study to join and what this worker brings; the rest comes from the study.
+
+    `search --devices` hands each worker it starts its request as JSON (`to_json`, `from_json`: `autotune join`).
+    """
 
     storage: StorageSpec
     device: str | None = None
     budget: BudgetSpec = BudgetSpec()
     trust_remote_code: bool = False
-    run_id: str | None = None
+    run_id: str | None = None  # tags the trials of one `search --devices` run
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain data, paths as text."""
+        data = asdict(self)
+        data["storage"] |= {"studies_dir": str(self.storage.studies_dir), "cache_dir": str(self.storage.cache_dir)}
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> WorkerRequest:
+        storage = data["storage"] | {"studies_dir": Path(data["storage"]["studies_dir"])}
+        storage["cache_dir"] = Path(storage["cache_dir"])
+        budget = BudgetSpec(**data["budget"])
+        return cls(StorageSpec(**storage), data["device"], budget, data["trust_remote_code"], data["run_id"])

@@ -54,7 +54,7 @@ from autotune.cli.printers import (
 from autotune.errors import NothingSatisfiesError, OutputError, SearchError, StorageUnavailableError, UserError
 from autotune.figures.objectives import search_goal
 from autotune.search import interrupts
-from autotune.specs import BudgetSpec, HardwareSpec, ModelSpec, WorkloadSpec
+from autotune.specs import BudgetSpec, HardwareSpec, ModelSpec, WorkerRequest, WorkloadSpec
 from autotune.workloads import KINDS
 
 app = typer.Typer(
@@ -192,7 +192,6 @@ def worker(
     device: Device = None,
     budget: Budget,
     trust_remote_code: TrustRemoteCode = False,
-    run_id: Annotated[str | None, typer.Option("--run-id", hidden=True)] = None,
     artifacts: Artifacts = None,
     storage_patience_s: StoragePatienceS,
 ) -> None:
@@ -202,18 +201,32 @@ def worker(
 
     Example: autotune worker --study qwen-h100 --storage postgresql://tuner@db/studies --device cuda:1
     """
+    from autotune.specs import StorageSpec
+
+    places = StorageSpec(study, storage, artifacts, patience_s=storage_patience_s)
+    _join(WorkerRequest(places, device, budget, trust_remote_code))
+
+
+@app.command(hidden=True)
+def join(
+    request_file: Annotated[
+        Path, typer.Argument(metavar="REQUEST", help="The worker's request as JSON (WorkerRequest.to_json).")
+    ],
+) -> None:
+    """Join a study as `autotune worker` does, from the request `search --devices` wrote for this worker."""
+    _join(WorkerRequest.from_json(json.loads(request_file.read_text())))
+
+
+def _join(request: WorkerRequest) -> None:
     from autotune.process.life import PARENT_PID_VARIABLE, die_with_parent
     from autotune.search.run import join_study
-    from autotune.specs import StorageSpec, WorkerRequest
     from autotune.validate import check_device
 
-    check_device(device)
+    check_device(request.device)
     interrupts.install()
     if PARENT_PID_VARIABLE in os.environ:  # started by `search --devices`: end with it
         die_with_parent()
-    places = StorageSpec(study, storage, artifacts, patience_s=storage_patience_s)
-    summary = join_study(WorkerRequest(places, device, budget, trust_remote_code, run_id), TrialPrinter(out))
-    print_worker_summary(summary)
+    print_worker_summary(join_study(request, TrialPrinter(out)))
 
 
 class CompareFormat(str, Enum):

@@ -16,14 +16,20 @@ from typing import Annotated, Any, TypeVar, get_args, get_origin
 
 import typer
 
-from autotune.analysis.tolerances import GivenTolerances
+from autotune.analysis.tolerances import DEFAULT_TOLERANCES, GivenTolerances
 from autotune.data import load_prompts
 from autotune.errors import UserError
 from autotune.extras import why_missing
-from autotune.figures.slo import parse_slo
-from autotune.specs import BudgetSpec, HardwareSpec, ModelSpec, WorkloadSpec
+from autotune.specs import (
+    DEFAULT_STORAGE_PATIENCE,
+    DEFAULT_TRIAL_TIMEOUT,
+    BudgetSpec,
+    HardwareSpec,
+    ModelSpec,
+    WorkloadSpec,
+)
 from autotune.units import parse_duration
-from autotune.workloads import KINDS, foreign_flags, workload_kind
+from autotune.workloads import KINDS, Flag, foreign_flags, kind_flags, workload_kind
 from autotune.workloads.capacity import parse_batch_sizes
 
 Command = TypeVar("Command", bound=Callable[..., Any])
@@ -174,45 +180,57 @@ _OutputLen = Annotated[int, typer.Option("--output-len", min=2, help="Tokens gen
 _Prompts = Annotated[
     Path | None, typer.Option("--prompts", help="Your prompts: .jsonl ({'prompt': ...}) or text, one per line.")
 ]
-_Load = Annotated[
-    str | None,
-    typer.Option(
-        "--load",
-        help="serve: rate=2,4,8 (Poisson arrivals/s) or concurrency=1,8,32, each measured; or a range, rate=1-64, "
-        "searched for the highest level that keeps --slo-share of requests within --slo. concurrency=1,4 if not given.",
-    ),
-]
-_Slo = Annotated[
-    str | None,
-    typer.Option(
-        "--slo",
-        help='The latency target, "ttft_p95<=300ms,itl_p95<=50ms" (itl: the time per output token). A configuration '
-        "that meets it at no batch (throughput) or load (serve) is off the front.",
-    ),
-]
-_SloShare = Annotated[
-    str | None,
-    typer.Option(
-        "--slo-share", help="serve: the share of requests that must meet --slo at a load: 95%, 0.9.", show_default="95%"
-    ),
-]
+
+
+def _default_tolerance(figure: str) -> str:
+    """ "GPU 5%, CPU 25%": a tolerance's defaults by device (analysis/tolerances.py), one where they agree."""
+    on_gpu, on_cpu = (getattr(DEFAULT_TOLERANCES[device], figure) for device in ("cuda", "cpu"))
+    return f"{on_gpu:.0%}" if on_gpu == on_cpu else f"GPU {on_gpu:.0%}, CPU {on_cpu:.0%}"
+
+
 _Threshold = Annotated[
     str | None,
-    typer.Option("--threshold", help="Throughput loss that is a regression: 5%, 0.05.", show_default="GPU 5%, CPU 25%"),
+    typer.Option(
+        "--threshold",
+        help="Throughput loss that is a regression: 5%, 0.05.",
+        show_default=_default_tolerance("throughput"),
+    ),
 ]
 _MemoryTolerance = Annotated[
     str | None,
     typer.Option(
-        "--memory-tolerance", help="Extra peak memory that still meets a level.", show_default="GPU 5%, CPU 15%"
+        "--memory-tolerance",
+        help="Extra peak memory that still meets a level.",
+        show_default=_default_tolerance("memory"),
     ),
 ]
 _KlTolerance = Annotated[
-    str | None, typer.Option("--kl-tolerance", help="Extra KL that still meets a level.", show_default="10%")
+    str | None,
+    typer.Option("--kl-tolerance", help="Extra KL that still meets a level.", show_default=_default_tolerance("kl")),
 ]
-_ServePort = Annotated[
-    int | None,
-    typer.Option("--serve-port", min=1, max=65535, help="serve: port of the server; a free one if not given."),
-]
+
+
+# ------------------------------------------------------------------------------------ the workload kinds' flags
+
+# The flags some workload kinds declare (autotune/workloads/): options of every command that takes a workload.
+KIND_FLAGS = kind_flags(KINDS.values())
+
+
+def _kind_option(flag: Flag) -> inspect.Parameter:
+    """A kind's flag as Typer reads it: None when not given."""
+    show_default = flag.show_default or True
+    option = typer.Option(flag.name, help=flag.help, show_default=show_default, min=flag.min_value, max=flag.max_value)
+    annotation = Annotated[flag.value_type | None, option]
+    return inspect.Parameter(flag.parameter, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation)
+
+
+def _taking_kind_flags(build: Command) -> Command:
+    """`build`, whose `**kind_values` Typer and `with_groups` read as the kinds' flags, one parameter each."""
+    signature = inspect.signature(build, eval_str=True)
+    fixed = [parameter for parameter in signature.parameters.values() if parameter.kind != parameter.VAR_KEYWORD]
+    parameters = [*fixed, *map(_kind_option, KIND_FLAGS)]
+    build.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]  # what Typer reads
+    return build
 
 
 # ------------------------------------------------------------------------------------ groups
@@ -227,18 +245,18 @@ def model_spec(
     return ModelSpec(model, revision=revision, trust_remote_code=trust_remote_code, assistant=assistant_model)
 
 
-def hardware_spec(gpu: _Gpu = "auto", device: Device = None, price: _Price = None) -> HardwareSpec:
+def hardware_spec(gpu: _Gpu = HardwareSpec.gpu, device: Device = None, price: _Price = None) -> HardwareSpec:
     return HardwareSpec(gpu, device, price)
 
 
-def storage_patience_s(storage_patience: _StoragePatience = "10m") -> float:
+def storage_patience_s(storage_patience: _StoragePatience = DEFAULT_STORAGE_PATIENCE) -> float:
     return parse_duration(storage_patience, "--storage-patience")
 
 
 StoragePatienceS = Annotated[float, Group(storage_patience_s)]
 
 
-def trial_timeout_s(trial_timeout: _TrialTimeout = "20m") -> float:
+def trial_timeout_s(trial_timeout: _TrialTimeout = DEFAULT_TRIAL_TIMEOUT) -> float:
     return parse_duration(trial_timeout, "--trial-timeout")
 
 
@@ -250,20 +268,19 @@ def budget_spec(*, budget: _Budget = None, trials: _Trials = None, timeout_s: Tr
     return BudgetSpec(parse_duration(budget) if budget else None, trials, timeout_s)
 
 
+@_taking_kind_flags
 def workload_spec(
-    kind: _WorkloadKind = "throughput",
-    batch_size: _BatchSize = "8",
-    input_len: _InputLen = 128,
-    output_len: _OutputLen = 64,
+    kind: _WorkloadKind = WorkloadSpec.kind,
+    batch_size: _BatchSize = str(WorkloadSpec.batch_size),
+    input_len: _InputLen = WorkloadSpec.input_len,
+    output_len: _OutputLen = WorkloadSpec.output_len,
     prompts: _Prompts = None,
-    load: _Load = None,
-    slo: _Slo = None,
-    slo_share: _SloShare = None,
-    serve_port: _ServePort = None,
+    **kind_values: Any,
 ) -> WorkloadSpec:
+    """The workload of the flags; `kind_values`: the values of KIND_FLAGS, by parameter name (None: not given)."""
     workload = workload_kind(kind)
-    own = {"--load": load, "--slo": slo, "--slo-share": slo_share, "--serve-port": serve_port}  # some kinds' only
-    if problem := foreign_flags(workload, own):
+    given = {flag.name: kind_values.get(flag.parameter) for flag in KIND_FLAGS}
+    if problem := foreign_flags(workload, given):
         raise UserError(problem)
     sizes = parse_batch_sizes(batch_size)
     if len(sizes) > 1 and workload.probes != "batch":
@@ -271,8 +288,9 @@ def workload_spec(
         raise UserError(f"--batch-size {batch_size}: batch sizes are searched under --workload {probing}; give one")
     if missing := why_missing(f"--workload {kind}", workload.packages):
         raise UserError(missing)
-    if serve_port is not None and (problem := port_problem(serve_port)):
-        raise UserError(problem)
+    for flag in workload.flags:
+        if flag.port and given[flag.name] is not None and (problem := port_problem(flag, given[flag.name])):
+            raise UserError(problem)
     if prompts is not None:
         load_prompts(prompts)  # bad prompts are bad input, before anything runs
     path = str(prompts.resolve()) if prompts else None
@@ -283,30 +301,17 @@ def workload_spec(
         output_len,
         prompts_path=path,
         batch_sizes=sizes if len(sizes) > 1 else [],
-        slo=parse_slo(slo or ""),
-        slo_share=_share(slo_share, "--slo-share") if slo_share else 0.95,
-        **workload.options(own),
+        **workload.options(given),
     )
     return workload.as_run(spec)  # what its trials run, as the study stores it
 
 
-def _share(text: str, flag: str) -> float:
-    """`95%` or `0.95` -> 0.95; above 0 and at most 100%."""
-    try:
-        value = float(text.rstrip("%")) / (100 if text.endswith("%") else 1)
-    except ValueError:
-        raise UserError(f"{flag} {text!r} is not a share: write it like 95% or 0.95") from None
-    if not 0 < value <= 1:
-        raise UserError(f"{flag} {text!r} must be above 0% and at most 100%")
-    return value
-
-
-def port_problem(port: int) -> str | None:
-    """Why the server of a serve trial could not bind this port here, or None."""
-    from autotune.serving.server import bind_problem  # imports httpx: only once the serve extra is known there
+def port_problem(flag: Flag, port: int) -> str | None:
+    """Why a server of the kind's trials could not bind this port here, or None."""
+    from autotune.serving.server import bind_problem  # imports httpx: only once the kind's extra is known there
 
     if problem := bind_problem(port):
-        return f"--serve-port {port} cannot be bound on 127.0.0.1 ({problem}); give a free port or none"
+        return f"{flag.name} {port} cannot be bound on 127.0.0.1 ({problem}); give a free port or none"
     return None
 
 

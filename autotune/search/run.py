@@ -8,11 +8,13 @@ heartbeats, plus autotune's claims), whether they run on one machine or many.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -20,6 +22,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -35,7 +38,7 @@ from autotune.search.interrupts import Interrupted, StudyPlace, deferred
 from autotune.search.loop import TrialLoop
 from autotune.search.prepare import Prepared, machine_notes, prepare
 from autotune.search.session import Checked, Session, check_search, check_worker, open_session
-from autotune.specs import SearchRequest, WorkerRequest
+from autotune.specs import BudgetSpec, SearchRequest, WorkerRequest
 
 
 def run_search(request: SearchRequest, events: SearchEvents) -> SearchSummary:
@@ -201,9 +204,10 @@ def _shares(max_trials: int | None, workers: int) -> list[int | None]:
 class _Worker:
     """An `autotune worker` process whose output lines are relayed, prefixed with its device."""
 
-    def __init__(self, process: subprocess.Popen, label: str, events: SearchEvents) -> None:
+    def __init__(self, process: subprocess.Popen, label: str, events: SearchEvents, request: Path) -> None:
         self.process = process
         self.label = label
+        self.request = request  # the file its request was handed over in, removed once it ends
         self.relay = threading.Thread(target=self._relay, args=(label, events), daemon=True)
         self.relay.start()
 
@@ -215,6 +219,7 @@ class _Worker:
     def wait(self) -> int:
         code = self.process.wait()
         self.relay.join(timeout=5)
+        self.request.unlink(missing_ok=True)
         return code
 
     def stop(self, signum: int) -> None:
@@ -227,6 +232,7 @@ class _Worker:
             self.process.kill()
             self.process.wait()
         self.relay.join(timeout=5)
+        self.request.unlink(missing_ok=True)
 
 
 WORKER_STOP_GRACE_S = 30.0
@@ -243,22 +249,20 @@ def _start_worker(
 ) -> _Worker:
     request = session.request
     env = child_environment(dict(os.environ))  # the worker dies with this process
-    command = [sys.executable, "-m", "autotune", "worker", "--study", session.name, "--storage", session.storage_url,
-               "--trial-timeout", f"{request.budget.trial_timeout_s:.0f}s", "--run-id", run_id]  # fmt: skip
-    if device == "cpu":
-        command += ["--device", "cpu"]
-    else:
+    if device != "cpu":
         env["CUDA_VISIBLE_DEVICES"] = device  # pinned: the worker sees its GPU only, as cuda:0
-        command += ["--device", "cuda:0"]
+    budget_s = None if deadline is None else max(1.0, deadline - time.monotonic())
+    worker = WorkerRequest(
+        replace(request.storage, study_name=session.name, url=session.storage_url),
+        "cpu" if device == "cpu" else "cuda:0",
+        BudgetSpec(budget_s, share, request.budget.trial_timeout_s),
+        request.model.trust_remote_code,
+        run_id,
+    )
+    handle, name = tempfile.mkstemp(prefix=f"worker-{index}-", suffix=".json", dir=session.workdir)  # owner-only
+    with os.fdopen(handle, "w") as written:  # the storage URL may carry a password
+        json.dump(worker.to_json(), written)
+    command = [sys.executable, "-m", "autotune", "join", name]
     label = f"worker {index}, {'cpu' if device == 'cpu' else f'gpu {device}'}"
-    if share is not None:
-        command += ["--trials", str(share)]
-    if deadline is not None:
-        command += ["--budget", f"{max(1.0, deadline - time.monotonic()):.0f}s"]
-    if request.model.trust_remote_code:
-        command.append("--trust-remote-code")
-    if request.storage.artifacts:
-        command += ["--artifacts", request.storage.artifacts]
-    command += ["--storage-patience", f"{request.storage.patience_s:g}s"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    return _Worker(process, label, events)
+    return _Worker(process, label, events, Path(name))

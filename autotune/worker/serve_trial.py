@@ -35,7 +35,6 @@ from autotune.serving.server import (
     tree_anonymous_bytes,
 )
 from autotune.space.plan import Plan
-from autotune.specs import ServeSpec
 from autotune.worker.environment import environment
 from autotune.worker.failures import UnsupportedError
 from autotune.worker.generation import PaddedGeneration, build_inputs
@@ -44,7 +43,7 @@ from autotune.worker.measurement.energy import EnergyCounter, energy_figures
 from autotune.worker.measurement.quality import judged_quality, load_reference
 from autotune.worker.measurement.speed import cost_per_million_tokens
 from autotune.workloads.capacity import Capacity, Probe
-from autotune.workloads.serve import capacity_details, level_probe, level_requests
+from autotune.workloads.serve import ServeSpec, capacity_details, level_probe, level_requests
 
 HEALTH_TIMEOUT_S = 600.0
 MEMORY_SAMPLE_S = 0.1
@@ -55,7 +54,7 @@ def run(spec: TaskSpec, phases: Any) -> TaskResult:
     assert spec.candidate is not None and spec.reference_path is not None and spec.workload.serve is not None
     plan = Plan.from_json(spec.candidate.plan)
     _check_servable(plan)
-    load = spec.workload.serve
+    load = ServeSpec.of(spec.workload)
     tokenizer = load_tokenizer(spec.model)
     prompts = [tokenizer.decode(ids) for ids in build_inputs(tokenizer, spec.workload, spec.workload.batch_size)]
     server_cores, client_cores = split_cores()
@@ -149,7 +148,7 @@ def _check_servable(plan: Plan) -> None:
 
 async def _drive(server: ServerProcess, spec: TaskSpec, prompts: list[str], probe: Probe) -> list[RequestRecord]:
     """Run the levels while sampling the server's memory; return every request sent."""
-    load: ServeSpec = spec.workload.serve  # type: ignore[assignment]
+    load = ServeSpec.of(spec.workload)
     # The server knows the model by the name it was started with: the path as given.
     url = f"{server.base_url}/v1/completions"
     target = Endpoint(url, spec.model.path, spec.workload.output_len, load.request_timeout_s)

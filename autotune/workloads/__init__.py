@@ -10,9 +10,11 @@ from autotune.workloads import throughput, latency, serve  # noqa: F401 - import
 from autotune.workloads.base import (
     DEFAULT_KIND,
     KINDS,
+    Flag,
     WorkloadKind,
     describe_workload,
     foreign_flags,
+    kind_flags,
     metrics_of_one_kind,
     register,
     workload_as_run,
@@ -22,9 +24,11 @@ from autotune.workloads.base import (
 __all__ = [
     "DEFAULT_KIND",
     "KINDS",
+    "Flag",
     "WorkloadKind",
     "describe_workload",
     "foreign_flags",
+    "kind_flags",
     "metrics_of_one_kind",
     "register",
     "workload_as_run",

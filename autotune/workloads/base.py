@@ -8,13 +8,42 @@ docs/adding-a-workload.md walks through adding one.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from autotune.errors import UserError
 from autotune.extras import Package
-from autotune.figures.slo import describe_slo
+from autotune.figures.slo import describe_slo, parse_slo
 from autotune.specs import WorkloadSpec
+
+
+@dataclass(frozen=True)
+class Flag:
+    """A command-line flag of some workload kinds, as plain data: the CLI makes it an option of every command that
+    takes a workload (autotune/cli/flags.py), refuses it under a kind that does not declare it, and hands its value
+    to the kind's `options` (None when not given)."""
+
+    name: str  # "--load"
+    help: str
+    value_type: type[str] | type[int] | type[float] = str  # what the CLI converts the value to
+    min_value: float | None = None  # the least and the most a number may be
+    max_value: float | None = None
+    show_default: str | None = None  # what the help says it defaults to, where not given means a default
+    port: bool = False  # a port a trial's server binds: it must be free on this machine before anything runs
+
+    @property
+    def parameter(self) -> str:
+        """The name the CLI gives its value: "--serve-port" -> "serve_port"."""
+        return self.name.removeprefix("--").replace("-", "_")
+
+
+# The latency target (WorkloadSpec.slo), a flag of the kinds that judge their figures by it.
+SLO = Flag(
+    "--slo",
+    'The latency target, "ttft_p95<=300ms,itl_p95<=50ms" (itl: the time per output token). A configuration that '
+    "meets it at no batch (throughput) or load (serve) is off the front.",
+)
 
 # What the objectives of each family call for on most kinds (an objective's family: autotune/search/forecast.py).
 GENERATION_AIMS: Mapping[str, tuple[str, ...]] = {"speed": ("throughput",), "time": ("latency",), "memory": ("memory",)}
@@ -26,7 +55,7 @@ class WorkloadKind:
     name: ClassVar[str]
     help: ClassVar[str]
     # The command-line flags only some kinds read, this one among them; given with another kind they are bad input.
-    flags: ClassVar[tuple[str, ...]] = ()
+    flags: ClassVar[tuple[Flag, ...]] = ()
     # What a capacity probe of its trials climbs: "batch" (--batch-size 1-128), "load" (--load rate=1-64), or
     # nothing (a range is bad input).
     probes: ClassVar[str | None] = None
@@ -54,8 +83,9 @@ class WorkloadKind:
         return spec
 
     def options(self, given: Mapping[str, Any]) -> dict[str, Any]:
-        """The spec fields of this kind's own flags (`given`: flag -> value, None where not given)."""
-        return {}
+        """The spec fields of this kind's own flags (`given`: flag -> value, None where not given): the SLO where it
+        takes --slo; a kind with more flags adds their fields."""
+        return {"slo": parse_slo(given.get(SLO.name) or "")} if SLO in self.flags else {}
 
     def probe_allowance_s(self, spec: WorkloadSpec) -> float:
         """Seconds a trial may take beyond an alike one that ended, because its capacity probe may take a longer course
@@ -83,7 +113,7 @@ class WorkloadKind:
 
 
 KINDS: dict[str, WorkloadKind] = {}
-DEFAULT_KIND = "throughput"  # --workload's default, and the kind of plans stored before plans named theirs
+DEFAULT_KIND = WorkloadSpec.kind  # --workload's default, and the kind of plans stored before plans named theirs
 
 
 def register(cls: type[WorkloadKind]) -> type[WorkloadKind]:
@@ -121,13 +151,29 @@ def metrics_of_one_kind() -> dict[str, str]:
     return {metric: kind.name for kind in KINDS.values() for metric in kind.metrics}
 
 
+def kind_flags(kinds: Iterable[WorkloadKind]) -> list[Flag]:
+    """Every flag the kinds declare, once, each kind's in its own order (a flag two kinds declare is one flag)."""
+    collected: list[Flag] = []
+    for kind in kinds:
+        for index, flag in enumerate(kind.flags):
+            same = next((known for known in collected if known.name == flag.name), None)
+            if same is not None:
+                if same != flag:
+                    raise ValueError(f"workload {kind.name} declares {flag.name} unlike another kind does")
+                continue
+            later = [known for known in kind.flags[index + 1 :] if known in collected]
+            collected.insert(collected.index(later[0]) if later else len(collected), flag)
+    return collected
+
+
 def foreign_flags(kind: WorkloadKind, given: Mapping[str, Any]) -> str | None:
     """Why flags of other kinds, given with this kind, are bad input; None when there are none."""
     owners: dict[str, list[str]] = {}
     for other in KINDS.values():
         for flag in other.flags:
-            owners.setdefault(flag, []).append(other.name)
-    foreign = [flag for flag, value in given.items() if value is not None and flag not in kind.flags and flag in owners]
+            owners.setdefault(flag.name, []).append(other.name)
+    own = {flag.name for flag in kind.flags}
+    foreign = [flag for flag, value in given.items() if value is not None and flag not in own and flag in owners]
     if not foreign:
         return None
     kinds = list(dict.fromkeys(name for flag in foreign for name in owners[flag]))

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import replace
-from typing import Any, ClassVar
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, ClassVar, Literal
 
 from autotune.errors import UserError
 from autotune.extras import SERVE
-from autotune.specs import ServeSpec, WorkloadSpec
-from autotune.workloads.base import WorkloadKind, register
+from autotune.specs import WorkloadSpec
+from autotune.workloads.base import SLO, Flag, WorkloadKind, register
 from autotune.workloads.capacity import Capacity, Probe, bisections, doubling, extent
 
 MIN_LEVEL_S = 2.0  # the least a rate level sends for
@@ -22,12 +22,64 @@ LOAD_FORM = (
     "for the highest level within the SLO, rate=1-64"
 )
 
+LoadMode = Literal["rate", "concurrency"]
+
+
+@dataclass
+class ServeSpec:
+    """The load a `serve` trial puts on `transformers serve`: the serve kind's own options, kept in the workload spec
+    as plain data (`WorkloadSpec.serve`: `to_json` writes it, `of` reads it back).
+
+    rate: requests arrive as a Poisson process at each rate (requests/s); concurrency: that many clients,
+    each sending its next request when the last one ends. `levels`: the levels measured, each of them; `bracket`:
+    (lowest, highest) of the levels a capacity probe may try, climbing by doubling from the lowest while the workload's
+    `slo_share` of a level's requests meet the SLO, then narrowing by bisection (autotune/workloads/capacity.py).
+    """
+
+    mode: LoadMode = "concurrency"
+    levels: list[float] = field(default_factory=lambda: [1.0, 4.0])
+    bracket: list[float] | None = None
+    requests_per_level: int = 16  # at least: a level may send more (level_requests)
+    warmup_requests: int = 2
+    port: int | None = None  # None: a free port chosen by the system
+    request_timeout_s: float = 120.0
+
+    @classmethod
+    def of(cls, spec: WorkloadSpec) -> ServeSpec:
+        """The load of a serve workload (`Serve.as_run` gives every serve trial's spec one)."""
+        assert spec.serve is not None, "a serve workload carries its load"
+        return cls(**spec.serve)
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain data, as studies store it: without a bracket where the levels are listed."""
+        data = asdict(self)
+        if data["bracket"] is None:
+            del data["bracket"]
+        return data
+
+    def as_flag(self) -> str:
+        """ "concurrency=1,4": the load as --load takes it (listed levels)."""
+        return f"{self.mode}={','.join(f'{level:g}' for level in self.levels)}"
+
+
+LOAD = Flag(
+    "--load",
+    "serve: rate=2,4,8 (Poisson arrivals/s) or concurrency=1,8,32, each measured; or a range, rate=1-64, searched for "
+    f"the highest level that keeps --slo-share of requests within --slo. {ServeSpec().as_flag()} if not given.",
+)
+SLO_SHARE = Flag(
+    "--slo-share",
+    "serve: the share of requests that must meet --slo at a load: 95%, 0.9.",
+    show_default=f"{WorkloadSpec.slo_share:.0%}",
+)
+SERVE_PORT = Flag("--serve-port", "serve: port of the server; a free one if not given.", int, 1, 65535, port=True)
+
 
 @register
 class Serve(WorkloadKind):
     name = "serve"
     help = "transformers serve under load (--load, --slo)"
-    flags = ("--load", "--slo", "--slo-share", "--serve-port")
+    flags = (LOAD, SLO, SLO_SHARE, SERVE_PORT)
     probes = "load"
     metrics = frozenset({"goodput_req_s", "requests_per_s", "errors"})  # latency percentiles: every kind's
     # Continuous batching first: it keeps the GPU busy under concurrent requests; then what a single batch wants.
@@ -46,32 +98,30 @@ class Serve(WorkloadKind):
         return f"{prompts} sent to transformers serve, {spec.input_len} tokens in, {spec.output_len} out"
 
     def as_run(self, spec: WorkloadSpec) -> WorkloadSpec:
-        return spec if spec.serve is not None else replace(spec, serve=ServeSpec())
+        return spec if spec.serve is not None else replace(spec, serve=ServeSpec().to_json())
 
     def options(self, given: Mapping[str, Any]) -> dict[str, Any]:
-        spec = ServeSpec(port=given.get("--serve-port"))
-        if load := given.get("--load"):
-            spec.mode, levels = parse_load(load)  # type: ignore[assignment]
-            if "-" in load:
-                if not given.get("--slo"):
-                    raise UserError(f"--load {load}: a range is searched for the highest load within --slo; give --slo")
-                spec.levels, spec.bracket = [], levels
-            else:
-                spec.levels = levels
-        return {"serve": spec}
+        fields = super().options(given)  # the SLO
+        if share := given.get(SLO_SHARE.name):
+            fields["slo_share"] = parse_share(share, SLO_SHARE.name)
+        return {**fields, "serve": _load(given).to_json()}
 
     def probe_allowance_s(self, spec: WorkloadSpec) -> float:
         """A bracket of rates: the most seconds of requests a course can send less the least (open loop: a level of n
         requests at rate r sends for (n - 1) / r s whatever the server does); 0 for listed levels or concurrencies."""
-        load = spec.serve
-        if load is None or not load.bracket or load.mode != "rate":
+        if spec.serve is None:
+            return 0.0
+        load = ServeSpec.of(spec)
+        if not load.bracket or load.mode != "rate":
             return 0.0
         probe_cost = extent(level_probe(spec), lambda rate: sending_seconds(spec, rate))
         return probe_cost.most_cost - probe_cost.least_cost
 
     def describe_probe(self, spec: WorkloadSpec) -> str | None:
-        load = spec.serve
-        if load is None or not load.bracket:
+        if spec.serve is None:
+            return None
+        load = ServeSpec.of(spec)
+        if not load.bracket:
             return None
         probe = level_probe(spec)
         cost = extent(probe, lambda rate: sending_seconds(spec, rate))
@@ -86,6 +136,31 @@ class Serve(WorkloadKind):
             more = cost.most_cost - cost.least_cost
             return f"{said}; {sending}, so a trial's at-most duration allows {more:.0f} s more than an alike one took"
         return f"{said}; how long a level takes depends on the server (closed loop)"
+
+
+def _load(given: Mapping[str, Any]) -> ServeSpec:
+    """The load --load and --serve-port ask for; ServeSpec's default levels where --load is not given."""
+    spec = ServeSpec(port=given.get(SERVE_PORT.name))
+    if load := given.get(LOAD.name):
+        spec.mode, levels = parse_load(load)  # type: ignore[assignment]
+        if "-" in load:
+            if not given.get(SLO.name):
+                raise UserError(f"--load {load}: a range is searched for the highest load within --slo; give --slo")
+            spec.levels, spec.bracket = [], levels
+        else:
+            spec.levels = levels
+    return spec
+
+
+def parse_share(text: str, flag: str) -> float:
+    """`95%` or `0.95` -> 0.95; above 0 and at most 100%."""
+    try:
+        value = float(text.rstrip("%")) / (100 if text.endswith("%") else 1)
+    except ValueError:
+        raise UserError(f"{flag} {text!r} is not a share: write it like 95% or 0.95") from None
+    if not 0 < value <= 1:
+        raise UserError(f"{flag} {text!r} must be above 0% and at most 100%")
+    return value
 
 
 def parse_load(text: str) -> tuple[str, list[float]]:
@@ -111,8 +186,7 @@ def parse_load(text: str) -> tuple[str, list[float]]:
 def level_probe(spec: WorkloadSpec) -> Probe:
     """The levels a serve trial measures: each listed one, or a bracket from the range's lowest level, doubling while
     the level is sustained (`slo_share` of its requests within the SLO), then bisected (capacity.bisections)."""
-    load = spec.serve
-    assert load is not None
+    load = ServeSpec.of(spec)
     if not load.bracket:
         return Probe(list(load.levels), spec.slo, share=spec.slo_share, every=True)
     low, high = load.bracket
@@ -125,8 +199,7 @@ def level_requests(spec: WorkloadSpec, level: float) -> int:
     `level_seconds`, long enough that a server short of the rate by the bracket's last step builds a queue as long as
     the SLO's bound, so that a burst it drains within the bound does not pass for a rate it sustains; a concurrency
     level sends `CLIENT_ROUNDS` requests per client, so that every client keeps one in flight."""
-    load = spec.serve
-    assert load is not None
+    load = ServeSpec.of(spec)
     if load.mode == "rate":
         return max(load.requests_per_level, math.ceil(level * level_seconds(spec)))
     return max(load.requests_per_level, CLIENT_ROUNDS * int(level))
@@ -137,8 +210,7 @@ def level_seconds(spec: WorkloadSpec) -> float:
     25% short of the rate builds meanwhile, after 2 bisections, is as long as the bound), and `MIN_LEVEL_S` at least.
     At 16 requests a level, 16 requests at 128/s were 0.12 s of load, which continuous batching on the 2-core VM
     drained within 300 ms: a burst, not a rate."""
-    load = spec.serve
-    assert load is not None
+    load = ServeSpec.of(spec)
     queued = [bound for name, bound in spec.slo.items() if name.startswith(("ttft_", "e2e_"))]
     return max(MIN_LEVEL_S, 2 ** bisections(load.requests_per_level) * max(queued, default=0.0))
 
@@ -149,8 +221,7 @@ def sending_seconds(spec: WorkloadSpec, rate: float) -> float:
 
 
 def _level_length(spec: WorkloadSpec) -> str:
-    load = spec.serve
-    assert load is not None
+    load = ServeSpec.of(spec)
     if load.mode == "rate":
         return f"each at least {load.requests_per_level} requests and {level_seconds(spec):g} s of arrivals"
     return f"each at least {load.requests_per_level} requests and {CLIENT_ROUNDS} per client"

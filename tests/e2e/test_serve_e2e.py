@@ -15,10 +15,10 @@ import pytest
 
 from autotune.analysis.pareto import front_numbers
 from autotune.report.data import collect
-from autotune.specs import ServeSpec, WorkloadSpec
+from autotune.specs import WorkloadSpec
 from autotune.study import records
 from autotune.workloads.capacity import doubling
-from autotune.workloads.serve import level_requests
+from autotune.workloads.serve import ServeSpec, level_requests
 from tests.conftest import run_cli
 
 pytestmark = pytest.mark.slow
@@ -32,7 +32,8 @@ SHAPE = ["--input-len", "32", "--output-len", "16", "--load", "concurrency=1,2",
 SEARCH_SLO = "ttft_p95<=500ms,itl_p95<=500ms"  # as the lines that depend on it print it, too
 LADDER = doubling(8.0, 32.0)
 SEARCH_SHAPE = ["--input-len", "32", "--output-len", "16", "--load", "rate=8-32", "--slo", SEARCH_SLO]
-SEARCHED = WorkloadSpec("serve", input_len=32, output_len=16, serve=ServeSpec("rate", [], bracket=[8.0, 32.0]),
+SEARCHED = WorkloadSpec("serve", input_len=32, output_len=16,
+                        serve=ServeSpec("rate", [], bracket=[8.0, 32.0]).to_json(),
                         slo={"ttft_p95_s": 0.5, "itl_p95_s": 0.5})  # fmt: skip
 STUDY = "serve-demo"
 

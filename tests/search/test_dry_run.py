@@ -17,7 +17,8 @@ from autotune.search.dry_run import DryRun, dry_run
 from autotune.search.durations import ALIKE_MARGIN, EXTRAPOLATED_MARGIN
 from autotune.search.strategy import RECIPES
 from autotune.space import KNOBS, load_space
-from autotune.specs import BudgetSpec, HardwareSpec, SearchRequest, ServeSpec
+from autotune.specs import BudgetSpec, HardwareSpec, SearchRequest
+from autotune.workloads.serve import ServeSpec
 
 GPU_PROFILES = ("t4", "a10g", "a100-80gb", "h100")
 SPEED_PRESETS = ("throughput", "latency")
@@ -105,7 +106,7 @@ def test_a_dry_run_lists_as_many_trials_as_asked_with_their_expected_time():
 
 
 def test_a_serve_dry_run_says_what_each_trial_s_capacity_bracket_may_cost():
-    load = ServeSpec("rate", [], bracket=[4.0, 32.0])
+    load = ServeSpec("rate", [], bracket=[4.0, 32.0]).to_json()
     workload = WorkloadSpec("serve", input_len=32, output_len=16, serve=load, slo={"ttft_p95_s": 0.3})
     run = dry_run(SearchRequest(ModelSpec("demo"), HardwareSpec("cpu"), workload, budget=BudgetSpec(max_trials=2)))
     assert run.probe is not None and run.probe.startswith(

@@ -13,8 +13,9 @@ import pytest
 
 from autotune.errors import UserError
 from autotune.space.knobs import KNOBS, RECIPES, check_aims
-from autotune.specs import ServeSpec, WorkloadSpec
-from autotune.workloads import KINDS, WorkloadKind, foreign_flags, metrics_of_one_kind, workload_kind
+from autotune.specs import WorkloadSpec
+from autotune.workloads import KINDS, Flag, WorkloadKind, foreign_flags, kind_flags, metrics_of_one_kind, workload_kind
+from autotune.workloads.serve import ServeSpec
 
 PACKAGE = Path(__file__).resolve().parents[2] / "autotune"
 
@@ -45,12 +46,13 @@ def test_a_latency_trial_runs_one_prompt_and_its_record_says_so():
 def test_the_serve_kind_reads_its_own_flags_and_needs_a_servable_plan():
     serve = KINDS["serve"]
     options = serve.options({"--load": "rate=4,2", "--slo": "ttft_p95<=300ms", "--serve-port": None})
-    assert options == {"serve": ServeSpec(mode="rate", levels=[2.0, 4.0])}  # the SLO is every kind's: WorkloadSpec
-    bracket = serve.options({"--load": "concurrency=1-32", "--slo": "ttft_p95<=1s"})["serve"]
+    # The spec fields of its flags: the SLO (WorkloadSpec's, every kind's that takes --slo) and its load, as plain data.
+    assert options == {"slo": {"ttft_p95_s": 0.3}, "serve": ServeSpec(mode="rate", levels=[2.0, 4.0]).to_json()}
+    bracket = ServeSpec(**serve.options({"--load": "concurrency=1-32", "--slo": "ttft_p95<=1s"})["serve"])
     assert (bracket.mode, bracket.levels, bracket.bracket) == ("concurrency", [], [1.0, 32.0])
     with pytest.raises(UserError, match="--load rate=1-64: a range is searched for the highest load within --slo"):
         serve.options({"--load": "rate=1-64"})
-    assert serve.as_run(WorkloadSpec("serve")).serve == ServeSpec()  # a serve trial switched to by the knob
+    assert ServeSpec.of(serve.as_run(WorkloadSpec("serve"))) == ServeSpec()  # a serve trial switched to by the knob
     assert serve.plan_problem(["sdpa_backend=math"]) == "transformers serve has no flag for: sdpa_backend=math"
     assert KINDS["throughput"].plan_problem(["sdpa_backend=math"]) is None
 
@@ -60,6 +62,38 @@ def test_flags_of_another_kind_are_bad_input_naming_their_kind():
     assert foreign_flags(KINDS["latency"], given) == "--load, --serve-port apply only to --workload serve"
     assert foreign_flags(KINDS["serve"], given) is None
     assert metrics_of_one_kind()["goodput_req_s"] == "serve"
+
+
+def test_the_kinds_flags_are_collected_once_each_in_each_kinds_order_and_one_flag_spelled_two_ways_fails():
+    first, shared, last = Flag("--first", "1"), Flag("--shared", "2"), Flag("--last", "3")
+
+    class One(WorkloadKind):
+        name, help, flags = "one", "", (shared,)
+
+    class Other(WorkloadKind):
+        name, help, flags = "other", "", (first, shared, last)
+
+    class Unlike(WorkloadKind):
+        name, help, flags = "unlike", "", (Flag("--shared", "said otherwise"),)
+
+    assert kind_flags([One(), Other()]) == [first, shared, last]  # --first stays before --shared, as Other has it
+    with pytest.raises(ValueError, match="workload unlike declares --shared unlike another kind does"):
+        kind_flags([One(), Unlike()])
+
+
+def test_every_flag_a_kind_declares_is_an_option_of_each_command_taking_a_workload_and_written_in_its_kind_only():
+    import typer
+
+    from autotune.cli import app
+
+    declared = kind_flags(KINDS.values())
+    assert [flag.name for flag in declared] == ["--load", "--slo", "--slo-share", "--serve-port"]
+    for command in ("search", "measure"):
+        params = typer.main.get_command(app).commands[command].params  # type: ignore[attr-defined]
+        options = {name: param for param in params for name in param.opts}
+        assert all(options[flag.name].help == flag.help for flag in declared), command
+    generic = "".join(path.read_text() for path in [*(PACKAGE / "cli").glob("*.py"), PACKAGE / "specs.py"])
+    assert not [flag.name for flag in declared if f'"{flag.name}"' in generic]
 
 
 def test_each_kinds_objectives_call_for_declared_recipes_and_an_unknown_one_fails():
