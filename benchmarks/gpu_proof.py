@@ -15,7 +15,7 @@ in OUT/commands.log (the commands, exit statuses and durations) and OUT/<step>.l
 3. `autotune best --format json` (OUT/best.json), then `autotune measure --workload latency --json`
    of that configuration and of the baseline (OUT/measure-best.json, OUT/measure-baseline.json):
    batch-1 figures.
-4. benchmarks/decode_ceiling.py at the search's batch and at batch 1, in the best configuration's dtype
+4. `autotune ceiling` at the search's batch and at batch 1, in the best configuration's dtype
    (OUT/ceiling.json): the hand-written decode loop, stored with the study; then `autotune report` renders
    the report again, with the ceiling beside the best trial.
 5. OUT/SUMMARY.md, generated from the study's storage and those JSON files alone.
@@ -217,11 +217,11 @@ def measure_ceiling(args: argparse.Namespace, runner: Runner, model: str) -> Non
     dtype = best["config"].get("dtype", "bfloat16") if best else "bfloat16"
     batches = [flag for batch in sorted({1, args.batch_size}) for flag in ("--batch-size", str(batch))]
     storage = storage_url(args.out)
-    command = [
-        sys.executable, str(REPO / "benchmarks" / "decode_ceiling.py"), "--model", model, "--device", args.device,
-        "--gpu", args.gpu, "--dtype", dtype, *batches, *_shape(args), "--study", STUDY, "--storage", storage, "--json",
+    command = autotune(
+        "ceiling", "--model", model, "--device", args.device, "--gpu", args.gpu, "--dtype", dtype, *batches,
+        *_shape(args), "--study", STUDY, "--storage", storage, "--json",
         *(["--compile", args.ceiling_compile] if args.ceiling_compile else []),
-    ]  # fmt: skip
+    )  # fmt: skip
     if runner.run("ceiling", command, args.out / "ceiling.json").code == 0:
         runner.run(
             "report", autotune("report", "--study", STUDY, "--storage", storage, "--out", str(args.out / "report.html"))
@@ -249,7 +249,7 @@ class Evidence:
     space_path: Path
     best: dict[str, Any] | None
     latency: dict[str, dict[str, Any] | None]  # "best", "baseline": `autotune measure --json` documents
-    ceilings: list[dict[str, Any]]  # benchmarks/decode_ceiling.py's figures, stored with the study
+    ceilings: list[dict[str, Any]]  # `autotune ceiling`'s figures, stored with the study
 
     @property
     def baseline_config(self) -> Config:
@@ -382,7 +382,7 @@ def roofline_at_batch_1(ev: Evidence) -> str:
 
 def against_the_ceiling(ev: Evidence) -> list[str]:
     """The best configuration's decode throughput as a fraction of the hand loop's, at the search's batch and at 1."""
-    label = "Best configuration against the hand-written decode loop (benchmarks/decode_ceiling.py)"
+    label = "Best configuration against the hand-written decode loop (autotune ceiling)"
     workload = ev.settings.workload
     search = (workload["batch_size"], workload["input_len"], workload["output_len"])
     lines = []
@@ -684,7 +684,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=8, help="prompts per generation in the search [8]")
     parser.add_argument("--input-len", type=int, default=128, help="tokens per prompt [128]")
     parser.add_argument("--output-len", type=int, default=64, help="tokens generated per prompt [64]")
-    parser.add_argument("--ceiling-compile", help="the hand loop's compile mode [decode_ceiling.py's default]")
+    parser.add_argument("--ceiling-compile", help="the hand loop's compile mode [autotune ceiling's default]")
     args = parser.parse_args(argv)
     args.gpu = args.gpu or ("cpu" if args.device == "cpu" else "auto")
     args.space = (args.space or DEFAULT_SPACE).absolute()

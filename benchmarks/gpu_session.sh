@@ -8,7 +8,7 @@
 # Every phase first records `autotune gpus` (what autotune detects on the card) in $OUT/gpus.txt.
 # conformance: benchmarks/conformance.py for the card's profile, every value it does not prune (BUDGET: per case),
 # its table written case by case to $OUT/conformance-<profile>.md.
-# headroom: the 1.1B Llama at batch 1 and 8: benchmarks/decode_ceiling.py (the hand-written loop) and `autotune measure`
+# headroom: the 1.1B Llama at batch 1 and 8: `autotune ceiling` (the hand-written loop) and `autotune measure`
 # of static cache + compile reduce-overhead, set against each other by benchmarks/headroom.py; then (unless BUDGET is
 # lean) benchmarks/timer_check.py (autotune's clock, the synchronizing clock it replaced, and a plain generate() timed
 # only around the call).
@@ -50,7 +50,7 @@ case $P in
       | tee "$OUT/conformance-$profile.log" ;;
   headroom)  # the headline first (ceiling and measure), the timer cross-check last; logs go to stdout (8 files come back)
     folder=$(python3 benchmarks/llama_1b.py --device cuda | tail -1)
-    timeout 150 python3 benchmarks/decode_ceiling.py --model "$folder" --device cuda --batch-size 1 --batch-size 8 --json \
+    timeout 150 python3 -m autotune ceiling --model "$folder" --device cuda --batch-size 1 --batch-size 8 --json \
       >"$OUT/ceiling.json"
     for b in 1 8; do
       kind=throughput; [ "$b" = 1 ] && kind=latency
@@ -76,7 +76,7 @@ case $P in
     df -h /dev/shm /tmp; ls -la "$folder"
     # the hand loop first, on its own (a search cut by the call's limit leaves it measured); its figures are stored with
     # the study afterwards (autotune.study.ceilings.store_ceilings)
-    timeout 150 python3 benchmarks/decode_ceiling.py --model "$folder" --device cuda --batch-size 1 --batch-size 8 --json \
+    timeout 150 python3 -m autotune ceiling --model "$folder" --device cuda --batch-size 1 --batch-size 8 --json \
       >"$OUT/ceiling-8b.json"
     timeout 420 python3 -m autotune search --model "$folder" --device cuda --gpu auto --study llama-8b \
       --storage "sqlite:///$OUT/llama-8b.db" --batch-size 1-64 --slo "itl_p95<=30ms" --budget "$B" \

@@ -88,13 +88,13 @@ def test_gpu_proof_on_the_demo_model(tmp_path: Path, cli_env: dict[str, str]) ->
     assert f"trial #{best['trial']}" in summary
     assert "torch" in summary and "transformers" in summary and "bitsandbytes" in summary
     assert "Memory-bandwidth roofline share at batch 1" in summary
-    # The hand-written loop (benchmarks/decode_ceiling.py, compiled) at both batches, stored, in the summary and report.
+    # The hand-written loop (autotune ceiling, compiled) at both batches, stored, in the summary and report.
     assert sorted(figure["batch_size"] for figure in json.loads((out / "ceiling.json").read_text())) == [1, 2]
     for batch in (2, 1):
         line = next(
             line
             for line in summary.splitlines()
-            if f"hand-written decode loop (benchmarks/decode_ceiling.py), batch {batch}:" in line
+            if f"hand-written decode loop (autotune ceiling), batch {batch}:" in line
         )
         assert "cannot be computed" not in line and "x (" in line and "compile default" in line, line
     assert '<section id="ceiling">' in (out / "report.html").read_text()
