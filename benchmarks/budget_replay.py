@@ -52,7 +52,7 @@ from autotune.search.strategy import (
 )
 from autotune.space import KNOBS, Config, SearchSpace, config_key
 from autotune.study import make_sampler
-from benchmarks.replay import Grid, sampled
+from tests.replay import Grid, sampled
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 
