@@ -16,7 +16,7 @@ profiler, and `outside operators` is the part of it no operator accounts for (Py
 bookkeeping). --paired then times the three without the profiler, round by round in one process, and prints
 the median of each and of their ratios, in wall time and in the decoding thread's CPU time.
 
-    python benchmarks/decode_profile.py --model demo --dtype float32 --batch-size 1 --paired 20
+    python benchmarks/decode/decode_profile.py --model demo --dtype float32 --batch-size 1 --paired 20
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # autotune and benchmarks, run as a script
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # autotune, run as a script
 
 import torch
 from torch.profiler import record_function

@@ -3,7 +3,7 @@
 Reads OUT/measure-b1.json and OUT/measure-b8.json (`autotune measure --json`) and OUT/ceiling.json
 (`autotune ceiling --json`), prints a Markdown table; a figure that is missing says so.
 
-    python benchmarks/headroom.py OUT
+    python benchmarks/gpu/headroom.py OUT
 """
 
 from __future__ import annotations

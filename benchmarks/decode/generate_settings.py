@@ -16,7 +16,7 @@ Variants (--variants, comma-separated; base always runs):
   no-min-new-tokens  max_new_tokens alone: a deployment's call, and what autotune's end-of-sequence id no model
                      produces costs per step (the model's own end of sequence must not come first: checked)
 
-    python benchmarks/generate_settings.py --model demo --dtype float32 --batch-size 1 --rounds 20
+    python benchmarks/decode/generate_settings.py --model demo --dtype float32 --batch-size 1 --rounds 20
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # autotune and benchmarks, run as a script
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # autotune, run as a script
 
 import torch
 
