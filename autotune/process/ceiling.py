@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -23,7 +24,7 @@ class CeilingSpec:
     study_device_name: str | None = None  # the device the study to store with searched on: another is refused
 
     @classmethod
-    def from_json(cls, data: dict) -> CeilingSpec:
+    def from_json(cls, data: dict[str, Any]) -> CeilingSpec:
         return cls(**{**data, "batch_sizes": tuple(data["batch_sizes"])})
 
 
