@@ -1,7 +1,8 @@
 """Is the load generator ever the bottleneck? Drive a trivial server that answers at once, and print
 the request rate the generator sustains, beside the rate the demo model's `transformers serve` handles.
 
-python -m benchmarks.load_generator [--rates 25,50,100,200,400] [--requests 400] [--output-len 32]
+python benchmarks/experiments/load_generator/load_generator.py [--rates 25,50,100,200,400] [--requests 400]
+    [--output-len 32]   # from the repository root
 
 The trivial server (tests/servers.py) runs on the first core, the load generator (the same
 code a serve trial runs: autotune.serving.load) on the last one, as in a trial. For each offered Poisson
@@ -15,9 +16,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import sys
 import time
+from pathlib import Path
 
 import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # autotune and tests, run as a script
 
 from autotune.serving.latency import level_figures
 from autotune.serving.load import Endpoint, run_load
