@@ -42,7 +42,7 @@ FLOOR_CACHE := $(CURDIR)/.cache/conformance-floor
 FLOOR_TRANSFORMERS := $(shell sed -n 's/^transformers==//p' constraints-floor.txt)
 FLOOR_SOURCES := autotune/space/rules.py autotune/worker/compat.py autotune/worker/hub_kernels.py autotune/worker/loading.py \
 	autotune/worker/hooks.py autotune/worker/generation.py autotune/worker/generation_trial.py \
-	$(sort $(wildcard autotune/space/knobs/*.py)) autotune/space/default.yaml autotune/cli/flags.py constraints-floor.txt benchmarks/conformance.py \
+	$(sort $(wildcard autotune/space/knobs/*.py)) autotune/space/default.yaml autotune/cli/flags.py constraints-floor.txt benchmarks/conformance/conformance.py \
 	benchmarks/conformance/expected-$(FLOOR_TRANSFORMERS).yaml
 FLOOR_RECORD := benchmarks/conformance/full-floor.sha256
 
@@ -54,7 +54,7 @@ $(FLOOR_STAMP): pyproject.toml constraints-floor.txt
 	touch $(FLOOR_STAMP)
 
 conformance: $(STAMP)
-	AUTOTUNE_CACHE_DIR=$(CACHE) $(BIN)/python benchmarks/conformance.py
+	AUTOTUNE_CACHE_DIR=$(CACHE) $(BIN)/python benchmarks/conformance/conformance.py
 
 # The demo model the tests built, when they did (its own cache otherwise: reference outputs are per version).
 floor-cache:
@@ -65,10 +65,10 @@ conformance-floor: $(FLOOR_STAMP) floor-cache
 	@if sha256sum $(FLOOR_SOURCES) 2>/dev/null | cmp -s - $(FLOOR_RECORD); then cases=version-dependent; else \
 	  echo "conformance-floor: every case runs: the sources differ from the last full floor run ($(FLOOR_RECORD)):"; \
 	  sha256sum --check --quiet $(FLOOR_RECORD) 2>&1 | sed 's/^/  /'; cases=all; fi; \
-	echo "AUTOTUNE_CACHE_DIR=$(FLOOR_CACHE) $(FLOOR_VENV)/bin/python benchmarks/conformance.py --cases $$cases"; \
-	AUTOTUNE_CACHE_DIR=$(FLOOR_CACHE) $(FLOOR_VENV)/bin/python benchmarks/conformance.py --cases $$cases
+	echo "AUTOTUNE_CACHE_DIR=$(FLOOR_CACHE) $(FLOOR_VENV)/bin/python benchmarks/conformance/conformance.py --cases $$cases"; \
+	AUTOTUNE_CACHE_DIR=$(FLOOR_CACHE) $(FLOOR_VENV)/bin/python benchmarks/conformance/conformance.py --cases $$cases
 
 # Every case on the floor; when all are as expected, records the sources' checksums (commit FLOOR_RECORD).
 conformance-floor-full: $(FLOOR_STAMP) floor-cache
-	AUTOTUNE_CACHE_DIR=$(FLOOR_CACHE) $(FLOOR_VENV)/bin/python benchmarks/conformance.py --cases all
+	AUTOTUNE_CACHE_DIR=$(FLOOR_CACHE) $(FLOOR_VENV)/bin/python benchmarks/conformance/conformance.py --cases all
 	sha256sum $(FLOOR_SOURCES) > $(FLOOR_RECORD)

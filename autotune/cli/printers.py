@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 from dataclasses import asdict
 from itertools import count, takewhile
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
     from autotune.analysis.found import BestFound
     from autotune.analysis.history import FrontPoint, History
     from autotune.analysis.pick import Pick
+    from autotune.process.ceiling import Ceiling
+    from autotune.process.results import TaskResult
     from autotune.profiles import DetectedDevice
     from autotune.report.data import ParetoCard
     from autotune.search.dry_run import DryRun
@@ -329,6 +332,19 @@ def print_measurement(document: dict[str, Any], as_json: bool) -> None:
         out.print(line)
     if document.get("quality_path"):
         out.print(f"quality measured {PATHS[document['quality_path']]}")
+
+
+def print_ceilings(figures: list[Ceiling], as_json: bool) -> None:
+    """`autotune ceiling`: one line per batch size, or a JSON list."""
+    print(json.dumps([asdict(f) for f in figures], indent=1) if as_json else "\n".join(f.line() for f in figures))
+
+
+def print_ceiling_failure(result: TaskResult) -> None:
+    """A ceiling task that measured nothing: its outcome and message, then the end of the worker's log."""
+    where = f" in phase {result.phase}" if result.phase else ""
+    print(f"autotune: the hand loop ended as {result.outcome.value}{where}: {result.message}", file=sys.stderr)
+    if result.log_tail:
+        print(result.log_tail.rstrip(), file=sys.stderr)
 
 
 # ------------------------------------------------------------------------------------ compare

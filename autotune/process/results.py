@@ -13,9 +13,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
+from autotune.process.ceiling import CeilingSpec
 from autotune.specs import ModelSpec, QualitySpec, WorkloadSpec
 
-TaskKind = Literal["prepare", "trial"]
+TaskKind = Literal["prepare", "trial", "ceiling"]
 
 
 class Outcome(StrEnum):
@@ -57,6 +58,7 @@ class TaskSpec:
     bandwidth_gb_s: float | None = None  # peak memory bandwidth of the card trials run on, for the roofline
     price_per_hour: float | None = None  # for the cost per million tokens
     fault: dict[str, str] | None = None  # tests: {"phase": ..., "kind": ...} makes the worker fail for real
+    ceiling: CeilingSpec | None = None  # ceiling: the hand loop's dtype, compile mode, batches and timing
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -69,6 +71,7 @@ class TaskSpec:
         data["quality"] = QualitySpec.from_stored(data["quality"])
         data["candidate"] = Candidate(**data["candidate"]) if data.get("candidate") else None
         data["reference_candidates"] = [Candidate(**c) for c in data.get("reference_candidates", [])]
+        data["ceiling"] = CeilingSpec.from_json(data["ceiling"]) if data.get("ceiling") else None
         return cls(**data)
 
 
@@ -94,6 +97,7 @@ class TaskDetails:
     # trial with an SLO or a capacity probe: its points (autotune.workloads.capacity.Capacity), unit, what it found
     capacity: dict[str, Any] | None = None
     quality_path: str | None = None  # trial: the path its quality figures came from (autotune.figures.quality)
+    ceilings: list[dict[str, Any]] | None = None  # ceiling: the hand loop's figures per batch (process.ceiling.Ceiling)
 
     def to_json(self) -> dict[str, Any]:
         return {key: value for key, value in asdict(self).items() if value is not None}

@@ -1,5 +1,5 @@
 """The decode ceiling in the report: a hand-written decoding loop's figures, stored with the study by
-`benchmarks/decode_ceiling.py` (autotune.study.ceilings), beside the study's best decode throughput at the same
+`autotune ceiling` (autotune.study.ceilings), beside the study's best decode throughput at the same
 batch: a trial's own where it ran that batch alone, the point of its capacity probe at that batch where it probed."""
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def ceiling_section(rows: list[CeilingRow]) -> str:
         return ""
     lines = [
         "<p>A hand-written greedy loop on this study's model and device: a static cache and one compiled decode step, "
-        "with nothing else between tokens (<code>benchmarks/decode_ceiling.py</code>, as gpt-fast writes it). Where it "
+        "with nothing else between tokens (<code>autotune ceiling</code>, as gpt-fast writes it). Where it "
         "ran the study's workload (its tokens in and out, a batch the study measured: a capacity probe's points "
         "included), the fastest feasible trial's decode throughput at that batch is given as a fraction of it.</p>",
         "<table class='ceiling'><tr><th>batch</th><th>tokens in / out</th><th>hand loop</th><th>decode tok/s</th>"

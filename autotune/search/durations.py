@@ -37,7 +37,7 @@ from autotune.space import KNOBS, Config
 from autotune.space.knobs import DeviceKind
 from autotune.study import TrialRecord
 
-# The largest ratio seen of a trial's duration to its expected one, rounded up (benchmarks/budget_replay.py on the
+# The largest ratio seen of a trial's duration to its expected one, rounded up (the budget replay on the
 # CPU grids and the H200 run, docs/search-strategy.md): 1.26 where trials ran alike (all but 2 of 471 trials: 1.49
 # and 7.95), 1.36 where it was extrapolated (23 trials).
 ALIKE_MARGIN = 1.3

@@ -1,6 +1,6 @@
 """autotune's search strategy: what to measure before the sampler takes over, and in what order.
 
-Chosen from benchmarks/replay.py, which replays strategies against exhaustively measured grids, and
+Chosen from benchmarks/strategy/replay.py, which replays strategies against exhaustively measured grids, and
 from what the transformers guides recommend first (the knob handlers' priors, `Knob.expect`):
 
 - the reference and the baseline (search/session.py queues them);

@@ -130,7 +130,7 @@ async def run_load(
 
 def load_client(target: Endpoint) -> httpx.AsyncClient:
     """A client for one level: its connections close with it. A level sent on the hundreds of connections a level
-    above the server's capacity left open was served worse than on new ones (benchmarks/level_order.py)."""
+    above the server's capacity left open was served worse than on new ones (docs/benchmarks.md, serve capacity)."""
     limits = httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_CONNECTIONS)
     # trust_env=False: the server is this machine's, and HTTP_PROXY would send its requests through a proxy.
     return httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(target.timeout_s), trust_env=False)

@@ -1,14 +1,14 @@
 """Decode ceilings stored with a study: what a hand-written decoding loop reached on the study's model and device
-(`benchmarks/decode_ceiling.py`), so that its report can set the best trial against it."""
+(`autotune ceiling`), so that its report can set the best trial against it."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import optuna
 
 from autotune.errors import UserError
+from autotune.process.ceiling import utc_minute
 from autotune.study.optuna_internals import set_study_system_attr, study_system_attrs
 from autotune.study.settings import stored_settings
 from autotune.study.storage import load_stored_study
@@ -32,11 +32,6 @@ def add_ceilings(study: optuna.Study, figures: list[dict[str, Any]]) -> None:
     set_study_system_attr(study, CEILINGS_ATTR, [*kept, *({**figure, "stored_at": now} for figure in figures)])
 
 
-def utc_minute() -> str:
-    """Now, as a ceiling's `measured_at` and `stored_at` say it."""
-    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-
-
 def store_ceilings(url: str, study_name: str, figures: list[dict[str, Any]]) -> None:
     """add_ceilings on a study in storage; a study that is not there is bad input."""
     add_ceilings(load_stored_study(url, study_name), figures)
@@ -44,6 +39,11 @@ def store_ceilings(url: str, study_name: str, figures: list[dict[str, Any]]) -> 
 
 def check_same_model_and_device(study: optuna.Study, model: str, device_name: str) -> None:
     """UserError unless the study searched `model` (as given) on the device named `device_name`."""
+    check_same_device(study, device_name, check_same_model(study, model))
+
+
+def check_same_model(study: optuna.Study, model: str) -> str:
+    """UserError unless the study searched `model` (as given) and measured something; the device it searched on."""
     settings = stored_settings(study)
     searched_on = settings.prepared.environment.get("device_name")
     if model != settings.model:
@@ -53,6 +53,11 @@ def check_same_model_and_device(study: optuna.Study, model: str, device_name: st
         )
     if searched_on is None:
         raise UserError(f"study {study.study_name!r} has not measured anything yet: search it first")
+    return searched_on
+
+
+def check_same_device(study: optuna.Study, device_name: str, searched_on: str) -> None:
+    """UserError unless `device_name` is the device the study searched on."""
     if device_name != searched_on:
         raise UserError(
             f"study {study.study_name!r} ran on {searched_on}, not {device_name}: "

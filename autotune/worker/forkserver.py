@@ -1,8 +1,8 @@
 """A fork server: import torch and transformers once, then fork one fresh process per task.
 
 Every trial still runs in its own process, with its own memory, its own process group and its own
-fate, but it no longer pays the seconds of importing the libraries (benchmarks/trial_overhead.py
-shows the split). It serves tasks on a CPU only: a task on a GPU is spawned (autotune.process.runner.forkable:
+fate, but it no longer pays the seconds of importing the libraries (docs/measurement.md gives the
+split). It serves tasks on a CPU only: a task on a GPU is spawned (autotune.process.runner.forkable:
 on an H100 forked trials could not use CUDA). It never starts a thread before forking; if it finds another thread,
 or CUDA initialised by an import, it refuses and the runner spawns.
 

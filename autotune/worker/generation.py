@@ -78,7 +78,7 @@ def iteration_from_clock(start: float, end: float, token_times: list[float], bat
 # The end-of-sequence id a trial's generate() is given: no model produces it, so every row runs to the workload's
 # length while generate() checks for the end of sequence at each step as it does for a deployment's real one.
 # min_new_tokens forced the length before, with a logits processor a deployment does not run: 1.12x the decode
-# step's CPU time on the demo model at batch 1 (benchmarks/generate_settings.py, docs/benchmarks.md).
+# step's CPU time on the demo model at batch 1 (benchmarks/decode/generate_settings.py, docs/benchmarks.md).
 NEVER_PRODUCED_EOS = 2**31 - 1
 # What the workload's outputs depend on besides its inputs (cached greedy references are keyed by it).
 OUTPUT_HARNESS = "eos-never-produced"

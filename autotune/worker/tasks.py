@@ -1,4 +1,5 @@
-"""The two tasks a worker process runs: `prepare` (model, environment, reference) and `trial`."""
+"""The tasks a worker process runs: `prepare` (model, environment, reference), `trial`, and `ceiling` (the
+hand-written decode loop of `autotune ceiling`, in its own module)."""
 
 from __future__ import annotations
 
@@ -89,7 +90,7 @@ def perform(spec: TaskSpec, startup_s: float) -> TaskResult:
     try:
         with phases("start"):
             _configure(spec)
-        result = _prepare(spec, phases) if spec.task == "prepare" else _trial(spec, phases)
+        result = _dispatch(spec, phases)
     except BaseException as error:
         classified = classify(error, spec.candidate.config if spec.candidate else None)
         log.exception("task failed in phase %s", phases.current)
@@ -102,6 +103,17 @@ def perform(spec: TaskSpec, startup_s: float) -> TaskResult:
                 result.suspects = blamed
     result.timings = {**phases.timings, **result.timings}
     return result
+
+
+CEILING_RUNNER = "autotune.worker.ceiling:run"
+
+
+def _dispatch(spec: TaskSpec, phases: Phases) -> TaskResult:
+    if spec.task == "prepare":
+        return _prepare(spec, phases)
+    if spec.task == "ceiling":
+        return _runner(CEILING_RUNNER)(spec, phases)
+    return _trial(spec, phases)
 
 
 def _configure(spec: TaskSpec) -> None:
@@ -280,7 +292,8 @@ def _trial(spec: TaskSpec, phases: Phases) -> TaskResult:
 
 
 def _runner(path: str) -> Callable[[TaskSpec, Phases], TaskResult]:
-    """The function a workload kind names as its runner ("module:function", a module of the worker)."""
+    """The function a workload kind (or the ceiling task) names as its runner ("module:function", a module of the
+    worker)."""
     module, _, function = path.partition(":")
     if not module.startswith("autotune.worker."):
         raise ValueError(f"a workload's runner must be a function of the worker, not {path!r}")

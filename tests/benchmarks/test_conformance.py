@@ -1,5 +1,5 @@
-"""benchmarks/conformance.py: the cases it runs, the outcomes written down for each transformers version CI runs, and
-how a run that differs from them reads; measure on a custom space."""
+"""benchmarks/conformance/conformance.py: the cases it runs, the outcomes written down for each transformers version
+CI runs, and how a run that differs from them reads; measure on a custom space."""
 
 from __future__ import annotations
 
@@ -12,18 +12,19 @@ from autotune.paths import PACKAGED_SPACE
 from autotune.profiles import PROFILES
 from autotune.space import load_space
 from autotune.space.rules import depends_on_version
-from benchmarks.conformance import (
-    Expected,
-    Result,
-    cases,
-    expected_path,
-    figure_problems,
-    load_expected,
-    mismatch,
-    recorded_failure,
-    write_table,
-)
+from tests.benchmarks import tool
 from tests.conftest import REPO, run_cli
+
+conformance = tool("conformance/conformance.py")
+Expected = conformance.Expected
+Result = conformance.Result
+cases = conformance.cases
+expected_path = conformance.expected_path
+figure_problems = conformance.figure_problems
+load_expected = conformance.load_expected
+mismatch = conformance.mismatch
+recorded_failure = conformance.recorded_failure
+write_table = conformance.write_table
 
 DEFAULT_SPACE = PACKAGED_SPACE
 PLANNED = cases(DEFAULT_SPACE)

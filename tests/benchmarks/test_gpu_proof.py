@@ -1,4 +1,4 @@
-"""benchmarks/gpu_proof.py end to end on the demo model (CPU), and the 1.1B Llama builder at its small shape."""
+"""benchmarks/gpu/gpu_proof.py end to end on the demo model (CPU), and the 1.1B Llama builder at its small shape."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ import pytest
 
 from autotune.profiles import PROFILES
 from autotune.space import load_space
-from benchmarks.gpu_proof import OUTCOME_WORDS
+from tests.benchmarks import tool
 from tests.conftest import REPO
+
+OUTCOME_WORDS = tool("gpu/gpu_proof.py").OUTCOME_WORDS
 
 # A slice of the default space whose warm-up runs in well under a minute on two cores: every value
 # here runs on the cpu profile, and bfloat16 is the demo checkpoint's dtype (the baseline's).
@@ -32,14 +34,14 @@ knobs:
 
 
 def test_the_proof_process_never_imports_torch() -> None:
-    probe = "import sys, benchmarks.gpu_proof, benchmarks.llama_1b; sys.exit('torch' in sys.modules)"
+    probe = "import runpy, sys; runpy.run_path('benchmarks/gpu/gpu_proof.py'); sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", probe], cwd=REPO).returncode == 0
 
 
 def test_a_failed_search_fails_the_proof_and_the_summary_says_so(tmp_path: Path, cli_env: dict[str, str]) -> None:
     out = tmp_path / "proof"
-    command = [sys.executable, str(REPO / "benchmarks" / "gpu_proof.py"), "--model", str(tmp_path / "no-such-model"),
-               "--device", "cpu", "--out", str(out), "--budget", "1m"]  # fmt: skip
+    command = [sys.executable, str(REPO / "benchmarks" / "gpu" / "gpu_proof.py"), "--model",
+               str(tmp_path / "no-such-model"), "--device", "cpu", "--out", str(out), "--budget", "1m"]  # fmt: skip
     completed = subprocess.run(command, cwd=tmp_path, env=cli_env, capture_output=True, text=True, timeout=300)
     assert completed.returncode == 1, completed.stdout + completed.stderr
     assert "does not exist" in (out / "search.log").read_text()
@@ -60,7 +62,7 @@ def test_gpu_proof_on_the_demo_model(tmp_path: Path, cli_env: dict[str, str]) ->
     space = tmp_path / "space.yaml"
     space.write_text(SMALL_SPACE)
     out = tmp_path / "proof"
-    command = [sys.executable, str(REPO / "benchmarks" / "gpu_proof.py"), "--model", "demo", "--device", "cpu",
+    command = [sys.executable, str(REPO / "benchmarks" / "gpu" / "gpu_proof.py"), "--model", "demo", "--device", "cpu",
                "--out", str(out), "--budget", "1m", "--space", str(space),
                "--batch-size", "2", "--input-len", "32", "--output-len", "16"]  # fmt: skip
     completed = subprocess.run(command, cwd=tmp_path, env=cli_env, capture_output=True, text=True, timeout=900)
@@ -88,13 +90,13 @@ def test_gpu_proof_on_the_demo_model(tmp_path: Path, cli_env: dict[str, str]) ->
     assert f"trial #{best['trial']}" in summary
     assert "torch" in summary and "transformers" in summary and "bitsandbytes" in summary
     assert "Memory-bandwidth roofline share at batch 1" in summary
-    # The hand-written loop (benchmarks/decode_ceiling.py, compiled) at both batches, stored, in the summary and report.
+    # The hand-written loop (autotune ceiling, compiled) at both batches, stored, in the summary and report.
     assert sorted(figure["batch_size"] for figure in json.loads((out / "ceiling.json").read_text())) == [1, 2]
     for batch in (2, 1):
         line = next(
             line
             for line in summary.splitlines()
-            if f"hand-written decode loop (benchmarks/decode_ceiling.py), batch {batch}:" in line
+            if f"hand-written decode loop (autotune ceiling), batch {batch}:" in line
         )
         assert "cannot be computed" not in line and "x (" in line and "compile default" in line, line
     assert '<section id="ceiling">' in (out / "report.html").read_text()
@@ -103,7 +105,7 @@ def test_gpu_proof_on_the_demo_model(tmp_path: Path, cli_env: dict[str, str]) ->
 @pytest.mark.slow
 def test_llama_builder_small_shape_loads(tmp_path: Path, cli_env: dict[str, str]) -> None:
     out = tmp_path / "llama-small"
-    command = [sys.executable, str(REPO / "benchmarks" / "llama_1b.py"), "--device", "cpu", "--small",
+    command = [sys.executable, str(REPO / "benchmarks" / "gpu" / "llama_1b.py"), "--device", "cpu", "--small",
                "--train-steps", "2", "--out", str(out)]  # fmt: skip
     built = subprocess.run(command, env=cli_env, capture_output=True, text=True, timeout=600)
     assert built.returncode == 0, built.stdout + built.stderr

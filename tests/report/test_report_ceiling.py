@@ -23,7 +23,7 @@ def test_the_report_sets_the_fastest_trial_against_the_ceiling_of_the_same_workl
     assert other.figure["batch_size"] == 1 and other.best is None and other.fraction is None
     html = render(data)
     section = html[html.index('<section id="ceiling">') :].split("</section>", 1)[0]
-    assert "benchmarks/decode_ceiling.py" in section
+    assert "autotune ceiling" in section
     assert "<td>#3: 400.0 tok/s</td><td>0.80x</td>" in section
     assert "<td>1</td><td>128 / 64</td><td>bfloat16, compile reduce-overhead</td><td>80.0</td>" in section
     assert "another workload" in section

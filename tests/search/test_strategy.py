@@ -26,7 +26,7 @@ from autotune.search.strategy import (
     warm_up_set,
 )
 from autotune.space import config_key, load_space
-from benchmarks.replay import Grid, ahead_at_every_budget, replay
+from tests.replay import Grid, ahead_at_every_budget, replay
 
 REPO = Path(__file__).resolve().parents[2]
 GRID_SPACE = load_space(REPO / "search_spaces" / "cpu-grid.yaml")

@@ -1,4 +1,4 @@
-"""A serve trial's levels driven against a real server process (benchmarks/trivial_server.py, no model): a bracket
+"""A serve trial's levels driven against a real server process (tests/servers.py, no model): a bracket
 climbs while its levels are sustained, a level with failed requests is refused with their reason, and a server that
 falls over ends the bracket with the levels below kept."""
 
@@ -13,7 +13,7 @@ from autotune.serving.levels import measure_levels
 from autotune.serving.load import Endpoint
 from autotune.serving.server import HOST, free_port
 from autotune.workloads.capacity import Probe, doubling
-from benchmarks.load_generator import start_trivial_server
+from tests.servers import start_trivial_server
 
 LOOSE_SLO = {"ttft_p95_s": 60.0}  # a server that answers at once meets it at any load
 

@@ -1,5 +1,5 @@
 """The serve workload's parts that need no model: --load/--slo parsing, bad input at the command line,
-and the load generator against a real trivial server (benchmarks/trivial_server.py) in its own process."""
+and the load generator against a real trivial server (tests/servers.py) in its own process."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from autotune.serving.latency import meets_slo, serve_figures
 from autotune.serving.load import Endpoint, RequestRecord, run_load
 from autotune.serving.server import HOST, free_port
 from autotune.workloads.serve import parse_load
-from benchmarks.load_generator import start_trivial_server
 from tests.conftest import run_cli
+from tests.servers import start_trivial_server
 
 
 def test_load_is_a_mode_and_sorted_levels():

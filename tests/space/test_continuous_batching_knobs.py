@@ -165,4 +165,4 @@ def test_measure_refuses_cuda_graphs_on_cpu(tmp_path: Path, cli_env: dict[str, s
 
 
 # A real run with small pages (page_size=16, the continuous baseline's) and with each other page size is a
-# conformance case (benchmarks/conformance.py), measured once per CI run per transformers version.
+# conformance case (benchmarks/conformance/), measured once per CI run per transformers version.

@@ -184,4 +184,4 @@ def test_measure_refuses_torchao_int4_on_cpu_and_quanto_int4_under_inference_mod
 
 
 # Every value's real run on CPU, with its quality figures (KL, top-1 agreement, perplexity), and each KV-cache
-# backend's, are conformance cases (benchmarks/conformance.py), measured once per CI run per transformers version.
+# backend's, are conformance cases (benchmarks/conformance/), measured once per CI run per transformers version.

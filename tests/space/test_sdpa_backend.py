@@ -81,4 +81,4 @@ def test_measure_refuses_a_cuda_kernel_on_cpu(tmp_path: Path, cli_env: dict[str,
     assert completed.stderr == f"autotune: error: {expected}\n"
 
 
-# A real run with each kernel the cpu profile keeps (flash, math) is a conformance case (benchmarks/conformance.py).
+# A real run with each kernel the cpu profile keeps (flash, math) is a conformance case (benchmarks/conformance/).

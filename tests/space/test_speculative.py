@@ -86,7 +86,7 @@ def test_the_batch_size_refusal_blames_the_knob():
 
 
 # Each method's real run, lossless under greedy decoding (greedy agreement 1, KL < 1e-6, float32), and transformers'
-# refusal of a batch are conformance cases (benchmarks/conformance.py), measured once per CI run per version.
+# refusal of a batch are conformance cases (benchmarks/conformance/), measured once per CI run per version.
 
 
 def test_a_search_of_batches_never_plans_speculative_decoding():

@@ -56,7 +56,7 @@ def _ranks_alive() -> list[psutil.Process]:
 
 
 # Two gloo ranks measuring for real (both report: tp_ranks 2; the reference's greedy tokens) is a conformance case
-# (benchmarks/conformance.py), which also checks that no rank outlives it.
+# (benchmarks/conformance/), which also checks that no rank outlives it.
 
 
 @dataclass

@@ -66,4 +66,4 @@ def test_a_stored_plan_can_name_no_hook_outside_the_worker():
         hooks.before_load(plan)
 
 
-# The real run of use_kernels=on, unsupported with this reason, is a conformance case (benchmarks/conformance.py).
+# The real run of use_kernels=on, unsupported with this reason, is a conformance case (benchmarks/conformance/).

@@ -15,7 +15,7 @@ DEVICE = "NVIDIA A10G"
 
 
 def ceiling(batch: int, tok_s: float, **changes: object) -> dict[str, object]:
-    """A figure as benchmarks/decode_ceiling.py stores it."""
+    """A figure as `autotune ceiling` stores it."""
     figure = {"model": "org/model", "device": "cuda:0", "device_name": DEVICE, "dtype": "bfloat16",
               "compile": "reduce-overhead", "batch_size": batch, "input_len": 128, "output_len": 64,
               "decode_tok_s": tok_s, "decode_tok_s_cv": 0.01, "iterations": 5, "achieved_bandwidth_gb_s": 100.0,

@@ -293,8 +293,8 @@ def _kl_divergence(ref_logp: torch.Tensor, ref_idx: torch.Tensor, q_top: torch.T
 # ------------------------------------------------------------------------------------- the prefill path
 
 # What studies before 2026-11-27 stored as quality: one forward pass over windows of the text, with no cache and no
-# compiled step. No trial measures it any more; benchmarks/quality_paths.py and the tests set it beside the decoding
-# path's figure, to show what it missed.
+# compiled step. No trial measures it any more; benchmarks/quality/quality_paths.py and the tests set it beside the
+# decoding path's figure, to show what it missed.
 
 
 def eval_windows(tokenizer: Any, window: int = 256, max_tokens: int = 2048) -> torch.Tensor:

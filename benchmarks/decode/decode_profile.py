@@ -3,7 +3,7 @@
 The same model, inputs, static cache and torch.compile mode decode in three ways, each under
 torch.profiler (CPU activities), with a marker recorded as each token is produced:
 
-- `hand`: benchmarks/decode_ceiling.py's loop, the compiled step and the argmax, nothing else;
+- `hand`: `autotune ceiling`'s loop (autotune/worker/ceiling.py), the compiled step and the argmax, nothing else;
 - `generate`: model.generate() as a user deploys it (static cache, compile_config, greedy, no stopping
   criteria of its own, max_new_tokens only);
 - `autotune`: generate() as an autotune trial runs it (autotune.worker.generation.PaddedGeneration: the
@@ -16,7 +16,7 @@ profiler, and `outside operators` is the part of it no operator accounts for (Py
 bookkeeping). --paired then times the three without the profiler, round by round in one process, and prints
 the median of each and of their ratios, in wall time and in the decoding thread's CPU time.
 
-    python benchmarks/decode_profile.py --model demo --dtype float32 --batch-size 1 --paired 20
+    python benchmarks/decode/decode_profile.py --model demo --dtype float32 --batch-size 1 --paired 20
 """
 
 from __future__ import annotations
@@ -30,18 +30,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # autotune and benchmarks, run as a script
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # autotune, run as a script
 
 import torch
 from torch.profiler import record_function
 
+from autotune.paths import default_cache_dir
 from autotune.space import Target, build_plan
 from autotune.space.plan import Plan
 from autotune.specs import WorkloadSpec
 from autotune.worker import generation as workload_module
+from autotune.worker.ceiling import HandLoop, load_model
 from autotune.worker.generation import PaddedGeneration, build_inputs
 from autotune.worker.loading import materialize
-from benchmarks.decode_ceiling import HandLoop, load
 
 MARKER = "decode_profile: token"
 WAYS = ("hand", "generate", "autotune")
@@ -223,7 +224,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    model, tokenizer = load(args)
+    model, tokenizer = load_model(args.model, args.dtype, args.device, default_cache_dir())
     ways = Ways(args, model, tokenizer)
     for way in WAYS:
         for _ in range(2):  # the first call compiles

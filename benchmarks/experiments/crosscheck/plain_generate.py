@@ -4,7 +4,7 @@ Decode throughput the way optimum-benchmark defines it: batch x (new tokens - 1)
 generate(N tokens) - time of generate(1 token)), each time the median of repeated calls after
 warm-up. Prints one JSON object.
 
-    python benchmarks/plain_generate.py MODEL_PATH --dtype bfloat16 --attn sdpa
+    python benchmarks/experiments/crosscheck/plain_generate.py MODEL_PATH --dtype bfloat16 --attn sdpa
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ For each configuration this script measures the trial through the real worker (t
 measure`), then loads the model as the configuration's plan loads it and computes the old prefill figure against the
 reference model, in this process. One Markdown table, one row per configuration:
 
-    python benchmarks/quality_paths.py --device cpu [--out benchmarks/results/quality-paths-cpu.md]
-    python benchmarks/quality_paths.py --device cuda --model PATH --only "static cache" --only continuous   # a GPU
+    python benchmarks/quality/quality_paths.py --device cpu [--out benchmarks/results/quality-paths-cpu.md]
+    python benchmarks/quality/quality_paths.py --device cuda --model PATH --only "static cache" --only continuous
 
 Speculative decoding runs one prompt at a time (the latency workload); the rest a batch of 8, 128 tokens in, 64 out.
 Every configuration is float32 but the bfloat16 and float16 rows, so that what is lossless must show the reference's
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # autotune, when run as a script
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # autotune, when run as a script
 
 from autotune.errors import UserError
 from autotune.figures.quality import PATHS

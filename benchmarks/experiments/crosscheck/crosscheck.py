@@ -3,18 +3,18 @@
 Two ways, printed one after the other:
 
 1. paired, in one process: autotune's workload timer (the PaddedGeneration and statistics that
-   `autotune measure` runs in its worker) and benchmarks/plain_generate.py's bare generate() loop
+   `autotune measure` runs in its worker) and plain_generate.py's bare generate() loop (beside this file)
    (no autotune code) take turns on the same model and the same inputs, round after round, so both
    see the same machine: on a machine whose speed drifts, this is the comparison that means something;
-2. separate processes: `autotune measure --json` and `python benchmarks/plain_generate.py`,
+2. separate processes: `autotune measure --json` and `python plain_generate.py`,
    alternately, each a fresh process, as a user would run them.
 
 optimum-benchmark is another outside timer, but it times differently: its PyTorch backend times decode
 from the first logits to the return of generate() and runs generate() under torch.inference_mode(),
-which on CPU reads higher than generate's own no_grad (benchmarks/execution_mode.py measures that gap).
+which on CPU reads higher than generate's own no_grad (docs/benchmarks.md gives that gap: execution_mode).
 0.6.0 runs on transformers 5 once the SpecialTokensMixin name it imports for a type hint is supplied.
 
-    python benchmarks/crosscheck.py --rounds 20 --process-rounds 3
+    python benchmarks/experiments/crosscheck/crosscheck.py --rounds 20 --process-rounds 3
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """The headroom phase of benchmarks/gpu_session.sh, summarised: autotune's measured best stack against the hand loop.
 
 Reads OUT/measure-b1.json and OUT/measure-b8.json (`autotune measure --json`) and OUT/ceiling.json
-(benchmarks/decode_ceiling.py --json), prints a Markdown table; a figure that is missing says so.
+(`autotune ceiling --json`), prints a Markdown table; a figure that is missing says so.
 
-    python benchmarks/headroom.py OUT
+    python benchmarks/gpu/headroom.py OUT
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Version conformance: every knob value the cpu profile can run, measured once through the real worker and held to
 the outcome written down for the installed transformers.
 
-    python benchmarks/conformance.py [--space SPACE] [--cases all|version-dependent] [--case LABEL] [--write-expected]
-    python benchmarks/conformance.py --gpu h100 --table OUT/conformance-h100.md   # on a GPU: its CUDA values
+    python benchmarks/conformance/conformance.py [--space SPACE] [--cases all|version-dependent] [--case LABEL]
+        [--write-expected]
+    python benchmarks/conformance/conformance.py --gpu h100 --table OUT/conformance-h100.md   # a GPU: its CUDA values
 
 For the installed transformers, measures the demo model on the transformers defaults (the baseline) and on the
 baseline with one knob changed, for every value of the space that the cpu profile does not prune (the strategy's
@@ -43,7 +44,7 @@ from typing import Any
 import psutil
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # autotune, run as a script
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # autotune, run as a script
 
 from autotune.errors import UserError
 from autotune.paths import PACKAGED_SPACE
@@ -58,7 +59,7 @@ from autotune.space.rules import depends_on_version, workload_problem
 from autotune.specs import BudgetSpec, HardwareSpec, ModelSpec, SearchRequest, WorkloadSpec
 from autotune.units import parse_duration
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EXPECTED_DIR = REPO / "benchmarks" / "conformance"
 DEMO_CHECKPOINT_DTYPE = "bfloat16"
 BATCH = 2
@@ -275,7 +276,7 @@ def write_expected(results: list[Result], transformers: str, profile: str = "cpu
     where = "CPU, the cpu profile" if profile == "cpu" else f"the {profile} profile"
     header = (
         f"# Conformance on transformers {transformers} (torch {version('torch')}, {where}): what each\n"
-        "# case of benchmarks/conformance.py must end as. ok, or {unsupported: words its message must contain}.\n"
+        "# case of benchmarks/conformance/conformance.py must end as. ok, or {unsupported: words its message must contain}.\n"  # noqa: E501
         "# Any other outcome fails CI. Written by --write-expected; trimmed to the words that matter by hand.\n"
     )
     cases_yaml = yaml.safe_dump({label: e.to_yaml() for label, e in kept.items()}, sort_keys=False, width=1000,

@@ -16,7 +16,7 @@ Variants (--variants, comma-separated; base always runs):
   no-min-new-tokens  max_new_tokens alone: a deployment's call, and what autotune's end-of-sequence id no model
                      produces costs per step (the model's own end of sequence must not come first: checked)
 
-    python benchmarks/generate_settings.py --model demo --dtype float32 --batch-size 1 --rounds 20
+    python benchmarks/decode/generate_settings.py --model demo --dtype float32 --batch-size 1 --rounds 20
 """
 
 from __future__ import annotations
@@ -30,13 +30,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # autotune and benchmarks, run as a script
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # autotune, run as a script
 
 import torch
 
+from autotune.paths import default_cache_dir
 from autotune.specs import WorkloadSpec
+from autotune.worker.ceiling import load_model
 from autotune.worker.generation import build_inputs
-from benchmarks.decode_ceiling import load
 
 VARIANTS = ("base", "fullgraph", "static-shapes", "freezing", "inference-mode", "no-min-new-tokens")
 
@@ -68,7 +69,7 @@ class StepClock:
 
 
 def variant(name: str, args: argparse.Namespace) -> Variant:
-    model, _ = load(args)
+    model, _ = load_model(args.model, args.dtype, args.device, default_cache_dir())
     config: dict[str, Any] = {"mode": args.mode}
     if name == "fullgraph":
         return Variant(name, model, {**config, "fullgraph": True})
@@ -120,7 +121,7 @@ def main(argv: list[str] | None = None) -> None:
     if unknown:
         raise SystemExit(f"unknown variants {sorted(unknown)}: choose among {', '.join(VARIANTS)}")
     variants = [variant(name, args) for name in names]
-    _, tokenizer = load(args)
+    _, tokenizer = load_model(args.model, args.dtype, args.device, default_cache_dir())
     spec = WorkloadSpec(batch_size=args.batch_size, input_len=args.input_len, output_len=args.output_len)
     input_ids = torch.tensor(build_inputs(tokenizer, spec, spec.batch_size), device=args.device)
     for v in variants:

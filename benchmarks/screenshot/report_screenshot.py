@@ -1,6 +1,6 @@
 """The README's screenshot: a report's top (title, summary, front chart), a dashed line, then its first card.
 
-    python benchmarks/report_screenshot.py reports/demo-cpu.html docs/images/report-demo-cpu.png
+    python benchmarks/screenshot/report_screenshot.py reports/demo-cpu.html docs/images/report-demo-cpu.png
 
 Headless Chromium (Debian's, as the tests drive it), 1400 px wide; the two parts are stacked by Chromium itself.
 """
@@ -11,7 +11,7 @@ import base64
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.browser, run as a script
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests.browser, run as a script
 
 from playwright.sync_api import Page, sync_playwright
 

@@ -1,10 +1,10 @@
-"""benchmarks/decode_ceiling.py: the hand loop decodes what generate() decodes, and the script measures it."""
+"""The decode ceiling's hand loop (autotune/worker/ceiling.py) decodes what generate() decodes."""
 
 from __future__ import annotations
 
 import torch
 
-from benchmarks.decode_ceiling import HandLoop, main, timed_decode
+from autotune.worker.ceiling import HandLoop, timed_decode
 
 
 def test_the_hand_loop_decodes_the_greedy_tokens_of_generate_with_a_static_cache(cache_dir):
@@ -27,13 +27,3 @@ def test_the_hand_loop_decodes_the_greedy_tokens_of_generate_with_a_static_cache
     for _ in range(2):  # the second call starts from a reset cache
         tok_s, tokens = timed_decode(loop)
         assert tokens.tolist() == expected.tolist() and tok_s > 0
-
-
-def test_a_study_that_is_not_there_is_refused_before_anything_is_measured(tmp_path, capsys):
-    missing = tmp_path / "none.db"
-    code = main(["--model", "demo", "--study", "none", "--storage", f"sqlite:///{missing}"])
-    assert code == 2 and not missing.exists()
-    assert (
-        capsys.readouterr().err.strip()
-        == f"error: no study named 'none' in sqlite:///{missing}; check --study and --storage"
-    )

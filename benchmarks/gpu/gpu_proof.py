@@ -1,12 +1,12 @@
 """One-command proof of autotune on a GPU: build the model, search, pick, measure, and summarise.
 
-    python benchmarks/gpu_proof.py --model llama-1b --device cuda --out proof [--budget 20m] [--gpu h100]
-    python benchmarks/gpu_proof.py --model demo --device cpu --out /tmp/proof --budget 5m   # the same on a CPU
+    python benchmarks/gpu/gpu_proof.py --model llama-1b --device cuda --out proof [--budget 20m] [--gpu h100]
+    python benchmarks/gpu/gpu_proof.py --model demo --device cpu --out /tmp/proof --budget 5m   # the same on a CPU
 
 Everything runs through the real `autotune` command line, each command in its own process, logged
 in OUT/commands.log (the commands, exit statuses and durations) and OUT/<step>.log (their output):
 
-1. `--model llama-1b` builds a 1.1B Llama offline (benchmarks/llama_1b.py, in a subprocess) and uses
+1. `--model llama-1b` builds a 1.1B Llama offline (benchmarks/gpu/llama_1b.py, in a subprocess) and uses
    its folder; `demo` is autotune's built-in model; anything else is passed to autotune as is.
 2. `autotune search --dry-run --json` (OUT/plan.json: the trials the search plans first, in order, with
    why), then `autotune search` with the budget on one study (OUT/study.db, report OUT/report.html):
@@ -15,7 +15,7 @@ in OUT/commands.log (the commands, exit statuses and durations) and OUT/<step>.l
 3. `autotune best --format json` (OUT/best.json), then `autotune measure --workload latency --json`
    of that configuration and of the baseline (OUT/measure-best.json, OUT/measure-baseline.json):
    batch-1 figures.
-4. benchmarks/decode_ceiling.py at the search's batch and at batch 1, in the best configuration's dtype
+4. `autotune ceiling` at the search's batch and at batch 1, in the best configuration's dtype
    (OUT/ceiling.json): the hand-written decode loop, stored with the study; then `autotune report` renders
    the report again, with the ceiling beside the best trial.
 5. OUT/SUMMARY.md, generated from the study's storage and those JSON files alone.
@@ -39,7 +39,7 @@ from typing import Any
 
 import optuna
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # autotune and benchmarks, run as a script
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # autotune and benchmarks, run as a script
 
 from autotune import study as studies
 from autotune.figures.metrics import KL_DIVERGENCE, PEAK_MEMORY, THROUGHPUT
@@ -49,9 +49,9 @@ from autotune.space import Config, SearchSpace, config_key, load_space
 from autotune.study import StudySettings, TrialRecord
 from autotune.study.ceilings import ceilings
 from autotune.units import format_bytes, format_duration, parse_duration
-from benchmarks.llama_1b import DEFAULT_TRAIN_STEPS, model_folder
+from benchmarks.gpu.llama_1b import DEFAULT_TRAIN_STEPS, model_folder
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 STUDY = "proof"
 DEFAULT_SPACE = PACKAGED_SPACE
 DEMO_BUILD = (  # the demo model and its speculative-decoding draft, which the search's prepare step would build
@@ -139,7 +139,7 @@ def resolve_model(args: argparse.Namespace, runner: Runner) -> str | None:
     cache = default_cache_dir()
     if args.model == "llama-1b":
         folder = model_folder(cache, args.train_steps)
-        builder = [sys.executable, str(REPO / "benchmarks" / "llama_1b.py"), "--device", args.device]
+        builder = [sys.executable, str(REPO / "benchmarks" / "gpu" / "llama_1b.py"), "--device", args.device]
         step = runner.run("build", [*builder, "--train-steps", str(args.train_steps), "--out", str(folder)])
         return str(folder) if step.code == 0 else None
     if args.model == "demo":
@@ -217,11 +217,11 @@ def measure_ceiling(args: argparse.Namespace, runner: Runner, model: str) -> Non
     dtype = best["config"].get("dtype", "bfloat16") if best else "bfloat16"
     batches = [flag for batch in sorted({1, args.batch_size}) for flag in ("--batch-size", str(batch))]
     storage = storage_url(args.out)
-    command = [
-        sys.executable, str(REPO / "benchmarks" / "decode_ceiling.py"), "--model", model, "--device", args.device,
-        "--gpu", args.gpu, "--dtype", dtype, *batches, *_shape(args), "--study", STUDY, "--storage", storage, "--json",
+    command = autotune(
+        "ceiling", "--model", model, "--device", args.device, "--gpu", args.gpu, "--dtype", dtype, *batches,
+        *_shape(args), "--study", STUDY, "--storage", storage, "--json",
         *(["--compile", args.ceiling_compile] if args.ceiling_compile else []),
-    ]  # fmt: skip
+    )  # fmt: skip
     if runner.run("ceiling", command, args.out / "ceiling.json").code == 0:
         runner.run(
             "report", autotune("report", "--study", STUDY, "--storage", storage, "--out", str(args.out / "report.html"))
@@ -249,7 +249,7 @@ class Evidence:
     space_path: Path
     best: dict[str, Any] | None
     latency: dict[str, dict[str, Any] | None]  # "best", "baseline": `autotune measure --json` documents
-    ceilings: list[dict[str, Any]]  # benchmarks/decode_ceiling.py's figures, stored with the study
+    ceilings: list[dict[str, Any]]  # `autotune ceiling`'s figures, stored with the study
 
     @property
     def baseline_config(self) -> Config:
@@ -382,7 +382,7 @@ def roofline_at_batch_1(ev: Evidence) -> str:
 
 def against_the_ceiling(ev: Evidence) -> list[str]:
     """The best configuration's decode throughput as a fraction of the hand loop's, at the search's batch and at 1."""
-    label = "Best configuration against the hand-written decode loop (benchmarks/decode_ceiling.py)"
+    label = "Best configuration against the hand-written decode loop (autotune ceiling)"
     workload = ev.settings.workload
     search = (workload["batch_size"], workload["input_len"], workload["output_len"])
     lines = []
@@ -644,7 +644,7 @@ def write_summary(args: argparse.Namespace, runner: Runner, wall_s: float) -> tu
     """SUMMARY.md from the study's storage and the JSON files; returns its path and the headline lines."""
     ev = load_evidence(args.out, args.space)
     lines = [f"# autotune GPU proof: `{args.model}` on `{args.device}`", ""]
-    lines += [f"Generated by `benchmarks/gpu_proof.py` from `{args.out.name}/study.db` (study `{STUDY}`), "
+    lines += [f"Generated by `benchmarks/gpu/gpu_proof.py` from `{args.out.name}/study.db` (study `{STUDY}`), "
               "`best.json` and `measure-*.json`: every figure below is one the tool stored.", ""]  # fmt: skip
     if ev is None:
         lines += ["No study was stored: the search failed before its first trial. See the logs below.", ""]
@@ -684,7 +684,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=8, help="prompts per generation in the search [8]")
     parser.add_argument("--input-len", type=int, default=128, help="tokens per prompt [128]")
     parser.add_argument("--output-len", type=int, default=64, help="tokens generated per prompt [64]")
-    parser.add_argument("--ceiling-compile", help="the hand loop's compile mode [decode_ceiling.py's default]")
+    parser.add_argument("--ceiling-compile", help="the hand loop's compile mode [autotune ceiling's default]")
     args = parser.parse_args(argv)
     args.gpu = args.gpu or ("cpu" if args.device == "cpu" else "auto")
     args.space = (args.space or DEFAULT_SPACE).absolute()

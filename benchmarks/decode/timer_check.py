@@ -12,8 +12,8 @@ One process, one model, the same inputs; round after round the three take turns:
 A clock that adds no host wait leaves the call as long as the plain one. Printed: the median, over rounds, of each
 timed call's length as a ratio to the plain call of its round, and each clock's decode throughput.
 
-    python benchmarks/timer_check.py --model PATH --device cuda --batch-size 1 --rounds 20
-    python benchmarks/timer_check.py --model demo --device cpu --set compile=off --rounds 5
+    python benchmarks/decode/timer_check.py --model PATH --device cuda --batch-size 1 --rounds 20
+    python benchmarks/decode/timer_check.py --model demo --device cpu --set compile=off --rounds 5
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # autotune, when run as a script from anywhere
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # autotune, when run as a script from anywhere
 
 import torch
 

@@ -1,9 +1,10 @@
 """Is the load generator ever the bottleneck? Drive a trivial server that answers at once, and print
 the request rate the generator sustains, beside the rate the demo model's `transformers serve` handles.
 
-python -m benchmarks.load_generator [--rates 25,50,100,200,400] [--requests 400] [--output-len 32]
+python benchmarks/experiments/load_generator/load_generator.py [--rates 25,50,100,200,400] [--requests 400]
+    [--output-len 32]   # from the repository root
 
-The trivial server (benchmarks/trivial_server.py) runs on the first core, the load generator (the same
+The trivial server (tests/servers.py) runs on the first core, the load generator (the same
 code a serve trial runs: autotune.serving.load) on the last one, as in a trial. For each offered Poisson
 rate it prints the completed requests/s, TTFT p50/p95 and the generator's CPU use. The generator keeps
 up while the completed rate follows the offered one. Compare the highest such rate with the demo
@@ -15,40 +16,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # autotune and tests, run as a script
 
 from autotune.serving.latency import level_figures
 from autotune.serving.load import Endpoint, run_load
 from autotune.serving.server import HOST, free_port, split_cores
-
-
-def start_trivial_server(port: int, cores: list[int], fail_every: int = 0) -> subprocess.Popen:
-    command = [sys.executable, "-m", "benchmarks.trivial_server", "--port", str(port), "--fail-every", str(fail_every)]
-    mine = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, cores)
-    try:
-        server = subprocess.Popen(command, start_new_session=True)
-    finally:
-        os.sched_setaffinity(0, mine)
-    wait_healthy(f"http://{HOST}:{port}/health")
-    return server
-
-
-def wait_healthy(url: str, timeout_s: float = 30.0) -> None:
-    import httpx
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url, timeout=1, trust_env=False).status_code == 200:  # never through HTTP_PROXY
-                return
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    raise RuntimeError(f"{url} did not answer within {timeout_s:.0f}s")
+from tests.servers import start_trivial_server
 
 
 def measure_rate(target: Endpoint, rate: float, requests: int) -> tuple[dict, float]:

@@ -6,14 +6,14 @@ outputs may repeat one token. The build therefore trains the model briefly on th
 bfloat16 with the tokenizer, under the autotune cache (models/llama-1b-s<steps>); a folder that is
 already there is reused.
 
-    python benchmarks/llama_1b.py --device cuda                # prints the model folder on its last line
-    python benchmarks/llama_1b.py --device cpu --small --train-steps 2 --out /tmp/tiny-llama   # a test
-    python benchmarks/llama_1b.py --device cuda --shape 8b --train-steps 0   # Llama-3-8B's shape, random weights
+    python benchmarks/gpu/llama_1b.py --device cuda                # prints the model folder on its last line
+    python benchmarks/gpu/llama_1b.py --device cpu --small --train-steps 2 --out /tmp/tiny-llama   # a test
+    python benchmarks/gpu/llama_1b.py --device cuda --shape 8b --train-steps 0   # Llama-3-8B's shape, random weights
 
 The 8B shape (hidden 4096, 32 layers, 32 heads, 8 KV heads, intermediate 14336, vocabulary 32000) is built in
 bfloat16 on the device and not trained: its speed and memory are an 8B model's, its quality figures mean little.
 
-torch is imported inside the functions that need it: benchmarks/gpu_proof.py imports this module for
+torch is imported inside the functions that need it: benchmarks/gpu/gpu_proof.py imports this module for
 `model_folder` only, and its own process never imports torch.
 """
 
@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # autotune, when run as a script from anywhere
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # autotune, when run as a script from anywhere
 
 from autotune.paths import default_cache_dir
 

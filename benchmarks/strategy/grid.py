@@ -4,7 +4,7 @@ Each configuration is a real trial: the same prepare step, worker process and me
 `autotune search`. The table (JSON) maps each configuration to its outcome, figures and trial time
 (compile included). An interrupted run resumes: configurations already in the table are skipped.
 
-    python benchmarks/grid.py --space search_spaces/cpu-grid.yaml --out benchmarks/results/grid-demo-cpu.json
+    python benchmarks/strategy/grid.py --space search_spaces/cpu-grid.yaml --out benchmarks/results/grid-demo-cpu.json
 """
 
 from __future__ import annotations
