@@ -294,15 +294,9 @@ def workload_spec(
     if prompts is not None:
         load_prompts(prompts)  # bad prompts are bad input, before anything runs
     path = str(prompts.resolve()) if prompts else None
-    spec = WorkloadSpec(
-        kind,
-        sizes[-1],
-        input_len,
-        output_len,
-        prompts_path=path,
-        batch_sizes=sizes if len(sizes) > 1 else [],
-        **workload.options(given),
-    )
+    fields: dict[str, Any] = {"kind": kind, "batch_size": sizes[-1], "input_len": input_len, "output_len": output_len}
+    fields |= {"prompts_path": path, "batch_sizes": sizes if len(sizes) > 1 else []}
+    spec = WorkloadSpec(**(fields | workload.options(given)))  # a kind's own flags may decide a field of the spec
     return workload.as_run(spec)  # what its trials run, as the study stores it
 
 
