@@ -36,7 +36,8 @@ import optuna
 from autotune.analysis.pareto import hypervolume, raw_losses, scaled
 from autotune.figures.metrics import OBJECTIVES
 from autotune.search.durations import Durations
-from autotune.search.strategy import Planned, Situation, next_planned, next_queued, ruled_out, warm_up_set
+from autotune.search.ranking import Planned
+from autotune.search.strategy import Situation, next_planned, next_queued, ruled_out, warm_up_set
 from autotune.space import Config, SearchSpace, config_key
 from autotune.study import make_sampler
 

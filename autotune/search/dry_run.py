@@ -26,7 +26,8 @@ from autotune.search.prepare import (
     plan_target,
     runnable_space,
 )
-from autotune.search.strategy import Planned, Situation, next_queued, warm_up_set
+from autotune.search.ranking import Planned
+from autotune.search.strategy import Situation, next_queued, warm_up_set
 from autotune.space import Config, SearchSpace, Target, build_plan, config_key, load_space, rules
 from autotune.specs import SearchRequest
 from autotune.workloads import KINDS

@@ -65,20 +65,7 @@ def prepare(
     `reference` fixes the reference configuration (a worker joining a study uses the study's);
     otherwise the most precise configuration the profile can run, that fits in memory, is chosen.
     """
-    profile = hardware.profile
-    configs = [reference] if reference else [_defaults(d, request.workload.kind) for d in _precise_dtypes(profile)]
-    candidates = [_candidate(space, config, plan_target(profile, request)) for config in configs]
-    model = replace(request.model)  # a copy: the prepare task fills in its path
-    spec = TaskSpec(
-        "prepare",
-        model,
-        hardware.device,
-        str(request.storage.cache_dir),
-        request.workload,
-        request.quality,
-        reference_candidates=candidates,
-        memory_cap_bytes=profile.memory_bytes,
-    )
+    spec = _prepare_task(request, hardware, space, reference)
     if on_phase is not None:
         on_phase("spawn")
     result = run_in_worker(
@@ -88,20 +75,33 @@ def prepare(
         raise _prepare_error(request.model.id, result)
     details = result.details
     assert details.model_path and details.model is not None and details.reference is not None  # a prepare's
+    model = spec.model
     model.path = details.model_path
     found, info = details.reference, details.model
     attention = info["default_attn_implementation"]
-    baseline = baseline_config(space, info["checkpoint_dtype"], profile, request.workload.kind, attention)
+    baseline = baseline_config(space, info["checkpoint_dtype"], hardware.profile, request.workload.kind, attention)
+    config = _with_defaults(space, found.config)
     return Prepared(
-        model,
-        info,
-        result.environment,
-        _with_defaults(space, found.config),
-        found.path,
-        found.greedy_path,
-        found.perplexity,
-        baseline,
-        hardware,
+        model, info, result.environment, config, found.path, found.greedy_path, found.perplexity, baseline, hardware
+    )
+
+
+def _prepare_task(
+    request: SearchRequest, hardware: ResolvedHardware, space: SearchSpace, reference: Config | None
+) -> TaskSpec:
+    """The prepare task: the model resolved, the reference configuration (the first candidate that runs) measured."""
+    profile = hardware.profile
+    configs = [reference] if reference else [_defaults(d, request.workload.kind) for d in _precise_dtypes(profile)]
+    candidates = [_candidate(space, config, plan_target(profile, request)) for config in configs]
+    return TaskSpec(
+        "prepare",
+        replace(request.model),  # a copy: the prepare task fills in its path
+        hardware.device,
+        str(request.storage.cache_dir),
+        request.workload,
+        request.quality,
+        reference_candidates=candidates,
+        memory_cap_bytes=profile.memory_bytes,
     )
 
 
