@@ -1,4 +1,6 @@
-"""Errors that reach the user as one line and exit status 2."""
+"""Errors that reach the user as one line, no traceback, each with its exit status: bad input (UserError and its
+kinds) 2; a search that cannot go on, or a file that cannot be written, 1; nothing satisfies the constraints 3; the
+storage out past its patience 75."""
 
 
 class UserError(Exception):

@@ -34,7 +34,7 @@ from functools import cached_property
 
 from autotune.process.results import Outcome
 from autotune.space import KNOBS, Config
-from autotune.space.knobs import DeviceKind
+from autotune.space.knobs import DeviceType
 from autotune.study import TrialRecord
 
 # The largest ratio seen of a trial's duration to its expected one, rounded up (the budget replay on the
@@ -61,7 +61,7 @@ class Durations:
         self,
         ended: Sequence[Ended] = (),
         baseline: Config | None = None,
-        device: DeviceKind = "cpu",
+        device: DeviceType = "cpu",
         allowance_s: float = 0.0,
     ):
         self.ended = tuple(ended)

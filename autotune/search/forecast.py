@@ -24,7 +24,7 @@ from autotune.figures.metrics import OBJECTIVES, Metric
 from autotune.search.changes import Changes
 from autotune.search.durations import Durations
 from autotune.space import KNOBS, Config, SearchSpace, config_key
-from autotune.space.knobs import DeviceKind, Expectation
+from autotune.space.knobs import DeviceType, Expectation
 
 Measured = tuple[Config, Mapping[str, float]]  # a complete trial's configuration and figures
 
@@ -84,7 +84,7 @@ class _Effect:
         )
 
 
-def _prior_effect(name: str, old: object, new: object, device: DeviceKind) -> _Effect:
+def _prior_effect(name: str, old: object, new: object, device: DeviceType) -> _Effect:
     knob = KNOBS.get(name)
     if knob is None:
         return _Effect()
@@ -98,7 +98,7 @@ def _prior_effect(name: str, old: object, new: object, device: DeviceKind) -> _E
     )
 
 
-def _default_expectation(name: str, device: DeviceKind) -> Expectation:
+def _default_expectation(name: str, device: DeviceType) -> Expectation:
     """A knob left out of a configuration runs as its transformers default."""
     knob = KNOBS[name]
     return knob.expect(knob.default, device) if knob.default is not None else Expectation(spread=0.0)
@@ -111,7 +111,7 @@ class Forecaster:
         self,
         space: SearchSpace,
         baseline: Config,
-        device: DeviceKind,
+        device: DeviceType,
         measured: Mapping[str, Measured],
         durations: Durations | None = None,
         objectives: Sequence[Metric] = OBJECTIVES,

@@ -38,7 +38,7 @@ from autotune.search.durations import Durations
 from autotune.search.forecast import Forecaster, Measured, family
 from autotune.search.ranking import Planned, loses, rank
 from autotune.space import KNOBS, Config, SearchSpace, config_key
-from autotune.space.knobs import FLASH, RECIPES, DeviceKind, Recipe
+from autotune.space.knobs import FLASH, RECIPES, DeviceType, Recipe
 from autotune.workloads import KINDS
 
 
@@ -70,7 +70,7 @@ def aims(objectives: Sequence[Metric], workload: str) -> list[str]:
 
 
 def recommended_stacks(
-    space: SearchSpace, baseline: Config, objectives: Sequence[Metric], workload: str, device: DeviceKind
+    space: SearchSpace, baseline: Config, objectives: Sequence[Metric], workload: str, device: DeviceType
 ) -> list[Planned]:
     """The stacks the guides recommend for these objectives, each as it fits this space, unique, not the baseline."""
     planned: dict[str, Planned] = {}
@@ -82,7 +82,7 @@ def recommended_stacks(
     return list(planned.values())
 
 
-def _realise(space: SearchSpace, baseline: Config, recipe: Recipe, device: DeviceKind) -> Config:
+def _realise(space: SearchSpace, baseline: Config, recipe: Recipe, device: DeviceType) -> Config:
     """The baseline with each of the recipe's knobs set to its first value that fits with those set before."""
     config, fixed = dict(baseline), {}
     for name, preferred in recipe.settings:
@@ -220,7 +220,7 @@ class Situation:
 
     space: SearchSpace
     baseline: Config
-    device: DeviceKind = "cpu"
+    device: DeviceType = "cpu"
     objectives: Sequence[Metric] = OBJECTIVES
     workload: str = "throughput"
 

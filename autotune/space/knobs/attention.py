@@ -6,7 +6,7 @@ import re
 from collections.abc import Mapping
 from typing import ClassVar
 
-from autotune.space.knobs.base import NEUTRAL, DeviceKind, Expectation, Knob, Needs, Target, Value, register
+from autotune.space.knobs.base import NEUTRAL, DeviceType, Expectation, Knob, Needs, Target, Value, register
 from autotune.space.plan import Call, Plan, Ref
 
 _HUB_KERNEL = re.compile(r"^[\w.-]+/[\w.-]+(@[\w.-]+)?(:[\w.-]+)?$")
@@ -44,7 +44,7 @@ class AttentionKnob(Knob):
     def describe_values(self) -> str:
         return super().describe_values() + ", or a hub kernel such as kernels-community/flash-attn2"
 
-    def expect(self, value: Value, device: DeviceKind) -> Expectation:
+    def expect(self, value: Value, device: DeviceType) -> Expectation:
         """Against sdpa (transformers' pick for most architectures)."""
         if device == "cpu":
             if value == "flex_attention":
@@ -79,7 +79,7 @@ class SdpaBackendKnob(Knob):
         "efficient": Needs(cuda=True, why="the efficient sdpa kernel is a CUDA kernel"),
     }
 
-    def expect(self, value: Value, device: DeviceKind) -> Expectation:
+    def expect(self, value: Value, device: DeviceType) -> Expectation:
         """Against auto (torch picks the kernel per call)."""
         if value == "math":
             return Expectation(speed=0.75, memory=1.1)  # the unfused reference kernel [cpu]

@@ -44,7 +44,6 @@ class Expectation:
 
 
 NEUTRAL = Expectation(spread=0.2)
-DeviceKind = DeviceType
 
 
 @dataclass(frozen=True)
@@ -125,7 +124,7 @@ class Knob:
     def orders_memory(self) -> bool:
         return bool(self.memory_ranks)
 
-    def expect(self, value: Value, device: DeviceKind) -> Expectation:
+    def expect(self, value: Value, device: DeviceType) -> Expectation:
         """What the guides lead one to expect of this value on this device kind (a prior; see Expectation)."""
         return NEUTRAL
 
@@ -312,7 +311,7 @@ class AutoOnOffKnob(Knob):
     serve_switch: ClassVar[tuple[str, str] | None] = None  # serve's (on, off) flags; None: it has none
     speed_on_cuda: ClassVar[float] = 1.0  # what forcing it on is expected to bring on CUDA, against auto
 
-    def expect(self, value: Value, device: DeviceKind) -> Expectation:
+    def expect(self, value: Value, device: DeviceType) -> Expectation:
         if device != "cuda" or value == "auto":
             return NEUTRAL
         return Expectation(speed=self.speed_on_cuda if value == "on" else 1.0, spread=0.25)

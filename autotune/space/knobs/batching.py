@@ -9,7 +9,7 @@ from typing import ClassVar
 from autotune.space.knobs.base import (
     NEUTRAL,
     AutoOnOffKnob,
-    DeviceKind,
+    DeviceType,
     Expectation,
     Knob,
     Needs,
@@ -30,7 +30,7 @@ class BatchingKnob(Knob):
     choices = ("generate", "continuous")
     default = "generate"
 
-    def expect(self, value: Value, device: DeviceKind) -> Expectation:
+    def expect(self, value: Value, device: DeviceType) -> Expectation:
         if value != "continuous":
             return NEUTRAL
         # "maximizes throughput by keeping the GPU busy" [overview, serving]; on CPU generate_batch ran slower [cpu]

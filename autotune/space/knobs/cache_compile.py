@@ -9,7 +9,7 @@ from typing import ClassVar
 from autotune.space.knobs.base import (
     FLASH,
     NEUTRAL,
-    DeviceKind,
+    DeviceType,
     Expectation,
     Knob,
     Needs,
@@ -35,7 +35,7 @@ class CacheKnob(Knob):
         ("offloaded", "offloaded_static"), Needs(cuda=True, why="offloaded caches move layers between GPU and CPU")
     )
 
-    def expect(self, value: Value, device: DeviceKind) -> Expectation:
+    def expect(self, value: Value, device: DeviceType) -> Expectation:
         """Against dynamic. A static cache alone is not compiled here (disable_compile): the compile knob says what
         compiling it brings."""
         if value == "static":
@@ -77,7 +77,7 @@ class KvCacheBackendKnob(Knob):
         "hqq": Requires("hqq", extra="quant"),
     }
 
-    def expect(self, value: Value, device: DeviceKind) -> Expectation:
+    def expect(self, value: Value, device: DeviceType) -> Expectation:
         """Against quanto (generate()'s default backend)."""
         if value == "fp8":
             return Expectation(speed=1.3, memory=1.02, kl=-5e-4)  # 8 bits per tensor: lighter work, closer [cpu]
@@ -103,7 +103,7 @@ class CompileKnob(Knob):
     after = ("cache_implementation",)  # undoes its disable_compile; a static cache left uncompiled is not servable
     failure_words = ("compile", "inductor", "dynamo", "triton")
 
-    def expect(self, value: Value, device: DeviceKind) -> Expectation:
+    def expect(self, value: Value, device: DeviceType) -> Expectation:
         """Against a static cache not compiled. Static cache + torch.compile: "up to a 4x speed up", less for larger
         models [optims]; reduce-overhead (CUDA graphs) is the mode the guides name [perf], and generate()'s auto-compile
         in that mode measured 8.1x at 1.1B [h100]. Compiling takes the first call: the slowest trials. A trial's time

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from autotune.space.knobs.base import NEUTRAL, DeviceKind, Expectation, Knob, Target, Value, register
+from autotune.space.knobs.base import NEUTRAL, DeviceType, Expectation, Knob, Target, Value, register
 from autotune.space.plan import Call, Plan
 from autotune.workloads import KINDS
 
@@ -16,7 +16,7 @@ class UseKernelsKnob(Knob):
     choices = ("off", "on")
     default = "off"
 
-    def expect(self, value: Value, device: DeviceKind) -> Expectation:
+    def expect(self, value: Value, device: DeviceType) -> Expectation:
         if value == "on" and device == "cuda":
             return Expectation(speed=1.05, spread=0.2)  # fused kernels for mapped layers [overview]
         return NEUTRAL
@@ -36,7 +36,7 @@ class ExecutionModeKnob(Knob):
     choices = ("no_grad", "inference_mode")
     default = "no_grad"  # generate() as it is
 
-    def expect(self, value: Value, device: DeviceKind) -> Expectation:
+    def expect(self, value: Value, device: DeviceType) -> Expectation:
         if value == "inference_mode":
             return Expectation(speed=1.05, spread=0.15)  # 5-17% on CPU (api-facts, optimum-benchmark) [perf]
         return NEUTRAL
@@ -56,7 +56,7 @@ class WorkloadKnob(Knob):
     def usual_values(self) -> tuple[Value, ...]:
         return self.choices  # the study's workload, whichever it is
 
-    def expect(self, value: Value, device: DeviceKind) -> Expectation:
+    def expect(self, value: Value, device: DeviceType) -> Expectation:
         """Against a throughput trial: what is deployed stays the same, how long measuring it takes does not."""
         return Expectation(time=KINDS[str(value)].time_factor, spread=0.2)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
-from autotune.space.knobs.base import NEUTRAL, DeviceKind, Expectation, Knob, Needs, Target, Value, register
+from autotune.space.knobs.base import NEUTRAL, DeviceType, Expectation, Knob, Needs, Target, Value, register
 from autotune.space.plan import Call, Plan
 
 
@@ -17,7 +17,7 @@ class TpSizeKnob(Knob):
     choices = (1, 2, 4, 8)
     default = 1
 
-    def expect(self, value: Value, device: DeviceKind) -> Expectation:
+    def expect(self, value: Value, device: DeviceType) -> Expectation:
         if int(value) == 1:
             return NEUTRAL
         # One process per rank, each loading its shard; on CPU the ranks share the host's cores [cpu].

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
-from autotune.space.knobs.base import DeviceKind, Expectation, Knob, Needs, Requires, Target, Value, register
+from autotune.space.knobs.base import DeviceType, Expectation, Knob, Needs, Requires, Target, Value, register
 from autotune.space.plan import Call, Plan, Ref
 
 
@@ -20,7 +20,7 @@ class DtypeKnob(Knob):
         "bfloat16": Needs(min_compute_capability=8.0, why="bfloat16 needs compute capability 8.0 (Ampere) or newer")
     }
 
-    def expect(self, value: Value, device: DeviceKind) -> Expectation:
+    def expect(self, value: Value, device: DeviceType) -> Expectation:
         """Against float32 (the default depends on the checkpoint)."""
         if value == "float32":
             return Expectation(spread=0.2)

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from autotune.space.knobs.base import (
-    DeviceKind,
+    DeviceType,
     Expectation,
     Knob,
     Needs,
@@ -63,7 +63,7 @@ class QuantizationKnob(Knob):
     def duration_group(self, value: Value | None) -> object:
         return value
 
-    def expect(self, value: Value, device: DeviceKind) -> Expectation:
+    def expect(self, value: Value, device: DeviceType) -> Expectation:
         """Against none. Memory: the weights in 8 bits are about half of bf16's, in 4 bits about a quarter
         [gpu-one, optims], the rest of the peak unchanged. None is expected to be faster [h100, cpu]."""
         if value == "none":

@@ -6,7 +6,7 @@ from typing import Any
 
 from autotune.space.knobs.base import (
     NEUTRAL,
-    DeviceKind,
+    DeviceType,
     Expectation,
     Knob,
     Refusal,
@@ -40,7 +40,7 @@ class SpeculativeKnob(Knob):
         ),
     )
 
-    def expect(self, value: Value, device: DeviceKind) -> Expectation:
+    def expect(self, value: Value, device: DeviceType) -> Expectation:
         """Lossless under greedy decoding [optims]. A draft model helps most when it is much smaller than the
         model; prompt lookup on input-grounded tasks [optims]. Both ran slower on the CPU demo [cpu]."""
         if value == "none":
