@@ -15,18 +15,29 @@ from dataclasses import dataclass, field, replace
 from autotune.analysis.capacity import AtCapacity, SloTarget, Terms, at_capacity
 from autotune.analysis.tolerances import DEFAULT_TOLERANCES, GivenTolerances, Tolerances
 from autotune.figures.metrics import (  # KL below its floor: equal
+    CAPACITY,
     KL_DIVERGENCE,
     KL_FLOOR,
     PEAK_MEMORY,
     THROUGHPUT,
     TOKEN_AGREEMENT,
+    TPOT,
+    TTFT,
 )
 from autotune.figures.quality import ON_THE_PATH
 from autotune.study import TrialRecord
 
 __all__ = ["DEFAULT_TOLERANCES", "Comparison", "GivenTolerances", "Level", "Miss", "Movement", "Tolerances", "compare"]
 
-MOVED = (THROUGHPUT.name, "ttft_s", "tpot_s", PEAK_MEMORY.name, KL_DIVERGENCE.name, TOKEN_AGREEMENT.name, "capacity")
+MOVED = (
+    THROUGHPUT.name,
+    TTFT.name,
+    TPOT.name,
+    PEAK_MEMORY.name,
+    KL_DIVERGENCE.name,
+    TOKEN_AGREEMENT.name,
+    CAPACITY.name,
+)
 
 
 @dataclass(frozen=True)

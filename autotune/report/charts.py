@@ -13,7 +13,7 @@ from html import escape
 import plotly.graph_objects as go
 
 from autotune.analysis.capacity import Terms
-from autotune.figures.metrics import KL_DIVERGENCE, METRICS, THROUGHPUT, Metric
+from autotune.figures.metrics import KL_DIVERGENCE, METRICS, THROUGHPUT, TTFT, Metric
 from autotune.report.data import CapacityCurve, CurvePoint, Progress, ReportData
 from autotune.study import TrialRecord
 from autotune.units import format_bytes, format_duration
@@ -29,7 +29,7 @@ def _hover(record: TrialRecord) -> str:
     roles = f" ({escape(', '.join(record.roles))})" if record.roles else ""
     return (
         f"<b>trial #{record.number}</b>{roles}<br>{_knob_text(record)}<br>"
-        f"{m[THROUGHPUT.name]:.1f} tok/s · ttft {m.get('ttft_s', math.nan) * 1000:.1f} ms<br>"
+        f"{m[THROUGHPUT.name]:.1f} tok/s · ttft {m.get(TTFT.name, math.nan) * 1000:.1f} ms<br>"
         f"memory {format_bytes(m.get('peak_memory_bytes'))} · KL {m[KL_DIVERGENCE.name]:.2e}"
     )
 

@@ -12,7 +12,7 @@ import optuna
 
 from autotune.errors import StudyMismatchError, UserError
 from autotune.figures.constraints import MEETS_SLO, Constraint, parse_constraints
-from autotune.figures.metrics import OBJECTIVES, Metric, objectives_named
+from autotune.figures.metrics import OBJECTIVES, PERPLEXITY, Metric, objectives_named
 from autotune.space import SearchSpace
 from autotune.study.optuna_internals import set_study_system_attr, study_system_attrs
 from autotune.workloads import describe_workload, workload_as_run
@@ -54,7 +54,7 @@ class PreparedFacts:
             "model_info": self.model_info,
             "model_path": self.model_path,
             "environment": self.environment,
-            "reference": {"config": self.reference_config, "perplexity": self.reference_perplexity},
+            "reference": {"config": self.reference_config, PERPLEXITY.name: self.reference_perplexity},
             "baseline": {"config": self.baseline_config},
             "device": self.device,
             "hardware_note": self.hardware_note,
@@ -68,7 +68,7 @@ class PreparedFacts:
             model_info=data.get("model_info") or {},
             environment=data.get("environment") or {},
             reference_config=reference.get("config"),
-            reference_perplexity=reference.get("perplexity"),
+            reference_perplexity=reference.get(PERPLEXITY.name),
             baseline_config=baseline.get("config"),
             device=data.get("device"),
             hardware_note=data.get("hardware_note"),
