@@ -6,6 +6,7 @@ Light to import: the CLI builds them before the study's libraries (optuna, sqlal
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -66,10 +67,13 @@ class WorkloadSpec:
 
     def __post_init__(self) -> None:
         if isinstance(self.serve, dict):
-            serve = dict(self.serve)
-            self.slo = self.slo or serve.pop("slo", None) or {}  # stored before the SLO was every kind's
-            serve.pop("slo", None)
-            self.serve = ServeSpec(**serve)
+            self.serve = ServeSpec(**self.serve)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> WorkloadSpec:
+        """From its JSON: to_json's, as a task carries it or a study stores it today (the forms studies stored before:
+        autotune.study.migrations)."""
+        return cls(**data)
 
     @property
     def probes_capacity(self) -> bool:

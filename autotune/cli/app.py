@@ -55,7 +55,6 @@ from autotune.errors import NothingSatisfiesError, OutputError, SearchError, Sto
 from autotune.figures.objectives import search_goal
 from autotune.search import interrupts
 from autotune.specs import BudgetSpec, HardwareSpec, ModelSpec, WorkloadSpec
-from autotune.workloads import KINDS
 
 app = typer.Typer(
     add_completion=False,
@@ -130,6 +129,7 @@ def search(
         raise UserError("--json goes with --dry-run here; a search prints its trials and writes a report")
     printer = TrialPrinter(out)  # progress from the first second: the imports below take a while
     printer.progress("loading autotune's libraries (optuna, sqlalchemy)")
+    from autotune.analysis.capacity import held_at
     from autotune.figures.constraints import parse_constraints
     from autotune.search.finish import finish
     from autotune.search.run import run_search
@@ -154,8 +154,8 @@ def search(
     check_search_inputs(request, report)
     interrupts.install()
     summary = run_search(request, printer)
-    at_capacity = KINDS[request.workload.kind].times_generate  # its quality forced through the timed generation
-    print_search_summary(summary, _capacity_within(request.workload), quality_at_capacity=at_capacity)
+    held = held_at(request.workload)
+    print_search_summary(summary, held.within, quality_at_capacity=held.quality_too)
     print_finished(finish(summary, report, artifacts))
     if summary.failed_workers:
         print(f"autotune: {'; '.join(summary.failed_workers)} (its lines above say why)", file=sys.stderr)
@@ -248,23 +248,13 @@ def compare(
 
     Example: autotune compare night-1 night-2 --format markdown >> "$GITHUB_STEP_SUMMARY"
     """
-    from autotune import study as studies
-    from autotune.analysis.capacity import Terms
-    from autotune.analysis.compare import compare as compare_studies
-    from autotune.analysis.pareto import front_numbers
+    from autotune.analysis.compare import compare_studies
+    from autotune.study import default_storage
+    from autotune.study.opened import OpenedStudy
 
-    url_a = storage or studies.default_storage(study_a)
-    url_b = storage_b or storage or studies.default_storage(study_b)
-    a, b = studies.load_stored_study(url_a, study_a), studies.load_stored_study(url_b, study_b)
-    settings_a, settings_b = studies.stored_settings(a), studies.stored_settings(b)
-    device = settings_a.profile.get("kind", "cuda")
-    terms = (Terms.of(settings_a), Terms.of(settings_b))
-    comparison = compare_studies(
-        studies.records(a), front_numbers(a), studies.records(b), front_numbers(b), tolerances.on(device), terms
-    )
-    if comparison.not_compared:
-        why = f"{study_a} and {study_b} do not compare: {comparison.not_compared}"
-        raise UserError(f"{why}; compare studies searched with the same --slo (autotune best prints each one's)")
+    url_a = storage or default_storage(study_a)
+    url_b = storage_b or storage or default_storage(study_b)
+    comparison = compare_studies(OpenedStudy.open(study_a, url_a), OpenedStudy.open(study_b, url_b), tolerances)
     print_comparison(study_a, study_b, comparison, "json" if as_json else output.value)
     if comparison.regressed:
         raise typer.Exit(3)
@@ -321,13 +311,6 @@ def history(
     print_history(nights, path, "json" if as_json else output.value)
 
 
-def _capacity_within(workload: WorkloadSpec) -> str:
-    """ "within itl_p95<=6ms" where the trials' figures are at their capacity; empty where they are at one shape."""
-    from autotune.analysis.capacity import slo_target
-
-    return slo_target(workload).within if workload.slo or workload.probes_capacity else ""
-
-
 def _given(context: typer.Context, parameter: str) -> bool:
     """Whether the user wrote the flag (not its default, not an environment variable)."""
     source = context.get_parameter_source(parameter)
@@ -358,11 +341,13 @@ def measure(
     from autotune.specs import BudgetSpec, SearchRequest
     from autotune.validate import check_measure_inputs
     from autotune.workloads import workload_as_run
+    from autotune.workloads.capacity import Capacity
 
     budget = BudgetSpec(trial_timeout_s=trial_timeout_s)
     request = SearchRequest(model, hardware, workload, budget=budget, space_path=space)
     check_measure_inputs(request)
     config, result = measure_configuration(request, parse_settings(settings or []))
+    capacity = Capacity.from_json(result.details.capacity) if result.details.capacity else None
     document = {
         "model": model.id,
         "config": config,
@@ -376,10 +361,10 @@ def measure(
         "timings": result.timings,
         "environment": result.environment,
         "serve": result.details.serve,  # serve workload: the command that ran, figures per load level
-        "capacity": result.details.capacity,  # an SLO or a capacity probe: its points and what it found
+        "capacity": capacity.shown() if capacity else None,  # an SLO or a capacity probe: its points, what it found
         "quality_path": result.details.quality_path,  # where its quality figures came from (figures/quality.py)
     }
-    print_measurement(document, as_json)
+    print_measurement(document, as_json, capacity)
     if not result.ok:
         raise typer.Exit(1)
 
@@ -438,10 +423,10 @@ def best(
 
     Example: autotune best --study demo-cpu --max-memory 20GB --max-kl 0.01 --format json
     """
-    from autotune import study as studies
-    from autotune.analysis.pick import goal_from_flags, pick
+    from autotune.analysis.pick import goal_from_flags
     from autotune.figures.constraints import parse_constraint, parse_constraints
-    from autotune.report.data import card
+    from autotune.report.best import best as pick_best
+    from autotune.study import default_storage
 
     shortcuts = [
         parse_constraint(f"{name}{op}{value}", f"{flag} {str(value)!r}")
@@ -454,26 +439,17 @@ def best(
     ]
     asked = parse_constraints([*map(str, shortcuts), *(constraint or [])])
     goal = goal_from_flags(maximize, minimize)
-    url = storage or studies.default_storage(study)
-    stored = studies.load_stored_study(url, study)
-    settings = studies.stored_settings(stored)
-    records = studies.records(stored)
-    constraints = [*settings.feasibility, *(c for c in asked if c not in settings.feasibility)]
-    chosen = pick(records, constraints, goal, settings.objective_metrics)
-    if chosen.chosen is None:
-        raise NothingSatisfiesError(chosen.why_none())
-    baseline = next((r for r in records if "baseline" in r.roles and r.complete), None)
-    deploy = card(chosen.chosen, settings, baseline)
+    found = pick_best(study, storage or default_storage(study), asked, goal)
     if as_json:
         output = Format.json
     if output == Format.python:
-        typer.echo(deploy.python, nl=False)
+        typer.echo(found.card.python, nl=False)
     elif output == Format.serve:
-        typer.echo(deploy.serve)
+        typer.echo(found.card.serve)
     elif output == Format.json:
-        typer.echo(json.dumps(best_document(study, chosen, deploy), indent=2))
+        typer.echo(json.dumps(best_document(found), indent=2))
     else:
-        print_best(study, chosen, deploy)
+        print_best(found)
 
 
 @app.command()

@@ -14,13 +14,22 @@ from rich.table import Table
 from autotune.cli.progress import ProgressDisplay
 from autotune.figures.constraints import MEETS_SLO, Constraint
 from autotune.figures.metrics import (
+    CAPACITY,
+    ERRORS,
+    GOODPUT,
     GREEDY_AGREEMENT,
     KL_DIVERGENCE,
     OBJECTIVES,
+    OUTPUT_TOK_S,
     PEAK_MEMORY,
+    PEAK_MEMORY_BYTES,
+    REQUESTS,
+    REQUESTS_PER_S,
+    SLO_SHARE,
     THROUGHPUT,
     TOKEN_AGREEMENT,
     TOP1_AGREEMENT,
+    TTFT,
     Metric,
 )
 from autotune.figures.quality import ON_THE_PATH, PATHS, path_lines, path_note
@@ -36,13 +45,15 @@ if TYPE_CHECKING:
     from autotune.analysis.compare import Comparison, Level, Tolerances
     from autotune.analysis.found import BestFound
     from autotune.analysis.history import FrontPoint, History
-    from autotune.analysis.pick import Pick
     from autotune.profiles import DetectedDevice
+    from autotune.report.best import Best
+    from autotune.report.cards import DeployCard
     from autotune.report.data import ParetoCard
     from autotune.search.dry_run import DryRun
     from autotune.search.events import SearchSummary
     from autotune.search.finish import Finished
     from autotune.study import TrialRecord
+    from autotune.workloads.capacity import Capacity, Point
 
 out = Console(highlight=False, markup=False, soft_wrap=True)
 if not out.is_terminal:  # piped or logged: do not squeeze tables into 80 columns
@@ -81,7 +92,7 @@ class TrialPrinter:
         roles = ",".join(record.roles)
         label = f"#{record.number}" + (f" [{roles}]" if roles else "")
         self.console.print(f"{label} {knobs_line(record.config)} -> {_figures(record)} ({_duration(record)})")
-        if record.capacity:
+        if record.capacity is not None:
             for line in capacity_lines(record.capacity):
                 self.console.print(f"    {line}")
 
@@ -93,8 +104,8 @@ def _figures(record: TrialRecord) -> str:
     m = record.metrics
     return (
         (
-            f"ok {m[THROUGHPUT.name]:.1f} tok/s, ttft {m['ttft_s'] * 1000:.1f} ms, "
-            f"{format_bytes(m['peak_memory_bytes'])}, {agreement_figures(m)}"
+            f"ok {m[THROUGHPUT.name]:.1f} tok/s, ttft {m[TTFT.name] * 1000:.1f} ms, "
+            f"{format_bytes(m[PEAK_MEMORY_BYTES])}, {agreement_figures(m)}"
         )
         + _serve_figures(m)
         + _path_note(record.quality_path)
@@ -120,35 +131,35 @@ def _path_note(path: str) -> str:
     return f" [{note}]" if note else ""
 
 
-def capacity_lines(capacity: dict[str, Any]) -> list[str]:
+def capacity_lines(capacity: Capacity) -> list[str]:
     """A probe's points, one line each, then what it found: "batch 16: 5134 tok/s, itl_p95 14 ms, 66.7 MB, met"."""
-    unit, slo = capacity.get("unit", "batch"), capacity.get("slo") or {}
-    lines = [_point_line(unit, point, slo) for point in capacity.get("points", [])]
+    unit, slo = capacity.unit.name, capacity.slo
+    lines = [_point_line(unit, point, slo) for point in capacity.points]
     within = f" within {describe_slo(slo)}" if slo else ""
-    return [*lines, f"capacity{within}: {capacity.get('said', '')}"]
+    return [*lines, f"capacity{within}: {capacity.found()}"]
 
 
-def _point_line(unit: str, point: dict[str, Any], slo: dict[str, float]) -> str:
-    figures = point.get("figures") or {}
-    tok_s = figures.get(THROUGHPUT.name, figures.get("output_tok_s"))  # a load level: the server's output tokens/s
+def _point_line(unit: str, point: Point, slo: dict[str, float]) -> str:
+    figures = point.figures
+    tok_s = figures.get(THROUGHPUT.name, figures.get(OUTPUT_TOK_S))  # a load level: the server's output tokens/s
     shown = [f"{tok_s:.1f} tok/s"] if tok_s is not None else []
-    if "slo_share" in figures:  # a load level: judged by the share of its requests within the SLO
+    if SLO_SHARE in figures:  # a load level: judged by the share of its requests within the SLO
         shown += [
-            f"{figures['requests_per_s']:.2f} req/s, goodput {figures['goodput_req_s']:.2f} req/s",
-            f"{figures['slo_share']:.0%} of requests within the SLO",
+            f"{figures[REQUESTS_PER_S.name]:.2f} req/s, goodput {figures[GOODPUT.name]:.2f} req/s",
+            f"{figures[SLO_SHARE]:.0%} of requests within the SLO",
         ]
     shown += [f"{name.removesuffix('_s')} {in_ms(figures[name])}" for name in slo if name in figures]
-    if "peak_memory_bytes" in figures:
-        shown.append(format_bytes(figures["peak_memory_bytes"]))
-    verdict = "met the SLO" if point["verdict"] == "met" else f"refused: {point.get('reason', '')}"
-    return f"{unit} {point['size']:g}: {', '.join([*shown, verdict])}"
+    if PEAK_MEMORY_BYTES in figures:
+        shown.append(format_bytes(figures[PEAK_MEMORY_BYTES]))
+    verdict = "met the SLO" if point.verdict == "met" else f"refused: {point.reason}"
+    return f"{unit} {point.size:g}: {', '.join([*shown, verdict])}"
 
 
 def _serve_figures(m: dict[str, float]) -> str:
-    if "goodput_req_s" not in m:
+    if GOODPUT.name not in m:
         return ""
-    failed = f"{m['errors']:.0f} failed" + (f" of {m['requests']:.0f} requests" if "requests" in m else "")
-    return f", {m['requests_per_s']:.2f} req/s, goodput {m['goodput_req_s']:.2f} req/s, {failed}"
+    failed = f"{m[ERRORS.name]:.0f} failed" + (f" of {m[REQUESTS]:.0f} requests" if REQUESTS in m else "")
+    return f", {m[REQUESTS_PER_S.name]:.2f} req/s, goodput {m[GOODPUT.name]:.2f} req/s, {failed}"
 
 
 def _duration(record: TrialRecord) -> str:
@@ -255,7 +266,7 @@ def print_finished(finished: Finished) -> None:
         out.print(f"trial logs and the report are stored as Optuna artifacts in {finished.artifacts}")
 
 
-SHOWN_IN_FRONT = {THROUGHPUT.name, "ttft_s", PEAK_MEMORY.name, KL_DIVERGENCE.name, TOP1_AGREEMENT.name} | {
+SHOWN_IN_FRONT = {THROUGHPUT.name, TTFT.name, PEAK_MEMORY.name, KL_DIVERGENCE.name, TOP1_AGREEMENT.name} | {
     metric.name for metric in AGREEMENTS
 }
 
@@ -290,8 +301,8 @@ def print_front(
             *([found.unit.size_text(found.size) if found and found.size is not None else "-"] if probed else []),
             f"{m[THROUGHPUT.name]:.1f}",
             f"{card.speedup:.2f}x" if card.speedup else "-",
-            f"{m['ttft_s'] * 1000:.1f} ms",
-            format_bytes(m["peak_memory_bytes"]),
+            f"{m[TTFT.name] * 1000:.1f} ms",
+            format_bytes(m[PEAK_MEMORY_BYTES]),
             f"{m[KL_DIVERGENCE.name]:.2e}",
             _percent(m.get(TOP1_AGREEMENT.name)),
             *(_percent(m.get(metric.name)) for metric in AGREEMENTS),
@@ -311,7 +322,8 @@ def _figure(metric: Metric, value: float | None) -> str:
 # ------------------------------------------------------------------------------------ measure
 
 
-def print_measurement(document: dict[str, Any], as_json: bool) -> None:
+def print_measurement(document: dict[str, Any], as_json: bool, capacity: Capacity | None = None) -> None:
+    """`autotune measure`: its document as JSON, or its figures as a table, then its capacity probe's lines."""
     if as_json:
         print(json.dumps(document))
         return
@@ -325,7 +337,7 @@ def print_measurement(document: dict[str, Any], as_json: bool) -> None:
     for name in sorted(document["metrics"]):
         if name not in document["stats"]:
             out.print(f"{name}: {document['metrics'][name]:.6g}")
-    for line in capacity_lines(document["capacity"]) if document.get("capacity") else []:
+    for line in capacity_lines(capacity) if capacity is not None else []:
         out.print(line)
     if document.get("quality_path"):
         out.print(f"quality measured {PATHS[document['quality_path']]}")
@@ -336,7 +348,7 @@ def print_measurement(document: dict[str, Any], as_json: bool) -> None:
 
 MOVED_FIGURES = {
     THROUGHPUT.name: "tok/s",
-    "ttft_s": "ttft",
+    TTFT.name: "ttft",
     PEAK_MEMORY.name: "memory",
     KL_DIVERGENCE.name: "KL",
     TOKEN_AGREEMENT.name: TOKEN_AGREEMENT.heading,
@@ -345,8 +357,8 @@ MOVED_FIGURES = {
 
 def _moved_columns(comparison: Comparison) -> dict[str, str]:
     """The figures whose change the table shows, capacity where either study probed one."""
-    probed = any("capacity" in (m.before or {}) or "capacity" in (m.after or {}) for m in comparison.movements)
-    return MOVED_FIGURES | ({"capacity": "capacity"} if probed else {})
+    probed = any(CAPACITY.name in (m.before or {}) or CAPACITY.name in (m.after or {}) for m in comparison.movements)
+    return MOVED_FIGURES | ({CAPACITY.name: "capacity"} if probed else {})
 
 
 def print_comparison(study_a: str, study_b: str, comparison: Comparison, output: str = "table") -> None:
@@ -555,11 +567,12 @@ def _front_point(point: FrontPoint) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------ best
 
 
-def best_document(study_name: str, chosen: Pick, deploy: ParetoCard) -> dict[str, Any]:
+def best_document(found: Best) -> dict[str, Any]:
+    chosen, deploy = found.pick, found.card
     record = chosen.chosen
     assert record is not None
     return {
-        "study": study_name,
+        "study": found.study,
         "trial": record.number,
         "goal": str(chosen.goal),
         "constraints": [str(c) for c in chosen.constraints],
@@ -577,14 +590,15 @@ def best_document(study_name: str, chosen: Pick, deploy: ParetoCard) -> dict[str
     }
 
 
-def print_best(study_name: str, chosen: Pick, deploy: ParetoCard) -> None:
-    from autotune.report.html import card_facts
+def print_best(found: Best) -> None:
+    from autotune.report.cards import card_facts
 
+    chosen, deploy = found.pick, found.card
     record = chosen.chosen
     assert record is not None
     asked = ", ".join(_asked(c, deploy) for c in chosen.constraints) or "no constraints"
     out.print(
-        f"study {study_name}: trial #{record.number} ({chosen.goal}; {asked}; "
+        f"study {found.study}: trial #{record.number} ({chosen.goal}; {asked}; "
         f"{len(chosen.feasible)} of {chosen.considered} complete trials satisfy them)"
     )
     table = Table(show_header=False)
@@ -598,7 +612,7 @@ def print_best(study_name: str, chosen: Pick, deploy: ParetoCard) -> None:
     out.print("code: add --format python (or json, serve)")
 
 
-def _asked(constraint: Constraint, deploy: ParetoCard) -> str:
+def _asked(constraint: Constraint, deploy: DeployCard) -> str:
     """A constraint for people; the study's SLO as the capacity it asks for."""
     if constraint == MEETS_SLO and deploy.at_capacity is not None:
         return f"a capacity {deploy.at_capacity.target.within}"

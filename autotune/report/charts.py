@@ -12,10 +12,10 @@ from html import escape
 
 import plotly.graph_objects as go
 
-from autotune.analysis.capacity import Terms
 from autotune.figures.metrics import KL_DIVERGENCE, METRICS, THROUGHPUT, TTFT, Metric
 from autotune.report.data import CapacityCurve, CurvePoint, Progress, ReportData
 from autotune.study import TrialRecord
+from autotune.study.opened import Terms
 from autotune.units import format_bytes, format_duration
 from autotune.workloads.capacity import REFUSED_WHY
 

@@ -12,7 +12,7 @@ import math
 import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from typing import Any
 
@@ -21,22 +21,20 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from autotune import study as studies
-from autotune.analysis.capacity import AtCapacity, SloTarget, Terms, at_capacity
+from autotune.analysis.capacity import AtCapacity, at_capacity
 from autotune.analysis.found import BestFound, best_found
-from autotune.analysis.pareto import hypervolume, scaled_losses, study_front
+from autotune.analysis.pareto import hypervolume, scaled_losses
 from autotune.figures.constraints import MEETS_SLO, Constraint
-from autotune.figures.metrics import KL_DIVERGENCE, OBJECTIVES, PEAK_MEMORY, THROUGHPUT, Metric
+from autotune.figures.metrics import ITL_P95, OBJECTIVES, PEAK_MEMORY, PEAK_MEMORY_BYTES, SLO_SHARE, THROUGHPUT, Metric
 from autotune.figures.quality import EVERY_TRIAL_DECODED, path_lines
 from autotune.figures.slo import describe_slo
+from autotune.report.cards import DeployCard, deploy_card
 from autotune.report.ceiling import CeilingRow, ceiling_rows
-from autotune.report.serving import deployed_command
-from autotune.report.snippets import Batch, json_snippet, python_snippet, serve_command
-from autotune.space.knobs.batching import paged_cache_for
-from autotune.space.plan import Plan
 from autotune.study import StudySettings, TrialRecord
 from autotune.study.ceilings import ceilings
+from autotune.study.opened import OpenedStudy, Terms
 from autotune.units import format_duration
-from autotune.workloads.capacity import Capacity, CapacityUnit, Point
+from autotune.workloads.capacity import CapacityUnit, Point, SloTarget
 
 NOT_APPLICABLE = "n/a"  # a knob that does not apply to a configuration (e.g. compile without a static cache)
 
@@ -54,33 +52,10 @@ FAILURE_MEANINGS: dict[str, str] = {
 
 
 @dataclass(frozen=True)
-class ParetoCard:
-    """A configuration on the front, with the figures users decide from and the code to deploy it."""
+class ParetoCard(DeployCard):
+    """A configuration on the front: the card `autotune best` prints (autotune.report.cards), and its capacity curve."""
 
-    record: TrialRecord
-    speedup: float | None  # throughput / baseline throughput
-    memory_saving: float | None  # 1 - memory / baseline memory
-    kl: float | None  # KL(reference ‖ this), nats per token; 0 for the reference itself
-    top1_loss: float | None  # 1 - top-1 agreement with the reference
-    perplexity_change: float | None  # perplexity / reference perplexity - 1
-    roofline_fraction: float | None  # share of the profile's peak memory bandwidth, where measured
-    achieved_bandwidth_gb_s: float | None
-    cost_per_million_tokens_usd: float | None
-    python: str
-    serve: str
-    json: str
-    at_capacity: AtCapacity | None = None  # a trial that probed its capacity: where it is, what it carries there
     curve: CapacityCurve | None = None
-    baseline_capacity: AtCapacity | None = None  # the baseline's, which the speedup and memory saving compare with
-
-    def baseline_words(self) -> str:
-        """Where the baseline's figures that the ratios compare with were measured, when it probed a capacity."""
-        found = self.baseline_capacity
-        if found is None:
-            return ""
-        if found.size is None:
-            return f", which meets the SLO at no {found.unit.name} (its figures are past the SLO)"
-        return f" at its own capacity ({found.unit.size_text(found.size)})"
 
 
 @dataclass(frozen=True)
@@ -239,36 +214,38 @@ class ReportData:
 
 
 def collect(study: optuna.Study, storage_url: str) -> ReportData:
-    settings = studies.stored_settings(study)
-    all_records = studies.records(study)
-    launched = [record for record in all_records if record.launched and record.outcome is not None]
+    """The report's data of a study already loaded."""
+    return report_data(OpenedStudy.of(study, storage_url))
+
+
+def report_data(opened: OpenedStudy) -> ReportData:
+    """Every part of the report, from the study alone."""
+    settings, launched, runs = opened.settings, opened.launched, opened.runs
     objectives = settings.objective_metrics
-    front = study_front(study, launched, objectives)
-    terms = Terms.of(settings)
+    front = opened.front
     baseline = _with_role(launched, "baseline")
-    reference = _with_role(launched, "reference")
     return ReportData(
-        study_name=study.study_name,
-        storage=studies.redact(storage_url),
+        study_name=opened.name,
+        storage=studies.redact(opened.storage_url),
         settings=settings,
         trials=launched,
-        skipped=[record for record in all_records if not record.launched],
+        skipped=[record for record in opened.records if not record.launched],
         pareto=[record.number for record in front],
         cards=[card(record, settings, baseline) for record in front],
         baseline=baseline,
-        reference=reference,
+        reference=_with_role(launched, "reference"),
         outcomes=dict(Counter(record.outcome for record in launched)),
         constraints=settings.feasibility,
-        importances=importances(study, objectives),
+        importances=importances(opened.study, objectives),
         parallel=parallel(launched, settings.space, objectives),
-        progress=progress(launched, objectives, unstarted(studies.search_runs(study))),
+        progress=progress(launched, objectives, unstarted(runs)),
         failures=failure_groups(launched),
-        excluded=studies.exclusions(study),
-        suspected=studies.suspicions(study),
-        environment=environment(settings, studies.search_runs(study), launched),
-        best=best_found(launched, objectives, studies.search_runs(study)),
-        ceilings=ceiling_rows(ceilings(study), settings.workload, launched),
-        capacities={record.number: found for record in launched if (found := at_capacity(record, terms))},
+        excluded=opened.exclusions,
+        suspected=opened.suspicions,
+        environment=environment(settings, runs, launched),
+        best=best_found(launched, objectives, runs),
+        ceilings=ceiling_rows(ceilings(opened.study), settings.workload, launched),
+        capacities={record.number: found for record in launched if (found := at_capacity(record, opened.terms))},
     )
 
 
@@ -279,70 +256,21 @@ def _with_role(records: list[TrialRecord], role: str) -> TrialRecord | None:
 # --------------------------------------------------------------------------------- front and cards
 
 
-def model_id_for_code(settings: StudySettings) -> str:
-    """The id to paste: the user's hub id or path; the demo model's cached folder for `demo`."""
-    if settings.model == "demo":
-        return settings.prepared.model_path or "demo"
-    return settings.model
-
-
 def card(record: TrialRecord, settings: StudySettings, baseline: TrialRecord | None) -> ParetoCard:
-    """Figures against the baseline and the reference, and the snippets, for one measured configuration."""
-    terms = Terms.of(settings)
-    found = at_capacity(record, terms)
-    batch = _chosen_batch(found)
-    plan = Plan.from_json(record.plan) if record.plan else Plan()
-    plan = paged_cache_for(plan, batch.size) if batch else plan  # sized for the batch chosen, not the largest tried
-    model_id = model_id_for_code(settings)
-    device = settings.prepared.device or "cuda"
-    m = record.metrics
-    perplexity = m.get("perplexity")
-    # the reference's perplexity on the text this trial judged (its delta), else on all of it (studies before)
-    delta = m.get("perplexity_delta")
-    reference_perplexity = (
-        perplexity - delta if perplexity and delta is not None else settings.prepared.reference_perplexity
-    )
-    # serve trials: the command that ran (its host and port included) and the load it held, else the plan's
-    served = (
-        deployed_command(record.serve, record.capacity)
-        if record.serve
-        else serve_command(model_id, plan, device, batch)
-    )
-    return ParetoCard(
-        record=record,
-        speedup=_ratio(record, baseline, THROUGHPUT.name),
-        memory_saving=_saving(record, baseline),
-        kl=m.get(KL_DIVERGENCE.name),
-        top1_loss=None if m.get("top1_agreement") is None else 1 - m["top1_agreement"],
-        perplexity_change=perplexity / reference_perplexity - 1 if perplexity and reference_perplexity else None,
-        # A CPU profile's peak bandwidth is nominal, not this machine's: a share of it would not be true.
-        roofline_fraction=m.get("roofline_fraction") if settings.profile.get("kind") != "cpu" else None,
-        achieved_bandwidth_gb_s=m.get("achieved_bandwidth_gb_s"),
-        cost_per_million_tokens_usd=m.get("cost_per_million_tokens_usd"),
-        python=python_snippet(model_id, plan, device, settings.workload["output_len"], batch),
-        serve=served,
-        json=json_snippet(model_id, record.config, plan, found.to_json() if found else None),
-        at_capacity=found,
-        curve=capacity_curve(record, found),
-        baseline_capacity=at_capacity(baseline, terms) if baseline else None,
-    )
+    """The card of a configuration on the front: its deploy card and its capacity curve."""
+    deploy = deploy_card(record, settings, baseline)
+    shared = {field.name: getattr(deploy, field.name) for field in fields(deploy)}
+    return ParetoCard(**shared, curve=capacity_curve(record, deploy.at_capacity))
 
 
-def _chosen_batch(found: AtCapacity | None) -> Batch | None:
-    """The batch a probe chose, for the snippets: where the size is a number of prompts at once."""
-    if found is None or found.size is None or not found.unit.prompts_at_once:
-        return None
-    return Batch(int(found.size), found.capacity_line())
-
-
-PER_TOKEN = "itl_p95_s"  # the per-token latency a curve draws when the SLO bounds none
+PER_TOKEN = ITL_P95  # the per-token latency a curve draws when the SLO bounds none
 
 
 def capacity_curve(record: TrialRecord, found: AtCapacity | None) -> CapacityCurve | None:
     """The curve of a trial's capacity probe; None for a trial that probed none."""
-    if found is None or record.capacity is None:
+    probe = record.capacity
+    if found is None or probe is None:
         return None
-    probe = Capacity.from_json(record.capacity)
     slo = list(probe.slo)
     wanted = slo if any(name.startswith("itl_") for name in slo) else [*slo, PER_TOKEN]
     measured = {name for point in probe.points for name in point.figures}
@@ -368,21 +296,10 @@ def _curve_point(point: Point, unit: CapacityUnit, latency_figures: list[str]) -
         verdict=point.verdict,
         carried=figures.get(unit.carried),
         latency={name: figures[name] for name in latency_figures if name in figures},
-        memory_bytes=figures.get("peak_memory_bytes"),
-        share=figures.get("slo_share"),
+        memory_bytes=figures.get(PEAK_MEMORY_BYTES),
+        share=figures.get(SLO_SHARE),
         reason=point.reason,
     )
-
-
-def _ratio(record: TrialRecord, baseline: TrialRecord | None, metric: str) -> float | None:
-    if baseline is None or not baseline.metrics.get(metric) or record.metrics.get(metric) is None:
-        return None
-    return record.metrics[metric] / baseline.metrics[metric]
-
-
-def _saving(record: TrialRecord, baseline: TrialRecord | None) -> float | None:
-    ratio = _ratio(record, baseline, PEAK_MEMORY.name)
-    return None if ratio is None else 1 - ratio
 
 
 # ------------------------------------------------------------------------------------- importances

@@ -21,6 +21,7 @@ from autotune.figures.metrics import (
 )
 from autotune.figures.slo import describe_slo
 from autotune.units import format_bytes
+from autotune.workloads.capacity import Capacity
 
 _COLUMNS = (
     ("completed req/s", REQUESTS_PER_S.name, 1.0, "{:.2f}"),
@@ -71,19 +72,16 @@ def _verdict(level: dict[str, Any]) -> str:
     return "sustained" if level["verdict"] == "met" else f"refused: {level.get('reason', '')}"
 
 
-def deployed_command(serve: dict[str, Any], capacity: dict[str, Any] | None) -> str:
+def deployed_command(serve: dict[str, Any], capacity: Capacity | None) -> str:
     """The command that ran, then, as comments, the load it was measured to sustain within the SLO and what the
     server held there: requests in flight, continuous batching's tokens per forward pass."""
     command = serve["command"]
-    if not capacity:
+    if capacity is None:
         return command
-    slo = describe_slo(capacity.get("slo") or {})
-    lines = [command, f"# capacity within {slo}: {capacity.get('said', '')}"]
-    met = [point for point in capacity.get("points", []) if point["verdict"] == "met"]
-    if met:
-        chosen = max(met, key=lambda point: point["size"])
-        unit = capacity.get("unit", "load")
-        lines.append(f"# at {unit} {chosen['size']:g}: {_held(chosen['figures'], serve['argv'])}")
+    lines = [command, f"# capacity within {describe_slo(capacity.slo)}: {capacity.found()}"]
+    chosen = capacity.chosen
+    if chosen is not None:
+        lines.append(f"# at {capacity.unit.name} {chosen.size:g}: {_held(chosen.figures, serve['argv'])}")
     return "\n".join(lines)
 
 
