@@ -9,7 +9,7 @@ import sys
 from dataclasses import replace
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -39,22 +39,22 @@ from autotune.cli.flags import (
 )
 from autotune.cli.printers import (
     TrialPrinter,
-    best_document,
     out,
-    print_best,
-    print_comparison,
     print_dry_run,
     print_finished,
     print_gpus,
-    print_history,
     print_measurement,
     print_search_summary,
     print_worker_summary,
 )
+from autotune.cli.study_printers import best_document, print_best, print_comparison, print_history
 from autotune.errors import NothingSatisfiesError, OutputError, SearchError, StorageUnavailableError, UserError
 from autotune.figures.objectives import search_goal
 from autotune.search import interrupts
 from autotune.specs import BudgetSpec, HardwareSpec, ModelSpec, WorkloadSpec
+
+if TYPE_CHECKING:
+    from autotune.figures.constraints import Constraint
 
 app = typer.Typer(
     add_completion=False,
@@ -424,20 +424,10 @@ def best(
     Example: autotune best --study demo-cpu --max-memory 20GB --max-kl 0.01 --format json
     """
     from autotune.analysis.pick import goal_from_flags
-    from autotune.figures.constraints import parse_constraint, parse_constraints
     from autotune.report.best import best as pick_best
     from autotune.study import default_storage
 
-    shortcuts = [
-        parse_constraint(f"{name}{op}{value}", f"{flag} {str(value)!r}")
-        for flag, name, op, value in (
-            ("--max-memory", "memory", "<=", max_memory),
-            ("--max-kl", "kl", "<=", max_kl),
-            ("--min-throughput", "throughput", ">=", min_throughput),
-        )
-        if value is not None
-    ]
-    asked = parse_constraints([*map(str, shortcuts), *(constraint or [])])
+    asked = _asked_constraints(max_memory, max_kl, min_throughput, constraint or [])
     goal = goal_from_flags(maximize, minimize)
     found = pick_best(study, storage or default_storage(study), asked, goal)
     if as_json:
@@ -450,6 +440,24 @@ def best(
         typer.echo(json.dumps(best_document(found), indent=2))
     else:
         print_best(found)
+
+
+def _asked_constraints(
+    max_memory: str | None, max_kl: float | None, min_throughput: float | None, constraints: list[str]
+) -> list[Constraint]:
+    """`best`'s shortcut flags as constraints, then its --constraint flags."""
+    from autotune.figures.constraints import parse_constraint, parse_constraints
+
+    shortcuts = [
+        parse_constraint(f"{name}{op}{value}", f"{flag} {str(value)!r}")
+        for flag, name, op, value in (
+            ("--max-memory", "memory", "<=", max_memory),
+            ("--max-kl", "kl", "<=", max_kl),
+            ("--min-throughput", "throughput", ">=", min_throughput),
+        )
+        if value is not None
+    ]
+    return parse_constraints([*map(str, shortcuts), *constraints])
 
 
 @app.command()

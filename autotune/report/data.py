@@ -25,16 +25,14 @@ from autotune.analysis.capacity import AtCapacity, at_capacity
 from autotune.analysis.found import BestFound, best_found
 from autotune.analysis.pareto import hypervolume, scaled_losses
 from autotune.figures.constraints import MEETS_SLO, Constraint
-from autotune.figures.metrics import ITL_P95, OBJECTIVES, PEAK_MEMORY, PEAK_MEMORY_BYTES, SLO_SHARE, THROUGHPUT, Metric
-from autotune.figures.quality import EVERY_TRIAL_DECODED, path_lines
-from autotune.figures.slo import describe_slo
+from autotune.figures.metrics import OBJECTIVES, PEAK_MEMORY, THROUGHPUT, Metric
+from autotune.report.capacity import CapacityCurve, capacity_curve
 from autotune.report.cards import DeployCard, deploy_card
 from autotune.report.ceiling import CeilingRow, ceiling_rows
+from autotune.report.environment import environment
 from autotune.study import StudySettings, TrialRecord
 from autotune.study.ceilings import ceilings
 from autotune.study.opened import OpenedStudy, Terms
-from autotune.units import format_duration
-from autotune.workloads.capacity import CapacityUnit, Point, SloTarget
 
 NOT_APPLICABLE = "n/a"  # a knob that does not apply to a configuration (e.g. compile without a static cache)
 
@@ -56,55 +54,6 @@ class ParetoCard(DeployCard):
     """A configuration on the front: the card `autotune best` prints (autotune.report.cards), and its capacity curve."""
 
     curve: CapacityCurve | None = None
-
-
-@dataclass(frozen=True)
-class CurvePoint:
-    """One point of a capacity probe as the curve draws it."""
-
-    size: float
-    verdict: str  # met, or why it was refused: slo, oom, memory (autotune.workloads.capacity.Verdict)
-    carried: float | None  # the unit's carried figure (tokens/s for a batch, goodput for a load); None: not measured
-    latency: dict[str, float]  # the curve's latency figures this point measured, in seconds
-    memory_bytes: float | None
-    share: float | None  # under load: the share of its requests within the SLO
-    reason: str  # why it was refused
-
-
-@dataclass(frozen=True)
-class SloLine:
-    """A bound of the SLO, drawn across the latency axis."""
-
-    figure: str  # itl_p95_s
-    bound_s: float
-
-    @property
-    def label(self) -> str:
-        return f"SLO {describe_slo({self.figure: self.bound_s})}"
-
-
-@dataclass(frozen=True)
-class CapacityCurve:
-    """A configuration's capacity probe: what it carried and its latency at each size, the SLO, the size chosen,
-    and the first size refused above it (why the probe stopped climbing)."""
-
-    number: int  # the trial
-    unit: CapacityUnit
-    target: SloTarget
-    latency_figures: list[str]  # drawn on the latency axis: the SLO's, and the per-token latency (itl_p95)
-    points: list[CurvePoint]
-    chosen: CurvePoint | None
-    refused: CurvePoint | None
-    said: str  # what the probe found, in one line, with the SLO
-
-    @property
-    def slo_lines(self) -> list[SloLine]:
-        return [SloLine(figure, bound) for figure, bound in self.target.slo.items()]
-
-    @property
-    def unmeasured(self) -> list[CurvePoint]:
-        """Refused without figures to draw: out of memory, or predicted not to fit."""
-        return [point for point in self.points if point.carried is None]
 
 
 @dataclass(frozen=True)
@@ -261,45 +210,6 @@ def card(record: TrialRecord, settings: StudySettings, baseline: TrialRecord | N
     deploy = deploy_card(record, settings, baseline)
     shared = {field.name: getattr(deploy, field.name) for field in fields(deploy)}
     return ParetoCard(**shared, curve=capacity_curve(record, deploy.at_capacity))
-
-
-PER_TOKEN = ITL_P95  # the per-token latency a curve draws when the SLO bounds none
-
-
-def capacity_curve(record: TrialRecord, found: AtCapacity | None) -> CapacityCurve | None:
-    """The curve of a trial's capacity probe; None for a trial that probed none."""
-    probe = record.capacity
-    if found is None or probe is None:
-        return None
-    slo = list(probe.slo)
-    wanted = slo if any(name.startswith("itl_") for name in slo) else [*slo, PER_TOKEN]
-    measured = {name for point in probe.points for name in point.figures}
-    latency_figures = [name for name in wanted if name in measured]
-    points = {point.size: _curve_point(point, found.unit, latency_figures) for point in probe.points}
-    chosen, refused = probe.chosen, probe.refused
-    return CapacityCurve(
-        number=record.number,
-        unit=found.unit,
-        target=found.target,
-        latency_figures=latency_figures,
-        points=list(points.values()),
-        chosen=points[chosen.size] if chosen else None,
-        refused=points[refused.size] if refused else None,
-        said=found.capacity_line(),
-    )
-
-
-def _curve_point(point: Point, unit: CapacityUnit, latency_figures: list[str]) -> CurvePoint:
-    figures = point.figures
-    return CurvePoint(
-        size=point.size,
-        verdict=point.verdict,
-        carried=figures.get(unit.carried),
-        latency={name: figures[name] for name in latency_figures if name in figures},
-        memory_bytes=figures.get(PEAK_MEMORY_BYTES),
-        share=figures.get(SLO_SHARE),
-        reason=point.reason,
-    )
 
 
 # ------------------------------------------------------------------------------------- importances
@@ -471,46 +381,3 @@ def failure_groups(launched: list[TrialRecord]) -> list[FailureGroup]:
         FailureGroup(outcome, FAILURE_MEANINGS.get(outcome, outcome), [r for r in failed if r.outcome == outcome])
         for outcome in outcomes
     ]
-
-
-# -------------------------------------------------------------------------------------- environment
-
-
-def environment(settings: StudySettings, runs: list[dict[str, Any]], launched: list[TrialRecord]) -> dict[str, str]:
-    """Device, versions, model, constraints and the budget used, as label -> text."""
-    prepared = settings.prepared
-    rows: dict[str, Any] = {
-        "device": prepared.device,
-        "profile": f"{settings.profile['name']}: {settings.profile['description']}",
-        **prepared.environment,
-        "model parameters": prepared.model_info.get("parameters"),
-        "reference configuration": prepared.reference_config,
-        "baseline configuration": prepared.baseline_config,
-        "constraints": ", ".join(settings.constraints) or "none",
-    }
-    measured = [(record.number, record.quality_path) for record in launched if record.complete]
-    rows["quality"] = ("; ".join(path_lines(measured)) or EVERY_TRIAL_DECODED) if measured else None
-    rows.update(budget_used(runs, launched))
-    if prepared.hardware_note:
-        rows["note"] = prepared.hardware_note
-    return {key: str(value) for key, value in rows.items() if value is not None}
-
-
-def budget_used(runs: list[dict[str, Any]], launched: list[TrialRecord]) -> dict[str, str]:
-    in_trials = sum(record.duration_s or 0.0 for record in launched)
-    failed = sum(record.duration_s or 0.0 for record in launched if not record.complete)
-    rows = {"time in trials": f"{format_duration(in_trials)} ({format_duration(failed)} of it in failed trials)"}
-    if not runs:
-        return rows
-    elapsed = sum(run.get("elapsed_s", 0.0) for run in runs)
-    rows["search runs"] = f"{len(runs)}, {format_duration(elapsed)} in all"
-    for i, run in enumerate(runs, 1):
-        limits = [f"--budget {format_duration(run['budget_s'])}"] if run.get("budget_s") else []
-        limits += [f"--trials {run['max_trials']}"] if run.get("max_trials") else []
-        rows[f"run {i}"] = (
-            f"{run.get('launched', 0)} trials in {format_duration(run.get('elapsed_s', 0.0))} "
-            f"({', '.join(limits) or 'no limit'}); stopped: {run.get('stop_reason', '?')}"
-        )
-        if run.get("passed_over"):
-            rows[f"run {i}"] += f"; not started, the budget left could not finish them: {'; '.join(run['passed_over'])}"
-    return rows

@@ -25,10 +25,10 @@ from autotune.figures.metrics import (
     TPOT,
     TTFT,
 )
+from autotune.report.capacity_chart import capacity_chart
 from autotune.report.cards import card_facts
 from autotune.report.ceiling import ceiling_section
 from autotune.report.charts import (
-    capacity_chart,
     front_chart,
     importance_chart,
     parallel_chart,

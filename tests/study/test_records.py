@@ -13,7 +13,8 @@ import optuna
 from autotune import study as studies
 from autotune.figures.metrics import OBJECTIVES
 from autotune.process.results import FoundReference, Outcome, TaskDetails, TaskResult
-from autotune.report.data import collect, environment
+from autotune.report.data import collect
+from autotune.report.environment import environment
 from autotune.study import SETTINGS_ATTR, PreparedFacts, StudySettings
 from tests import fakes
 
