@@ -192,7 +192,7 @@ def _change(changes: dict[str, float], name: str) -> str:
 
 def print_history(history: History, chart: Path, output: str = "table") -> None:
     """The nights as a table (default), Markdown (a CI job's summary page) or one JSON document."""
-    from autotune.report.history import history_headings, night_cells
+    from autotune.report.history_table import history_headings, night_cells
 
     headings = history_headings(history)
     rows = [night_cells(history, night) for night in history.nights]
