@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.metadata
+import itertools
 import json
 import logging
 import os
@@ -230,6 +231,17 @@ def _answer(pynvml: Any, ask: Callable[[], int]) -> int | None:
 def detect_gpu(index: int = 0) -> DetectedDevice | None:
     """The GPU at this index as NVML sees it, or None when there is no usable NVIDIA GPU."""
     return read_nvml(index)
+
+
+def detect_gpus() -> list[tuple[int, DetectedDevice]]:
+    """Every GPU NVML sees here, with its index, up to the first index it has none for."""
+    found = []
+    for index in itertools.count():
+        detected = detect_gpu(index)
+        if detected is None:
+            return found
+        found.append((index, detected))
+    return found
 
 
 @functools.cache

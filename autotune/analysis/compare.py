@@ -143,6 +143,11 @@ def compare_studies(before: OpenedStudy, after: OpenedStudy, given: GivenToleran
     return comparison
 
 
+def compare_stored(study_a: str, storage_a: str, study_b: str, storage_b: str, given: GivenTolerances) -> Comparison:
+    """compare_studies of two stored studies, each by its name and storage URL."""
+    return compare_studies(OpenedStudy.open(study_a, storage_a), OpenedStudy.open(study_b, storage_b), given)
+
+
 def compare(before: list[TrialRecord], front_before: set[int], after: list[TrialRecord], front_after: set[int],
             tolerances: Tolerances, terms: tuple[Terms, Terms] | None = None) -> Comparison:  # fmt: skip
     """Compare study A (before) with study B (after); `terms`: what each study's figures at capacity hold under."""

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
-from itertools import count, takewhile
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
@@ -29,7 +27,7 @@ from autotune.figures.metrics import (
     TTFT,
     Metric,
 )
-from autotune.figures.quality import ON_THE_PATH, PATHS, path_lines, path_note
+from autotune.figures.quality import ON_THE_PATH, path_lines, path_note
 from autotune.figures.slo import describe_slo, in_ms
 from autotune.space import Config
 from autotune.space.knobs import short_name
@@ -37,7 +35,7 @@ from autotune.units import format_bytes, format_duration
 
 if TYPE_CHECKING:
     from autotune.analysis.found import BestFound
-    from autotune.profiles import DetectedDevice
+    from autotune.profiles import DetectedDevice, GpuProfile
     from autotune.report.data import ParetoCard
     from autotune.search.dry_run import DryRun
     from autotune.search.events import SearchSummary
@@ -309,40 +307,17 @@ def _figure(metric: Metric, value: float | None) -> str:
     return f"{value * 1000:.2f} ms" if metric.unit == "s" else f"{value:.4g} {metric.unit}".rstrip()
 
 
-# ------------------------------------------------------------------------------------ measure
-
-
-def print_measurement(document: dict[str, Any], as_json: bool, capacity: Capacity | None = None) -> None:
-    """`autotune measure`: its document as JSON, or its figures as a table, then its capacity probe's lines."""
-    if as_json:
-        print(json.dumps(document))
-        return
-    out.print(f"{knobs_line(document['config'])} -> {document['outcome']} {document['message']}".rstrip())
-    table = Table(title="figures (p50, p95, coefficient of variation, repeats)")
-    for column in ("figure", "p50", "p95", "cv", "n"):
-        table.add_column(column)
-    for name, summary in document["stats"].items():
-        table.add_row(name, f"{summary['p50']:.6g}", f"{summary['p95']:.6g}", f"{summary['cv']:.2%}", str(summary["n"]))
-    out.print(table)
-    for name in sorted(document["metrics"]):
-        if name not in document["stats"]:
-            out.print(f"{name}: {document['metrics'][name]:.6g}")
-    for line in capacity_lines(capacity) if capacity is not None else []:
-        out.print(line)
-    if document.get("quality_path"):
-        out.print(f"quality measured {PATHS[document['quality_path']]}")
-
-
 # ------------------------------------------------------------------------------------ gpus
 
 
-def print_gpus() -> None:
-    from autotune.profiles import GIB, PROFILES, detect_gpu
+def print_gpus(profiles: Iterable[GpuProfile], found: list[tuple[int, DetectedDevice]]) -> None:
+    """The hardware profiles, then each GPU detected here and the profile auto picks for it."""
+    from autotune.profiles import GIB
 
     table = Table(title="Hardware profiles (--gpu)")
     for column in ("profile", "device", "memory", "compute capability", "bandwidth", "price / hour"):
         table.add_column(column)
-    for profile in PROFILES.values():
+    for profile in profiles:
         table.add_row(
             profile.name,
             profile.description,
@@ -352,7 +327,6 @@ def print_gpus() -> None:
             f"${profile.price_per_hour:.2f}" if profile.price_per_hour is not None else "-",
         )
     out.print(table)
-    found = list(takewhile(lambda item: item[1] is not None, ((i, detect_gpu(i)) for i in count())))
     if not found:
         out.print("detected here: no NVIDIA GPU through NVML (auto picks cpu)")
     for index, detected in found:

@@ -7,6 +7,7 @@ import json
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+import typer
 from rich.table import Table
 
 from autotune.cli.printers import knobs_line, out
@@ -271,7 +272,20 @@ def best_document(found: Best) -> dict[str, Any]:
     }
 
 
-def print_best(found: Best) -> None:
+def print_best(found: Best, output: str = "table") -> None:
+    """The configuration picked as a table (default), one JSON document, Python code or a `transformers serve`
+    command."""
+    if output == "python":
+        typer.echo(found.card.python, nl=False)
+    elif output == "serve":
+        typer.echo(found.card.serve)
+    elif output == "json":
+        typer.echo(json.dumps(best_document(found), indent=2))
+    else:
+        _print_best_table(found)
+
+
+def _print_best_table(found: Best) -> None:
     from autotune.report.cards import card_facts
 
     chosen, deploy = found.pick, found.card
