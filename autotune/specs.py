@@ -6,6 +6,7 @@ Light to import: the CLI builds them before the study's libraries (optuna, sqlal
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,12 +45,11 @@ class WorkloadSpec:
     slo: dict[str, float] = field(default_factory=dict)
     slo_share: float = 0.95  # serve: the share of requests that must meet the SLO at a rate it sustains
 
-    def __post_init__(self) -> None:
-        if self.serve is not None:
-            serve = dict(self.serve)
-            self.slo = self.slo or serve.pop("slo", None) or {}  # stored before the SLO was every kind's
-            serve.pop("slo", None)
-            self.serve = serve
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> WorkloadSpec:
+        """From its JSON: to_json's, as a task carries it or a study stores it today (the forms studies stored before:
+        autotune.study.migrations)."""
+        return cls(**data)
 
     @property
     def probes_capacity(self) -> bool:

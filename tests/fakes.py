@@ -22,7 +22,7 @@ from autotune.paths import PACKAGED_SPACE
 from autotune.profiles import PROFILES
 from autotune.space import Target, build_plan, config_key, load_space
 from autotune.study import PreparedFacts, StudySettings
-from autotune.workloads.capacity import Capacity, Point, Probe
+from autotune.workloads.capacity import Capacity, Point, Probe, SloTarget, capacity_unit, stop_of
 
 SPACE = load_space(PACKAGED_SPACE)
 SCRIPT = "<script>alert(1)</script>"
@@ -275,7 +275,6 @@ def add_probed(study: optuna.Study, cfg: dict[str, Any], stack: Stack, kl: float
     figures |= {"capacity": chosen.size if capacity.chosen else 0.0, "meets_slo": float(capacity.chosen is not None)}
     price = PROFILES["a10g"].price_per_hour
     figures["cost_per_million_tokens_usd"] = price / 3600 / point["e2e_throughput_tok_s"] * 1e6  # the worker's formula
-    said = capacity.why_stopped("batch") if capacity.chosen else capacity.why_none("batch")
     add_complete(
         study,
         cfg,
@@ -283,7 +282,7 @@ def add_probed(study: optuna.Study, cfg: dict[str, Any], stack: Stack, kl: float
         roles=roles,
         constraints={str(MEETS_SLO): MEETS_SLO.violation(figures)},
         target=CAPACITY_TARGET,
-        capacity={**capacity.to_json(), "unit": "batch", "said": said},
+        capacity=capacity.to_json(),
     )
     return capacity
 
@@ -353,7 +352,7 @@ def serve_capacity_study(path: Path) -> tuple[optuna.Study, str]:
     del cfg["cache_implementation"]
     shares = {1.0: 1.0, 2.0: 1.0, 4.0: 1.0, 8.0: 0.97, 12.0: 0.81, 16.0: 0.4}
     points = [served_point(rate, share, "met" if share >= 0.95 else "slo") for rate, share in shares.items()]
-    capacity = Capacity(points, SERVE_SLO)
+    capacity = Capacity(capacity_unit("rate"), SloTarget(SERVE_SLO, 0.95), points, stop_of(points))
     chosen = points[3].figures
     figures = metrics(chosen["output_tok_s"], 3.0, 0.001, 0.99, 10.05, ttft_ms=120)
     figures |= {"goodput_req_s": chosen["goodput_req_s"], "requests_per_s": 10.0, "errors": 0.0}
@@ -365,7 +364,7 @@ def serve_capacity_study(path: Path) -> tuple[optuna.Study, str]:
         figures,
         roles=("baseline",),
         constraints={str(MEETS_SLO): 0.0},
-        capacity={**capacity.to_json(), "unit": "rate", "said": capacity.why_stopped("rate")},
+        capacity=capacity.to_json(),
         serve={
             "command": SERVE_COMMAND,
             "argv": shlex.split(SERVE_COMMAND),

@@ -1,6 +1,6 @@
 import pytest
 
-from autotune import profiles
+from autotune import fpmath_probe, profiles
 from autotune.errors import UserError
 from autotune.paths import PACKAGED_SPACE
 from autotune.profiles import (
@@ -206,11 +206,11 @@ def test_the_bf16_probe_is_asked_once_per_cpu_torch_and_onednn_setting_and_its_a
     monkeypatch.setenv("AUTOTUNE_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
     asked: list[int] = []
-    monkeypatch.setattr(profiles, "_run_probe", _probe_answering(False, asked))
-    ask = profiles.bf16_changes_fp32_matmuls.__wrapped__  # past this process's own cache: the folder's
+    monkeypatch.setattr(fpmath_probe, "_run_probe", _probe_answering(False, asked))
+    ask = fpmath_probe.bf16_changes_fp32_matmuls.__wrapped__  # past this process's own cache: the folder's
     assert ask() is False and ask() is False and len(asked) == 1
     kept = (tmp_path / "machine" / "fp32-bf16-matmuls.json").read_text()
-    assert profiles._cpu_description()[0] in kept and "torch " in kept
+    assert fpmath_probe._cpu_description()[0] in kept and "torch " in kept
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # oneDNN told to use less of the CPU: asked again
     assert ask() is False and len(asked) == 2
 
@@ -218,7 +218,7 @@ def test_the_bf16_probe_is_asked_once_per_cpu_torch_and_onednn_setting_and_its_a
 def test_a_probe_with_no_answer_keeps_the_value_and_is_asked_again(tmp_path, monkeypatch):
     monkeypatch.setenv("AUTOTUNE_CACHE_DIR", str(tmp_path))
     asked: list[int] = []
-    monkeypatch.setattr(profiles, "_run_probe", _probe_answering(None, asked))
-    ask = profiles.bf16_changes_fp32_matmuls.__wrapped__
+    monkeypatch.setattr(fpmath_probe, "_run_probe", _probe_answering(None, asked))
+    ask = fpmath_probe.bf16_changes_fp32_matmuls.__wrapped__
     assert ask() is True and ask() is True and len(asked) == 2
     assert not (tmp_path / "machine").exists()

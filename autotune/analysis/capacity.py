@@ -12,59 +12,38 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from autotune.figures.slo import describe_slo
+from autotune.figures.metrics import (
+    COST_PER_MILLION_TOKENS,
+    E2E_THROUGHPUT,
+    OUTPUT_TOK_S,
+    REQUESTS_PER_S,
+    THROUGHPUT,
+    TP_RANKS,
+)
 from autotune.specs import WorkloadSpec
-from autotune.study import StudySettings, TrialRecord
+from autotune.study import TrialRecord
+from autotune.study.opened import Terms, slo_target
 from autotune.workloads import KINDS
-from autotune.workloads.capacity import Capacity, CapacityUnit, capacity_unit
+from autotune.workloads.capacity import CapacityUnit, SloTarget
 
 # Generated tokens per second of the whole call or request, in the order a point or a trial may hold them: a batch's
 # end-to-end figure, a serve level's output, a trial's decode throughput when it holds nothing else.
-TOKENS_PER_S = ("e2e_throughput_tok_s", "output_tok_s", "throughput_tok_s")
+TOKENS_PER_S = (E2E_THROUGHPUT.name, OUTPUT_TOK_S, THROUGHPUT.name)
 
 
 @dataclass(frozen=True)
-class SloTarget:
-    """What a capacity is judged by: the latency bounds, and under load the share of requests that must meet them."""
+class HeldAt:
+    """Where a search's best figures hold, as its summary says it."""
 
-    slo: dict[str, float]
-    share: float | None = None  # None: a batch meets the SLO by its own percentiles
-
-    @property
-    def within(self) -> str:
-        """ "within itl_p95<=6ms", "within ttft_p95<=300ms for 95% of requests", or "with no SLO"."""
-        if not self.slo:
-            return "with no SLO"
-        share = f" for {self.share:.0%} of requests" if self.share is not None else ""
-        return f"within {describe_slo(self.slo)}{share}"
-
-    def differs(self, later: SloTarget) -> str | None:
-        """Why figures at capacity under this target and under `later` do not compare; None when they do."""
-        if self == later:
-            return None
-        return f"the earlier was searched {self.within}, the later {later.within}"
+    within: str  # "within itl_p95<=6ms" where the trials' figures are at their capacity; empty at one shape
+    quality_too: bool  # the quality figures too (decoded at that batch), not only a serve trial's speed (one prompt)
 
 
-@dataclass(frozen=True)
-class Terms:
-    """What a study's figures at capacity hold under: its SLO, a request's generated tokens, its device and price."""
-
-    target: SloTarget
-    output_len: int
-    device: str  # what the figures are per: GPU, or CPU for a study on the CPU profile
-    price_per_hour: float | None  # of one device, the profile's
-
-    @classmethod
-    def of(cls, settings: StudySettings) -> Terms:
-        workload = WorkloadSpec(**settings.workload)
-        device = "GPU" if settings.profile.get("kind", "cuda") == "cuda" else "CPU"
-        return cls(slo_target(workload), workload.output_len, device, settings.profile.get("price_per_hour"))
-
-
-def slo_target(workload: WorkloadSpec) -> SloTarget:
-    """The SLO a workload's capacities are judged by."""
-    by_share = KINDS[workload.kind].probes == "load"  # a load level meets the SLO for a share of its requests
-    return SloTarget(dict(workload.slo), workload.slo_share if by_share else None)
+def held_at(workload: WorkloadSpec) -> HeldAt:
+    """Where the figures of a search of this workload hold: at each trial's capacity within the SLO, where it has one
+    or probes one; the quality figures too where the kind forces them through the generation it timed."""
+    within = slo_target(workload).within if workload.slo or workload.probes_capacity else ""
+    return HeldAt(within, KINDS[workload.kind].times_generate)
 
 
 @dataclass(frozen=True)
@@ -148,25 +127,23 @@ class AtCapacity:
 
 def at_capacity(record: TrialRecord, terms: Terms) -> AtCapacity | None:
     """The capacity of a complete trial that probed one, and its figures there; None for any other trial."""
-    if not record.complete or not record.capacity:
+    found = record.capacity
+    if not record.complete or found is None:
         return None
-    stored = record.capacity
-    unit = capacity_unit(stored.get("unit"))
-    found = Capacity.from_json(stored)
     chosen = found.chosen
-    target = SloTarget(found.slo, stored.get("slo_share", terms.target.share))
+    target = SloTarget(found.slo, terms.target.share)
     sources = [chosen.figures, record.metrics] if chosen else []
     tokens = _first(sources, TOKENS_PER_S)
-    requests = _first(sources, ("requests_per_s",))
+    requests = _first(sources, (REQUESTS_PER_S.name,))
     if requests is None and tokens is not None:
         requests = tokens / terms.output_len  # every request generates the workload's output length
-    stopped = found.why_stopped(unit.name) if chosen else found.why_none(unit.name)
+    stopped = found.why_stopped() if chosen else found.why_none()
     return AtCapacity(
-        unit,
+        found.unit,
         chosen.size if chosen else None,
         target,
         stopped,
-        int(record.metrics.get("tp_ranks", 1)),
+        int(record.metrics.get(TP_RANKS, 1)),
         terms.device,
         tokens,
         requests,
@@ -185,7 +162,7 @@ def _first(sources: Sequence[Mapping[str, float]], names: Sequence[str]) -> floa
 
 def _price(record: TrialRecord, terms: Terms) -> float | None:
     """The hourly price the trial's own cost was computed with (`--price`, else the profile's), else the profile's."""
-    cost, tokens = record.metrics.get("cost_per_million_tokens_usd"), record.metrics.get("e2e_throughput_tok_s")
+    cost, tokens = record.metrics.get(COST_PER_MILLION_TOKENS.name), record.metrics.get(E2E_THROUGHPUT.name)
     if cost and tokens:
         return round(cost * tokens * 3600 / 1e6, 6)  # the worker's cost_per_million_tokens, solved for the price
     return terms.price_per_hour

@@ -12,21 +12,45 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from autotune.analysis.capacity import AtCapacity, SloTarget, Terms, at_capacity
+from autotune.analysis.capacity import AtCapacity, at_capacity
 from autotune.analysis.tolerances import DEFAULT_TOLERANCES, GivenTolerances, Tolerances
+from autotune.errors import UserError
 from autotune.figures.metrics import (  # KL below its floor: equal
+    CAPACITY,
     KL_DIVERGENCE,
     KL_FLOOR,
     PEAK_MEMORY,
     THROUGHPUT,
     TOKEN_AGREEMENT,
+    TPOT,
+    TTFT,
 )
 from autotune.figures.quality import ON_THE_PATH
 from autotune.study import TrialRecord
+from autotune.study.opened import OpenedStudy, Terms
+from autotune.workloads.capacity import SloTarget
 
-__all__ = ["DEFAULT_TOLERANCES", "Comparison", "GivenTolerances", "Level", "Miss", "Movement", "Tolerances", "compare"]
+__all__ = [
+    "DEFAULT_TOLERANCES",
+    "Comparison",
+    "GivenTolerances",
+    "Level",
+    "Miss",
+    "Movement",
+    "Tolerances",
+    "compare",
+    "compare_studies",
+]
 
-MOVED = (THROUGHPUT.name, "ttft_s", "tpot_s", PEAK_MEMORY.name, KL_DIVERGENCE.name, TOKEN_AGREEMENT.name, "capacity")
+MOVED = (
+    THROUGHPUT.name,
+    TTFT.name,
+    TPOT.name,
+    PEAK_MEMORY.name,
+    KL_DIVERGENCE.name,
+    TOKEN_AGREEMENT.name,
+    CAPACITY.name,
+)
 
 
 @dataclass(frozen=True)
@@ -105,6 +129,23 @@ class Comparison:
         """What regressed at some level of the earlier front: "throughput", "memory", "KL", in that order."""
         named = " and ".join(level.regressed_figure(self.tolerances) or "" for level in self.regressed)
         return [figure for figure in ("throughput", "memory", "KL") if figure in named]
+
+
+def compare_studies(before: OpenedStudy, after: OpenedStudy, given: GivenTolerances) -> Comparison:
+    """`autotune compare`: the earlier study against the later, with the tolerances given, else those of the earlier
+    study's device; a UserError when their figures at capacity do not compare (searched within other SLOs)."""
+    tolerances = given.on(before.settings.device_kind)
+    comparison = compare(before.records, before.front_numbers, after.records, after.front_numbers, tolerances,
+                         (before.terms, after.terms))  # fmt: skip
+    if comparison.not_compared:
+        why = f"{before.name} and {after.name} do not compare: {comparison.not_compared}"
+        raise UserError(f"{why}; compare studies searched with the same --slo (autotune best prints each one's)")
+    return comparison
+
+
+def compare_stored(study_a: str, storage_a: str, study_b: str, storage_b: str, given: GivenTolerances) -> Comparison:
+    """compare_studies of two stored studies, each by its name and storage URL."""
+    return compare_studies(OpenedStudy.open(study_a, storage_a), OpenedStudy.open(study_b, storage_b), given)
 
 
 def compare(before: list[TrialRecord], front_before: set[int], after: list[TrialRecord], front_after: set[int],

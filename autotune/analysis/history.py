@@ -13,11 +13,13 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from autotune.analysis.capacity import AtCapacity, SloTarget, Terms, at_capacity
+from autotune.analysis.capacity import AtCapacity, at_capacity
 from autotune.analysis.compare import Comparison, GivenTolerances, compare
 from autotune.figures.metrics import GREEDY_AGREEMENT, KL_DIVERGENCE, PEAK_MEMORY, THROUGHPUT, TOKEN_AGREEMENT
 from autotune.space import Config
 from autotune.study import TrialRecord
+from autotune.study.opened import OpenedStudy, Terms
+from autotune.workloads.capacity import SloTarget
 
 DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
@@ -31,6 +33,10 @@ class Night:
     front: set[int]  # its trials on the front (Optuna's best_trials)
     device: str  # the kind of its profile (cuda, cpu): the default tolerances of a comparison from it
     terms: Terms | None = None  # what its figures at capacity hold under (its SLO, device, price)
+
+    @classmethod
+    def of(cls, opened: OpenedStudy) -> Night:
+        return cls(opened.name, opened.records, opened.front_numbers, opened.settings.device_kind, opened.terms)
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,11 @@
-"""The Pareto front and its hypervolume: the one place autotune computes them.
+"""The Pareto front and its hypervolume.
 
-The front of a study is Optuna's own (`study.best_trials`: the non-dominated complete trials,
-feasible ones only when the study has constraints). The front of any other set of trials (the
-feasible trials of `autotune best`) uses the same test. For hypervolumes, each objective becomes a
-loss on its own scale (metrics.Metric.loss: throughput negated, KL on a log scale), scaled to [0, 1]
-between given bounds, so hypervolumes of different trial sets compare (Optuna's WFG).
-Every function takes the objectives it works on; the default three when none are given.
+The front of a study is Optuna's own (`study.best_trials`: the non-dominated complete trials, feasible ones only when
+the study has constraints), which an opened study hands out (autotune.study.opened). The front of any other set of
+trials (the feasible trials of `autotune best`) uses the same test. For hypervolumes, each objective becomes a loss on
+its own scale (metrics.Metric.loss: throughput negated, KL on a log scale), scaled to [0, 1] between given bounds, so
+hypervolumes of different trial sets compare (Optuna's WFG). Every function takes the objectives it works on; the
+default three when none are given.
 """
 
 from __future__ import annotations
@@ -13,32 +13,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-import optuna
 
 from autotune.figures.metrics import KL_DIVERGENCE, OBJECTIVES, Metric
-from autotune.study import TrialRecord, records
+from autotune.study import TrialRecord
 from autotune.study.optuna_internals import compute_hypervolume, is_pareto_front
 
 REFERENCE_MARGIN = 1.1  # just beyond the worst scaled loss, so points on the edge count
 
 
 # ------------------------------------------------------------------------------------------- fronts
-
-
-def study_front(
-    study: optuna.Study, trials: Sequence[TrialRecord] | None = None, objectives: Sequence[Metric] = OBJECTIVES
-) -> list[TrialRecord]:
-    """The study's front (Optuna's `best_trials`) among `trials` (default: all its records), best first
-    by the first objective, then by trial number."""
-    numbers = front_numbers(study)
-    front = [record for record in (records(study) if trials is None else trials) if record.number in numbers]
-    first = objectives[0]
-    return sorted(front, key=lambda record: (first.minimised(record.metrics[first.name]), record.number))
-
-
-def front_numbers(study: optuna.Study) -> set[int]:
-    """The numbers of the study's trials on its front (Optuna's `best_trials`)."""
-    return {trial.number for trial in study.best_trials}
 
 
 def non_dominated(trials: Sequence[TrialRecord], objectives: Sequence[Metric] = OBJECTIVES) -> set[int]:

@@ -66,41 +66,78 @@ TOKEN_AGREEMENT = Metric("token_agreement", "token agreement with reference", ""
 # The default objectives, in the order Optuna stores their values: every study before issue 17 has these.
 OBJECTIVES: tuple[Metric, ...] = (THROUGHPUT, PEAK_MEMORY, KL_DIVERGENCE)
 
+E2E_THROUGHPUT = Metric("e2e_throughput_tok_s", "end-to-end throughput", "tok/s", "maximize")
+TTFT = Metric("ttft_s", "time to first token (p50)", "s", "minimize")
+TPOT = Metric("tpot_s", "per-token latency (p50)", "s", "minimize")
+PERPLEXITY = Metric("perplexity", "perplexity", "", "minimize")
+PERPLEXITY_DELTA = Metric("perplexity_delta", "perplexity change vs reference", "", "minimize")
+THROUGHPUT_CV = Metric("throughput_cv", "throughput coefficient of variation", "", "minimize")
+ACHIEVED_BANDWIDTH = Metric("achieved_bandwidth_gb_s", "achieved memory bandwidth in decode", "GB/s", "maximize")
+ROOFLINE_FRACTION = Metric("roofline_fraction", "share of the profile's peak memory bandwidth", "", "maximize")
+COST_PER_MILLION_TOKENS = Metric("cost_per_million_tokens_usd", "cost per million generated tokens", "USD", "minimize")
+WARMUP = Metric("warmup_s", "warm-up (compile included)", "s", "minimize")
+# the serve workload (transformers serve under load)
+GOODPUT = Metric("goodput_req_s", "goodput: requests/s within the SLOs", "req/s", "maximize")
+REQUESTS_PER_S = Metric("requests_per_s", "completed requests per second", "req/s", "maximize")
+ERRORS = Metric("errors", "failed requests", "", "minimize")
+ENERGY_PER_TOKEN = Metric("energy_j_per_token", "GPU energy per generated token", "J", "minimize")
+# capacity: the largest batch or load within the SLO (autotune/workloads/capacity.py)
+CAPACITY = Metric("capacity", "capacity: the largest batch or load within the SLO", "", "maximize")
+MEETS_SLO_FIGURE = Metric("meets_slo", "meets the SLO at some batch or load (1 yes, 0 no)", "")
+
+LATENCY_FIGURES = {"ttft": "time to first token", "itl": "inter-token latency", "e2e": "request latency"}
+LATENCY_QUANTILES = (50, 90, 95, 99)
+
+
+def percentile_name(figure: str, q: int) -> str:
+    """The name of a latency percentile: ("itl", 95) -> "itl_p95_s"."""
+    return f"{figure}_p{q}_s"
+
+
+TTFT_P50, TTFT_P95 = percentile_name("ttft", 50), percentile_name("ttft", 95)
+ITL_P50, ITL_P95 = percentile_name("itl", 50), percentile_name("itl", 95)
+E2E_P95 = percentile_name("e2e", 95)
+TPOT_P95 = "tpot_p95_s"  # the per-token latency's p95 (TPOT is its p50)
+
 REPORTED: tuple[Metric, ...] = (
     THROUGHPUT,
-    Metric("e2e_throughput_tok_s", "end-to-end throughput", "tok/s", "maximize"),
-    Metric("ttft_s", "time to first token (p50)", "s", "minimize"),
-    Metric("tpot_s", "per-token latency (p50)", "s", "minimize"),
+    E2E_THROUGHPUT,
+    TTFT,
+    TPOT,
     PEAK_MEMORY,
     KL_DIVERGENCE,
     TOP1_AGREEMENT,
     TOKEN_AGREEMENT,
     GREEDY_AGREEMENT,
-    Metric("perplexity", "perplexity", "", "minimize"),
-    Metric("perplexity_delta", "perplexity change vs reference", "", "minimize"),
-    Metric("throughput_cv", "throughput coefficient of variation", "", "minimize"),
-    Metric("achieved_bandwidth_gb_s", "achieved memory bandwidth in decode", "GB/s", "maximize"),
-    Metric("roofline_fraction", "share of the profile's peak memory bandwidth", "", "maximize"),
-    Metric("cost_per_million_tokens_usd", "cost per million generated tokens", "USD", "minimize"),
-    Metric("warmup_s", "warm-up (compile included)", "s", "minimize"),
+    PERPLEXITY,
+    PERPLEXITY_DELTA,
+    THROUGHPUT_CV,
+    ACHIEVED_BANDWIDTH,
+    ROOFLINE_FRACTION,
+    COST_PER_MILLION_TOKENS,
+    WARMUP,
     # the serve workload (transformers serve under load); latency percentiles of every workload
-    Metric("goodput_req_s", "goodput: requests/s within the SLOs", "req/s", "maximize"),
-    Metric("requests_per_s", "completed requests per second", "req/s", "maximize"),
-    Metric("errors", "failed requests", "", "minimize"),
+    GOODPUT,
+    REQUESTS_PER_S,
+    ERRORS,
     *(
-        Metric(f"{figure}_p{q}_s", f"{label} (p{q})", "s", "minimize")
-        for figure, label in (
-            ("ttft", "time to first token"),
-            ("itl", "inter-token latency"),
-            ("e2e", "request latency"),
-        )
-        for q in (50, 90, 95, 99)
+        Metric(percentile_name(figure, q), f"{label} (p{q})", "s", "minimize")
+        for figure, label in LATENCY_FIGURES.items()
+        for q in LATENCY_QUANTILES
     ),
-    Metric("energy_j_per_token", "GPU energy per generated token", "J", "minimize"),
-    # capacity: the largest batch or load within the SLO (autotune/workloads/capacity.py)
-    Metric("capacity", "capacity: the largest batch or load within the SLO", "", "maximize"),
-    Metric("meets_slo", "meets the SLO at some batch or load (1 yes, 0 no)", ""),
+    ENERGY_PER_TOKEN,
+    CAPACITY,
+    MEETS_SLO_FIGURE,
 )
+
+# Figures a trial or a point of a capacity probe reports that are no metric of a study (no label, never an objective).
+PEAK_MEMORY_BYTES = "peak_memory_bytes"  # peak memory in bytes: PEAK_MEMORY is the same in GB
+OUTPUT_TOK_S = "output_tok_s"  # a load level: the server's generated tokens/s
+SLO_SHARE = "slo_share"  # a load level: the share of its requests within the SLO
+REQUESTS = "requests"  # a load level: the requests it sent
+IN_FLIGHT_PEAK = "in_flight_peak"  # a load level: the most requests in flight at once
+FIRST_CALL_S = "first_call_s"  # the workload's first call (compiles where its shapes are new)
+TP_RANKS = "tp_ranks"  # tensor parallelism: the ranks one trial ran on
 
 METRICS: dict[str, Metric] = {metric.name: metric for metric in REPORTED}
 

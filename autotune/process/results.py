@@ -67,7 +67,7 @@ class TaskSpec:
     def from_json(cls, data: dict[str, Any]) -> TaskSpec:
         data = dict(data)
         data["model"] = ModelSpec(**data["model"])
-        data["workload"] = WorkloadSpec(**data["workload"])
+        data["workload"] = WorkloadSpec.from_json(data["workload"])
         data["quality"] = QualitySpec.from_stored(data["quality"])
         data["candidate"] = Candidate(**data["candidate"]) if data.get("candidate") else None
         data["reference_candidates"] = [Candidate(**c) for c in data.get("reference_candidates", [])]

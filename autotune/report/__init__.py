@@ -14,11 +14,11 @@ if TYPE_CHECKING:
 
 def build_report(study_name: str, storage_url: str, out: Path) -> Path:
     """Render the report of a stored study to `out`."""
-    from autotune.report.data import collect
+    from autotune.report.data import report_data
     from autotune.report.html import write_report
+    from autotune.study.opened import OpenedStudy
 
-    study = studies.load_stored_study(storage_url, study_name)
-    return write_report(collect(study, storage_url), out)
+    return write_report(report_data(OpenedStudy.open(study_name, storage_url)), out)
 
 
 def default_report_path(study_name: str, reports_dir: Path = Path("reports")) -> Path:
@@ -30,19 +30,13 @@ def build_history(
 ) -> tuple[History, Path]:
     """The nights of the studies named (names or glob patterns), and their chart written to `out`; with
     `artifacts`, the chart is also stored with the last night's study."""
-    from autotune.analysis.capacity import Terms
     from autotune.analysis.history import Night, history, in_night_order
-    from autotune.analysis.pareto import front_numbers
     from autotune.report.history import write_history
     from autotune.study.artifacts import attach_report
+    from autotune.study.opened import OpenedStudy
 
     urls = dict(studies.studies_named(names, storage_url))
-    nights = []
-    for name in in_night_order(list(urls)):
-        study = studies.load_stored_study(urls[name], name)
-        settings = studies.stored_settings(study)
-        device = settings.profile.get("kind", "cuda")
-        nights.append(Night(name, studies.records(study), front_numbers(study), device, Terms.of(settings)))
+    nights = [Night.of(OpenedStudy.open(name, urls[name])) for name in in_night_order(list(urls))]
     found = history(nights, given)
     path = write_history(found, ", ".join(names), out)
     if artifacts:

@@ -44,11 +44,9 @@ def ceiling_rows(stored: list[dict[str, Any]], workload: dict[str, Any], trials:
 def _at_batch(trial: TrialRecord, batch: int, workload: dict[str, Any]) -> float | None:
     """The trial's decode throughput at this batch: its probe's point there, or its own figure where it ran only the
     study's batch."""
-    points = (trial.capacity or {}).get("points")
+    points = trial.capacity.points if trial.capacity is not None else []
     if points:
-        found = [
-            p["figures"][THROUGHPUT.name] for p in points if p["size"] == batch and THROUGHPUT.name in p["figures"]
-        ]
+        found = [p.figures[THROUGHPUT.name] for p in points if p.size == batch and THROUGHPUT.name in p.figures]
         return found[0] if found else None
     return trial.metrics[THROUGHPUT.name] if workload.get("batch_size") == batch else None
 

@@ -12,12 +12,11 @@ from html import escape
 
 import plotly.graph_objects as go
 
-from autotune.analysis.capacity import Terms
-from autotune.figures.metrics import KL_DIVERGENCE, METRICS, THROUGHPUT, Metric
-from autotune.report.data import CapacityCurve, CurvePoint, Progress, ReportData
+from autotune.figures.metrics import KL_DIVERGENCE, METRICS, THROUGHPUT, TTFT, Metric
+from autotune.report.data import Progress, ReportData
 from autotune.study import TrialRecord
+from autotune.study.opened import Terms
 from autotune.units import format_bytes, format_duration
-from autotune.workloads.capacity import REFUSED_WHY
 
 
 def _knob_text(record: TrialRecord) -> str:
@@ -29,7 +28,7 @@ def _hover(record: TrialRecord) -> str:
     roles = f" ({escape(', '.join(record.roles))})" if record.roles else ""
     return (
         f"<b>trial #{record.number}</b>{roles}<br>{_knob_text(record)}<br>"
-        f"{m[THROUGHPUT.name]:.1f} tok/s · ttft {m.get('ttft_s', math.nan) * 1000:.1f} ms<br>"
+        f"{m[THROUGHPUT.name]:.1f} tok/s · ttft {m.get(TTFT.name, math.nan) * 1000:.1f} ms<br>"
         f"memory {format_bytes(m.get('peak_memory_bytes'))} · KL {m[KL_DIVERGENCE.name]:.2e}"
     )
 
@@ -46,43 +45,20 @@ def front_chart(
         records = [r for r in complete if (r.number in front) == on_front]
         if not records:
             continue
-        marker: dict = {"size": 14 if on_front else 9, "line": {"width": 2 if on_front else 0, "color": "#d62728"}}
-        if colour is not None:
-            shown = [colour.on_scale(r.metrics[colour.name]) for r in complete]
-            marker |= {
-                "color": [colour.on_scale(r.metrics[colour.name]) for r in records],
-                "colorscale": "Viridis",
-                "cmin": math.log10(colour.log_floor) if colour.log_floor else min(shown),
-                "cmax": max(shown) + 1e-9,
-                "colorbar": {"title": colour.axis_title} if on_front else None,
-                "showscale": on_front,
-            }
         figure.add_trace(
             go.Scatter(
                 x=[_x_value(r, x_metric) for r in records],
                 y=[_shown(r, y_metric) for r in records],
                 mode="markers",
                 name="Pareto front" if on_front else "other trials",
-                marker=marker,
+                marker=_front_marker(complete, records, colour, on_front),
                 hovertext=[_hover(r) for r in records],
                 hoverinfo="text",
             )
         )
     for record, label, symbol in ((data.baseline, "baseline", "star"), (data.reference, "reference", "diamond")):
         if record is not None:
-            figure.add_trace(
-                go.Scatter(
-                    x=[_x_value(record, x_metric)],
-                    y=[_shown(record, y_metric)],
-                    mode="markers+text",
-                    text=[label],
-                    textposition="top center",
-                    name=label,
-                    marker={"symbol": symbol, "size": 18, "color": "rgba(0,0,0,0)", "line": {"width": 2}},
-                    hovertext=[_hover(record)],
-                    hoverinfo="text",
-                )
-            )
+            figure.add_trace(_anchor_trace(record, label, symbol, x_metric, y_metric))
     against = f" vs {x_metric.heading}" if x_metric else ", trial by trial"
     coloured = f" (colour: {colour.label})" if colour else ""
     figure.update_layout(
@@ -93,6 +69,41 @@ def front_chart(
         legend={"orientation": "h", "y": -0.2},
     )
     return figure
+
+
+def _front_marker(
+    complete: list[TrialRecord], records: list[TrialRecord], colour: Metric | None, on_front: bool
+) -> dict:
+    """The markers of the front or of the other trials, coloured by the third objective where there is one."""
+    marker: dict = {"size": 14 if on_front else 9, "line": {"width": 2 if on_front else 0, "color": "#d62728"}}
+    if colour is None:
+        return marker
+    shown = [colour.on_scale(r.metrics[colour.name]) for r in complete]
+    return marker | {
+        "color": [colour.on_scale(r.metrics[colour.name]) for r in records],
+        "colorscale": "Viridis",
+        "cmin": math.log10(colour.log_floor) if colour.log_floor else min(shown),
+        "cmax": max(shown) + 1e-9,
+        "colorbar": {"title": colour.axis_title} if on_front else None,
+        "showscale": on_front,
+    }
+
+
+def _anchor_trace(
+    record: TrialRecord, label: str, symbol: str, x_metric: Metric | None, y_metric: Metric
+) -> go.Scatter:
+    """The baseline or the reference, marked and named."""
+    return go.Scatter(
+        x=[_x_value(record, x_metric)],
+        y=[_shown(record, y_metric)],
+        mode="markers+text",
+        text=[label],
+        textposition="top center",
+        name=label,
+        marker={"symbol": symbol, "size": 18, "color": "rgba(0,0,0,0)", "line": {"width": 2}},
+        hovertext=[_hover(record)],
+        hoverinfo="text",
+    )
 
 
 def _at_capacity(data: ReportData) -> str:
@@ -261,160 +272,24 @@ def progress_chart(progress: Progress) -> go.Figure:
             yaxis="y3",
         )
     )
-    figure.update_layout(
-        title="Hypervolume of the front and best-so-far, trial by trial",
-        xaxis={"title": "launched trials, in order", "type": "category", "domain": [0, 0.86]},
-        yaxis={"title": "hypervolume", "tickformat": ".0%", "range": [0, 1.05]},
-        yaxis2={"title": "tok/s", "overlaying": "y", "side": "right", "showgrid": False, "rangemode": "tozero"},
-        yaxis3={
-            "title": "GB",
-            "overlaying": "y",
-            "side": "right",
-            "position": 0.96,
-            "anchor": "free",
-            "showgrid": False,
-            "rangemode": "tozero",
-        },
-        height=420,
-        legend={"orientation": "h", "y": -0.3},
-    )
+    figure.update_layout(**PROGRESS_LAYOUT)
     return figure
 
 
-# -------------------------------------------------------------------------------------------- capacity
-
-CARRIED_COLOUR = "#1f5fa8"
-LATENCY_COLOURS = ("#e07b00", "#2a9d8f", "#8e44ad", "#7f7f7f")
-REFUSED_COLOUR = "#c0392b"
-
-
-def capacity_chart(curve: CapacityCurve) -> go.Figure:
-    """What a configuration carried at each size of its probe (left axis) and its latency (right axis), the SLO's
-    bounds across the latency axis, the size chosen, and the sizes refused with no figures (out of memory, or
-    predicted not to fit) at the foot of the chart."""
-    unit, measured = curve.unit, [point for point in curve.points if point.carried is not None]
-    figure = go.Figure()
-    figure.add_trace(
-        go.Scatter(
-            x=[point.size for point in measured],
-            y=[point.carried for point in measured],
-            name=unit.carried_axis,
-            mode="lines+markers+text",
-            line={"color": CARRIED_COLOUR, "width": 3},
-            marker={
-                "size": [10 if p.verdict == "met" else 16 for p in measured],
-                "symbol": ["circle" if p.verdict == "met" else "x" for p in measured],
-                "color": [CARRIED_COLOUR if p.verdict == "met" else REFUSED_COLOUR for p in measured],
-            },
-            text=["" if p.verdict == "met" else REFUSED_WHY.get(p.verdict, p.verdict) for p in measured],
-            textposition="bottom left",
-            textfont={"color": REFUSED_COLOUR},
-            hovertext=[_curve_hover(curve, point) for point in measured],
-            hoverinfo="text",
-        )
-    )
-    colours = dict(zip(curve.latency_figures, LATENCY_COLOURS * 4, strict=False))
-    for name in curve.latency_figures:
-        with_it = [point for point in measured if name in point.latency]
-        figure.add_trace(
-            go.Scatter(
-                x=[point.size for point in with_it],
-                y=[point.latency[name] * 1000 for point in with_it],
-                name=f"{name.removesuffix('_s')} (ms)",
-                mode="lines+markers",
-                line={"color": colours[name], "dash": "dot"},
-                yaxis="y2",
-                hovertext=[_curve_hover(curve, point) for point in with_it],
-                hoverinfo="text",
-            )
-        )
-    sizes = [point.size for point in curve.points]
-    for line in curve.slo_lines:
-        figure.add_trace(
-            go.Scatter(
-                x=[min(sizes), max(sizes)],
-                y=[line.bound_s * 1000] * 2,
-                name=line.label,
-                mode="lines",
-                line={"color": colours.get(line.figure, REFUSED_COLOUR), "dash": "dash", "width": 2},
-                yaxis="y2",
-                hoverinfo="name",
-            )
-        )
-    _mark_chosen(figure, curve)
-    _mark_unmeasured(figure, curve)
-    # Headroom above the highest latency and bound: the SLO's line stays clear of the top of the chart.
-    latencies = [value * 1000 for p in measured for value in p.latency.values()]
-    top = max([*latencies, *(line.bound_s * 1000 for line in curve.slo_lines)], default=1.0) * 1.3
-    figure.update_layout(
-        title=f"Trial #{curve.number}: {unit.carried_axis.split(' (')[0]} and latency against {unit.axis}",
-        xaxis=_size_axis(unit.axis, sizes),
-        yaxis={"title": unit.carried_axis, "rangemode": "tozero"},
-        yaxis2={"title": "latency (ms)", "overlaying": "y", "side": "right", "range": [0, top], "showgrid": False},
-        height=420,
-        legend={"orientation": "h", "y": -0.25},
-        margin={"t": 60},
-    )
-    return figure
-
-
-def _mark_chosen(figure: go.Figure, curve: CapacityCurve) -> None:
-    chosen = curve.chosen
-    if chosen is None or chosen.carried is None:
-        return
-    figure.add_trace(
-        go.Scatter(
-            x=[chosen.size],
-            y=[chosen.carried],
-            name=f"capacity: {curve.unit.size_text(chosen.size)}",
-            mode="markers+text",
-            text=[f"capacity: {curve.unit.size_text(chosen.size)}"],
-            textposition="top left",
-            marker={"symbol": "star", "size": 22, "color": "#f1c40f", "line": {"width": 1.5, "color": "#222"}},
-            hovertext=[_curve_hover(curve, chosen)],
-            hoverinfo="text",
-        )
-    )
-
-
-def _mark_unmeasured(figure: go.Figure, curve: CapacityCurve) -> None:
-    """Sizes refused with no figures, on the size axis: why each was not measured, in its hover text."""
-    unmeasured = curve.unmeasured
-    if not unmeasured:
-        return
-    figure.add_trace(
-        go.Scatter(
-            x=[point.size for point in unmeasured],
-            y=[0.0] * len(unmeasured),
-            name="refused, not measured",
-            mode="markers+text",
-            text=[REFUSED_WHY.get(point.verdict, point.verdict) for point in unmeasured],
-            textposition="top center",
-            marker={"symbol": "x-thin-open", "size": 16, "color": REFUSED_COLOUR, "line": {"width": 3}},
-            hovertext=[_curve_hover(curve, point) for point in unmeasured],
-            hoverinfo="text",
-        )
-    )
-
-
-def _size_axis(title: str, sizes: list[float]) -> dict:
-    """Sizes that span a decade or more (a doubling ladder) on a log axis, each size a tick."""
-    spread = max(sizes) / min(sizes) if sizes and min(sizes) > 0 else 1
-    ticks = sorted(set(sizes))
-    axis_type = "log" if spread >= 8 else "linear"
-    return {"title": title, "type": axis_type, "tickvals": ticks, "ticktext": [f"{size:g}" for size in ticks]}
-
-
-def _curve_hover(curve: CapacityCurve, point: CurvePoint) -> str:
-    lines = [f"<b>{escape(curve.unit.size_text(point.size))}</b>"]
-    if point.carried is not None:
-        lines.append(f"{point.carried:.4g} {escape(curve.unit.carried_axis)}")
-    lines += [f"{escape(name.removesuffix('_s'))} {value * 1000:.3g} ms" for name, value in point.latency.items()]
-    if point.share is not None:
-        lines.append(f"{point.share:.0%} of its requests within the SLO")
-    if point.memory_bytes is not None:
-        lines.append(f"peak memory {format_bytes(point.memory_bytes)}")
-    refused = REFUSED_WHY.get(point.verdict, point.verdict)
-    verdict = "within the SLO" if point.verdict == "met" else f"refused, {refused}"
-    lines.append(escape(f"{verdict}: {point.reason}" if point.reason else verdict))
-    return "<br>".join(lines)
+PROGRESS_LAYOUT = {
+    "title": "Hypervolume of the front and best-so-far, trial by trial",
+    "xaxis": {"title": "launched trials, in order", "type": "category", "domain": [0, 0.86]},
+    "yaxis": {"title": "hypervolume", "tickformat": ".0%", "range": [0, 1.05]},
+    "yaxis2": {"title": "tok/s", "overlaying": "y", "side": "right", "showgrid": False, "rangemode": "tozero"},
+    "yaxis3": {
+        "title": "GB",
+        "overlaying": "y",
+        "side": "right",
+        "position": 0.96,
+        "anchor": "free",
+        "showgrid": False,
+        "rangemode": "tozero",
+    },
+    "height": 420,
+    "legend": {"orientation": "h", "y": -0.3},
+}

@@ -12,7 +12,7 @@ import math
 import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from typing import Any
 
@@ -21,22 +21,18 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from autotune import study as studies
-from autotune.analysis.capacity import AtCapacity, SloTarget, Terms, at_capacity
+from autotune.analysis.capacity import AtCapacity, at_capacity
 from autotune.analysis.found import BestFound, best_found
-from autotune.analysis.pareto import hypervolume, scaled_losses, study_front
+from autotune.analysis.pareto import hypervolume, scaled_losses
 from autotune.figures.constraints import MEETS_SLO, Constraint
-from autotune.figures.metrics import KL_DIVERGENCE, OBJECTIVES, PEAK_MEMORY, THROUGHPUT, Metric
-from autotune.figures.quality import EVERY_TRIAL_DECODED, path_lines
-from autotune.figures.slo import describe_slo
+from autotune.figures.metrics import OBJECTIVES, PEAK_MEMORY, THROUGHPUT, Metric
+from autotune.report.capacity import CapacityCurve, capacity_curve
+from autotune.report.cards import DeployCard, deploy_card
 from autotune.report.ceiling import CeilingRow, ceiling_rows
-from autotune.report.serving import deployed_command
-from autotune.report.snippets import Batch, json_snippet, python_snippet, serve_command
-from autotune.space.knobs.batching import paged_cache_for
-from autotune.space.plan import Plan
+from autotune.report.environment import environment
 from autotune.study import StudySettings, TrialRecord
 from autotune.study.ceilings import ceilings
-from autotune.units import format_duration
-from autotune.workloads.capacity import Capacity, CapacityUnit, Point
+from autotune.study.opened import OpenedStudy, Terms
 
 NOT_APPLICABLE = "n/a"  # a knob that does not apply to a configuration (e.g. compile without a static cache)
 
@@ -54,82 +50,10 @@ FAILURE_MEANINGS: dict[str, str] = {
 
 
 @dataclass(frozen=True)
-class ParetoCard:
-    """A configuration on the front, with the figures users decide from and the code to deploy it."""
+class ParetoCard(DeployCard):
+    """A configuration on the front: the card `autotune best` prints (autotune.report.cards), and its capacity curve."""
 
-    record: TrialRecord
-    speedup: float | None  # throughput / baseline throughput
-    memory_saving: float | None  # 1 - memory / baseline memory
-    kl: float | None  # KL(reference ‖ this), nats per token; 0 for the reference itself
-    top1_loss: float | None  # 1 - top-1 agreement with the reference
-    perplexity_change: float | None  # perplexity / reference perplexity - 1
-    roofline_fraction: float | None  # share of the profile's peak memory bandwidth, where measured
-    achieved_bandwidth_gb_s: float | None
-    cost_per_million_tokens_usd: float | None
-    python: str
-    serve: str
-    json: str
-    at_capacity: AtCapacity | None = None  # a trial that probed its capacity: where it is, what it carries there
     curve: CapacityCurve | None = None
-    baseline_capacity: AtCapacity | None = None  # the baseline's, which the speedup and memory saving compare with
-
-    def baseline_words(self) -> str:
-        """Where the baseline's figures that the ratios compare with were measured, when it probed a capacity."""
-        found = self.baseline_capacity
-        if found is None:
-            return ""
-        if found.size is None:
-            return f", which meets the SLO at no {found.unit.name} (its figures are past the SLO)"
-        return f" at its own capacity ({found.unit.size_text(found.size)})"
-
-
-@dataclass(frozen=True)
-class CurvePoint:
-    """One point of a capacity probe as the curve draws it."""
-
-    size: float
-    verdict: str  # met, or why it was refused: slo, oom, memory (autotune.workloads.capacity.Verdict)
-    carried: float | None  # the unit's carried figure (tokens/s for a batch, goodput for a load); None: not measured
-    latency: dict[str, float]  # the curve's latency figures this point measured, in seconds
-    memory_bytes: float | None
-    share: float | None  # under load: the share of its requests within the SLO
-    reason: str  # why it was refused
-
-
-@dataclass(frozen=True)
-class SloLine:
-    """A bound of the SLO, drawn across the latency axis."""
-
-    figure: str  # itl_p95_s
-    bound_s: float
-
-    @property
-    def label(self) -> str:
-        return f"SLO {describe_slo({self.figure: self.bound_s})}"
-
-
-@dataclass(frozen=True)
-class CapacityCurve:
-    """A configuration's capacity probe: what it carried and its latency at each size, the SLO, the size chosen,
-    and the first size refused above it (why the probe stopped climbing)."""
-
-    number: int  # the trial
-    unit: CapacityUnit
-    target: SloTarget
-    latency_figures: list[str]  # drawn on the latency axis: the SLO's, and the per-token latency (itl_p95)
-    points: list[CurvePoint]
-    chosen: CurvePoint | None
-    refused: CurvePoint | None
-    said: str  # what the probe found, in one line, with the SLO
-
-    @property
-    def slo_lines(self) -> list[SloLine]:
-        return [SloLine(figure, bound) for figure, bound in self.target.slo.items()]
-
-    @property
-    def unmeasured(self) -> list[CurvePoint]:
-        """Refused without figures to draw: out of memory, or predicted not to fit."""
-        return [point for point in self.points if point.carried is None]
 
 
 @dataclass(frozen=True)
@@ -239,36 +163,38 @@ class ReportData:
 
 
 def collect(study: optuna.Study, storage_url: str) -> ReportData:
-    settings = studies.stored_settings(study)
-    all_records = studies.records(study)
-    launched = [record for record in all_records if record.launched and record.outcome is not None]
+    """The report's data of a study already loaded."""
+    return report_data(OpenedStudy.of(study, storage_url))
+
+
+def report_data(opened: OpenedStudy) -> ReportData:
+    """Every part of the report, from the study alone."""
+    settings, launched, runs = opened.settings, opened.launched, opened.runs
     objectives = settings.objective_metrics
-    front = study_front(study, launched, objectives)
-    terms = Terms.of(settings)
+    front = opened.front
     baseline = _with_role(launched, "baseline")
-    reference = _with_role(launched, "reference")
     return ReportData(
-        study_name=study.study_name,
-        storage=studies.redact(storage_url),
+        study_name=opened.name,
+        storage=studies.redact(opened.storage_url),
         settings=settings,
         trials=launched,
-        skipped=[record for record in all_records if not record.launched],
+        skipped=[record for record in opened.records if not record.launched],
         pareto=[record.number for record in front],
         cards=[card(record, settings, baseline) for record in front],
         baseline=baseline,
-        reference=reference,
+        reference=_with_role(launched, "reference"),
         outcomes=dict(Counter(record.outcome for record in launched)),
         constraints=settings.feasibility,
-        importances=importances(study, objectives),
+        importances=importances(opened.study, objectives),
         parallel=parallel(launched, settings.space, objectives),
-        progress=progress(launched, objectives, unstarted(studies.search_runs(study))),
+        progress=progress(launched, objectives, unstarted(runs)),
         failures=failure_groups(launched),
-        excluded=studies.exclusions(study),
-        suspected=studies.suspicions(study),
-        environment=environment(settings, studies.search_runs(study), launched),
-        best=best_found(launched, objectives, studies.search_runs(study)),
-        ceilings=ceiling_rows(ceilings(study), settings.workload, launched),
-        capacities={record.number: found for record in launched if (found := at_capacity(record, terms))},
+        excluded=opened.exclusions,
+        suspected=opened.suspicions,
+        environment=environment(settings, runs, launched),
+        best=best_found(launched, objectives, runs),
+        ceilings=ceiling_rows(ceilings(opened.study), settings.workload, launched),
+        capacities={record.number: found for record in launched if (found := at_capacity(record, opened.terms))},
     )
 
 
@@ -279,110 +205,11 @@ def _with_role(records: list[TrialRecord], role: str) -> TrialRecord | None:
 # --------------------------------------------------------------------------------- front and cards
 
 
-def model_id_for_code(settings: StudySettings) -> str:
-    """The id to paste: the user's hub id or path; the demo model's cached folder for `demo`."""
-    if settings.model == "demo":
-        return settings.prepared.model_path or "demo"
-    return settings.model
-
-
 def card(record: TrialRecord, settings: StudySettings, baseline: TrialRecord | None) -> ParetoCard:
-    """Figures against the baseline and the reference, and the snippets, for one measured configuration."""
-    terms = Terms.of(settings)
-    found = at_capacity(record, terms)
-    batch = _chosen_batch(found)
-    plan = Plan.from_json(record.plan) if record.plan else Plan()
-    plan = paged_cache_for(plan, batch.size) if batch else plan  # sized for the batch chosen, not the largest tried
-    model_id = model_id_for_code(settings)
-    device = settings.prepared.device or "cuda"
-    m = record.metrics
-    perplexity = m.get("perplexity")
-    # the reference's perplexity on the text this trial judged (its delta), else on all of it (studies before)
-    delta = m.get("perplexity_delta")
-    reference_perplexity = (
-        perplexity - delta if perplexity and delta is not None else settings.prepared.reference_perplexity
-    )
-    # serve trials: the command that ran (its host and port included) and the load it held, else the plan's
-    served = (
-        deployed_command(record.serve, record.capacity)
-        if record.serve
-        else serve_command(model_id, plan, device, batch)
-    )
-    return ParetoCard(
-        record=record,
-        speedup=_ratio(record, baseline, THROUGHPUT.name),
-        memory_saving=_saving(record, baseline),
-        kl=m.get(KL_DIVERGENCE.name),
-        top1_loss=None if m.get("top1_agreement") is None else 1 - m["top1_agreement"],
-        perplexity_change=perplexity / reference_perplexity - 1 if perplexity and reference_perplexity else None,
-        # A CPU profile's peak bandwidth is nominal, not this machine's: a share of it would not be true.
-        roofline_fraction=m.get("roofline_fraction") if settings.profile.get("kind") != "cpu" else None,
-        achieved_bandwidth_gb_s=m.get("achieved_bandwidth_gb_s"),
-        cost_per_million_tokens_usd=m.get("cost_per_million_tokens_usd"),
-        python=python_snippet(model_id, plan, device, settings.workload["output_len"], batch),
-        serve=served,
-        json=json_snippet(model_id, record.config, plan, found.to_json() if found else None),
-        at_capacity=found,
-        curve=capacity_curve(record, found),
-        baseline_capacity=at_capacity(baseline, terms) if baseline else None,
-    )
-
-
-def _chosen_batch(found: AtCapacity | None) -> Batch | None:
-    """The batch a probe chose, for the snippets: where the size is a number of prompts at once."""
-    if found is None or found.size is None or not found.unit.prompts_at_once:
-        return None
-    return Batch(int(found.size), found.capacity_line())
-
-
-PER_TOKEN = "itl_p95_s"  # the per-token latency a curve draws when the SLO bounds none
-
-
-def capacity_curve(record: TrialRecord, found: AtCapacity | None) -> CapacityCurve | None:
-    """The curve of a trial's capacity probe; None for a trial that probed none."""
-    if found is None or record.capacity is None:
-        return None
-    probe = Capacity.from_json(record.capacity)
-    slo = list(probe.slo)
-    wanted = slo if any(name.startswith("itl_") for name in slo) else [*slo, PER_TOKEN]
-    measured = {name for point in probe.points for name in point.figures}
-    latency_figures = [name for name in wanted if name in measured]
-    points = {point.size: _curve_point(point, found.unit, latency_figures) for point in probe.points}
-    chosen, refused = probe.chosen, probe.refused
-    return CapacityCurve(
-        number=record.number,
-        unit=found.unit,
-        target=found.target,
-        latency_figures=latency_figures,
-        points=list(points.values()),
-        chosen=points[chosen.size] if chosen else None,
-        refused=points[refused.size] if refused else None,
-        said=found.capacity_line(),
-    )
-
-
-def _curve_point(point: Point, unit: CapacityUnit, latency_figures: list[str]) -> CurvePoint:
-    figures = point.figures
-    return CurvePoint(
-        size=point.size,
-        verdict=point.verdict,
-        carried=figures.get(unit.carried),
-        latency={name: figures[name] for name in latency_figures if name in figures},
-        memory_bytes=figures.get("peak_memory_bytes"),
-        share=figures.get("slo_share"),
-        reason=point.reason,
-    )
-
-
-def _ratio(record: TrialRecord, baseline: TrialRecord | None, metric: str) -> float | None:
-    if baseline is None or not baseline.metrics.get(metric) or record.metrics.get(metric) is None:
-        return None
-    return record.metrics[metric] / baseline.metrics[metric]
-
-
-def _saving(record: TrialRecord, baseline: TrialRecord | None) -> float | None:
-    ratio = _ratio(record, baseline, PEAK_MEMORY.name)
-    return None if ratio is None else 1 - ratio
+    """The card of a configuration on the front: its deploy card and its capacity curve."""
+    deploy = deploy_card(record, settings, baseline)
+    shared = {field.name: getattr(deploy, field.name) for field in fields(deploy)}
+    return ParetoCard(**shared, curve=capacity_curve(record, deploy.at_capacity))
 
 
 # ------------------------------------------------------------------------------------- importances
@@ -554,46 +381,3 @@ def failure_groups(launched: list[TrialRecord]) -> list[FailureGroup]:
         FailureGroup(outcome, FAILURE_MEANINGS.get(outcome, outcome), [r for r in failed if r.outcome == outcome])
         for outcome in outcomes
     ]
-
-
-# -------------------------------------------------------------------------------------- environment
-
-
-def environment(settings: StudySettings, runs: list[dict[str, Any]], launched: list[TrialRecord]) -> dict[str, str]:
-    """Device, versions, model, constraints and the budget used, as label -> text."""
-    prepared = settings.prepared
-    rows: dict[str, Any] = {
-        "device": prepared.device,
-        "profile": f"{settings.profile['name']}: {settings.profile['description']}",
-        **prepared.environment,
-        "model parameters": prepared.model_info.get("parameters"),
-        "reference configuration": prepared.reference_config,
-        "baseline configuration": prepared.baseline_config,
-        "constraints": ", ".join(settings.constraints) or "none",
-    }
-    measured = [(record.number, record.quality_path) for record in launched if record.complete]
-    rows["quality"] = ("; ".join(path_lines(measured)) or EVERY_TRIAL_DECODED) if measured else None
-    rows.update(budget_used(runs, launched))
-    if prepared.hardware_note:
-        rows["note"] = prepared.hardware_note
-    return {key: str(value) for key, value in rows.items() if value is not None}
-
-
-def budget_used(runs: list[dict[str, Any]], launched: list[TrialRecord]) -> dict[str, str]:
-    in_trials = sum(record.duration_s or 0.0 for record in launched)
-    failed = sum(record.duration_s or 0.0 for record in launched if not record.complete)
-    rows = {"time in trials": f"{format_duration(in_trials)} ({format_duration(failed)} of it in failed trials)"}
-    if not runs:
-        return rows
-    elapsed = sum(run.get("elapsed_s", 0.0) for run in runs)
-    rows["search runs"] = f"{len(runs)}, {format_duration(elapsed)} in all"
-    for i, run in enumerate(runs, 1):
-        limits = [f"--budget {format_duration(run['budget_s'])}"] if run.get("budget_s") else []
-        limits += [f"--trials {run['max_trials']}"] if run.get("max_trials") else []
-        rows[f"run {i}"] = (
-            f"{run.get('launched', 0)} trials in {format_duration(run.get('elapsed_s', 0.0))} "
-            f"({', '.join(limits) or 'no limit'}); stopped: {run.get('stop_reason', '?')}"
-        )
-        if run.get("passed_over"):
-            rows[f"run {i}"] += f"; not started, the budget left could not finish them: {'; '.join(run['passed_over'])}"
-    return rows

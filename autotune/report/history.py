@@ -20,10 +20,9 @@ from plotly.subplots import make_subplots
 from autotune.analysis.capacity import AtCapacity
 from autotune.analysis.history import FrontPoint, History, NightSummary
 from autotune.figures.metrics import KL_FLOOR
-from autotune.figures.slo import describe_slo
+from autotune.report.history_table import history_headings, night_cells
 from autotune.report.pages import write_page
 from autotune.space.knobs import short_name
-from autotune.units import format_bytes
 
 
 @dataclass(frozen=True)
@@ -91,57 +90,63 @@ def history_figure(history: History) -> go.Figure:
     figure = make_subplots(rows=len(rows), cols=1, shared_xaxes=True, subplot_titles=[row.title for row in rows])
     for index, row in enumerate(rows, start=1):
         first = index == 1
-        points = [(night, point) for night in history.nights for point in night.points]
-        figure.add_trace(
-            go.Scatter(
-                x=[night.label for night, _ in points],
-                y=[row.value(point) for _, point in points],
-                mode="markers",
-                marker={"color": "#999", "size": 6},
-                name="front points",
-                legendgroup="points",
-                showlegend=first,
-                hovertext=[_point_text(night, point) for night, point in points],
-                hoverinfo="text+y",
-            ),
-            row=index,
-            col=1,
-        )
-        figure.add_trace(
-            go.Scatter(
-                x=labels,
-                y=[row.best(night) for night in history.nights],
-                mode="lines+markers",
-                line={"color": "#1f5fa8"},
-                name="best of the front",
-                legendgroup="best",
-                showlegend=first,
-                hovertext=[escape(night.study) for night in history.nights],
-            ),
-            row=index,
-            col=1,
-        )
-        regressed = [night for night in history.nights if row.figure in night.regressed]
-        figure.add_trace(
-            go.Scatter(
-                x=[night.label for night in regressed],
-                y=[row.best(night) for night in regressed],
-                mode="markers",
-                marker={"color": "#c0392b", "symbol": "x", "size": 14},
-                name="regressed since the night before",
-                legendgroup="regressed",
-                showlegend=first,
-                hovertext=[escape(f"{night.study}: {night.verdict()}") for night in regressed],
-                hoverinfo="text",
-            ),
-            row=index,
-            col=1,
-        )
+        for trace in (
+            _points_trace(history, row, first),
+            _best_trace(history, row, first),
+            _regressed_trace(history, row, first),
+        ):
+            figure.add_trace(trace, row=index, col=1)
         if row.log:
             figure.update_yaxes(type="log", row=index, col=1)
     figure.update_xaxes(type="category", categoryorder="array", categoryarray=labels)
     figure.update_layout(height=190 * len(rows) + 190, margin={"t": 60}, legend={"orientation": "h", "y": 1.08})
     return figure
+
+
+def _points_trace(history: History, row: Row, first: bool) -> go.Scatter:
+    """Every front point of every night, a small grey dot."""
+    points = [(night, point) for night in history.nights for point in night.points]
+    return go.Scatter(
+        x=[night.label for night, _ in points],
+        y=[row.value(point) for _, point in points],
+        mode="markers",
+        marker={"color": "#999", "size": 6},
+        name="front points",
+        legendgroup="points",
+        showlegend=first,
+        hovertext=[_point_text(night, point) for night, point in points],
+        hoverinfo="text+y",
+    )
+
+
+def _best_trace(history: History, row: Row, first: bool) -> go.Scatter:
+    """Each night's best of the front, as a line."""
+    return go.Scatter(
+        x=[night.label for night in history.nights],
+        y=[row.best(night) for night in history.nights],
+        mode="lines+markers",
+        line={"color": "#1f5fa8"},
+        name="best of the front",
+        legendgroup="best",
+        showlegend=first,
+        hovertext=[escape(night.study) for night in history.nights],
+    )
+
+
+def _regressed_trace(history: History, row: Row, first: bool) -> go.Scatter:
+    """A red cross where a night regressed on this row's figure."""
+    regressed = [night for night in history.nights if row.figure in night.regressed]
+    return go.Scatter(
+        x=[night.label for night in regressed],
+        y=[row.best(night) for night in regressed],
+        mode="markers",
+        marker={"color": "#c0392b", "symbol": "x", "size": 14},
+        name="regressed since the night before",
+        legendgroup="regressed",
+        showlegend=first,
+        hovertext=[escape(f"{night.study}: {night.verdict()}") for night in regressed],
+        hoverinfo="text",
+    )
 
 
 def _point_text(night: NightSummary, point: FrontPoint) -> str:
@@ -166,63 +171,6 @@ def _table(history: History) -> str:
         rows.append(f"<tr class='{css}'>" + "".join(f"<td>{escape(cell)}</td>" for cell in cells) + "</tr>")
     head = "".join(f"<th>{escape(name)}</th>" for name in history_headings(history))
     return f"<table id='nights'><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
-
-
-HEADINGS = (
-    "night",
-    "study",
-    "trials",
-    "front",
-    "best tok/s",
-    "lowest memory",
-    "lowest KL",
-    "best tokens / greedy",
-    "vs the night before",
-)
-CAPACITY_HEADINGS = ("SLO", "capacity of the fastest")
-
-
-def history_headings(history: History) -> tuple[str, ...]:
-    """The nights' columns (this page's table and `autotune history`'s); where a night was searched within an SLO,
-    the SLO and the fastest point's capacity before the verdict: its row's figures are at capacity within that SLO."""
-    if not any(night.target or night.fastest_capacity for night in history.nights):
-        return HEADINGS
-    return (*HEADINGS[:-1], *CAPACITY_HEADINGS, HEADINGS[-1])
-
-
-def night_cells(history: History, night: NightSummary) -> list[str]:
-    """One night's row under history_headings."""
-    change = night.best_change(history.before(night))
-    cells = [
-        night.label,
-        night.study,
-        str(night.launched),
-        str(len(night.points)),
-        _number(night.best_throughput, "{:.1f}") + (f" ({change:+.1%})" if change is not None else ""),
-        format_bytes(night.lowest_memory_gb * 1e9) if night.lowest_memory_gb is not None else "-",
-        _number(night.lowest_kl, "{:.2e}"),
-        f"{_percent(night.best_token_agreement)} / {_percent(night.best_greedy_agreement)}",
-    ]
-    if len(history_headings(history)) > len(HEADINGS):
-        cells += [describe_slo(night.target.slo) if night.target else "none", _fastest(night.fastest_capacity)]
-    return [*cells, night.verdict()]
-
-
-def _fastest(found: AtCapacity | None) -> str:
-    """ "batch 16: 2055 generated tok/s end to end per GPU, $0.137 per 1M tokens"."""
-    if found is None or found.size is None or found.tokens_per_s_per_device is None:
-        return "-"
-    figures = f"{found.tokens_per_s_per_device:.4g} generated tok/s end to end per {found.device}"
-    cost = found.cost_per_million_tokens
-    return f"{found.unit.size_text(found.size)}: {figures}" + (f", ${cost:.4g} per 1M tokens" if cost else "")
-
-
-def _percent(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1%}"
-
-
-def _number(value: float | None, template: str) -> str:
-    return "-" if value is None else template.format(value)
 
 
 _PAGE = """<!DOCTYPE html>

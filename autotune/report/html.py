@@ -7,27 +7,28 @@ page: nothing from a trial can add markup or script.
 
 from __future__ import annotations
 
-import math
 from html import escape
 from pathlib import Path
 
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
-from autotune.analysis.capacity import Terms
 from autotune.figures.constraints import Constraint
 from autotune.figures.metrics import (
     GREEDY_AGREEMENT,
     KL_DIVERGENCE,
-    PEAK_MEMORY,
+    PEAK_MEMORY_BYTES,
+    PERPLEXITY,
     THROUGHPUT,
     TOKEN_AGREEMENT,
     TOP1_AGREEMENT,
+    TPOT,
+    TTFT,
 )
-from autotune.figures.quality import path_note
+from autotune.report.capacity_chart import capacity_chart
+from autotune.report.cards import card_facts
 from autotune.report.ceiling import ceiling_section
 from autotune.report.charts import (
-    capacity_chart,
     front_chart,
     importance_chart,
     parallel_chart,
@@ -36,8 +37,9 @@ from autotune.report.charts import (
 )
 from autotune.report.data import FailureGroup, ParetoCard, ReportData
 from autotune.report.pages import write_page
-from autotune.report.serving import load_facts, load_table
+from autotune.report.serving import load_table
 from autotune.study import TrialRecord
+from autotune.study.opened import Terms
 from autotune.units import format_bytes, format_duration
 from autotune.workloads import describe_workload
 
@@ -123,70 +125,6 @@ def _cards(data: ReportData) -> str:
     if not data.cards:
         return f"<p>No configuration is on the front: {escape(data.empty_front_reason())}.</p>"
     return "".join(_card(card, index) for index, card in enumerate(data.cards))
-
-
-def card_facts(card: ParetoCard) -> list[str]:
-    """The card's figures as sentences: speed and memory vs the baseline, quality vs the reference. With a capacity,
-    first where it is and why the probe stopped there, and beside each figure measured there, the size and the SLO."""
-    m = card.record.metrics
-    found = card.at_capacity
-    at = f" at {found.where}" if found is not None and found.size is not None else ""
-    speed = f"{m[THROUGHPUT.name]:.1f} tok/s{at}"
-    if card.speedup is not None:
-        speed += f": {card.speedup:.2f}× the baseline's throughput{card.baseline_words()}"
-    memory = f"peak memory {format_bytes(m.get('peak_memory_bytes', m[PEAK_MEMORY.name] * 1e9))}{at}"
-    if card.memory_saving is not None:
-        memory += f": {_memory_vs_baseline(card.memory_saving)}{card.baseline_words()}"
-    quality = f"quality loss vs the reference: KL {card.kl:.2e} nats/token" if card.kl is not None else ""
-    if card.top1_loss is not None:
-        quality += f", top-1 disagreement {card.top1_loss * 100:.1f}%"
-    if card.perplexity_change is not None:
-        quality += f", perplexity {_signed_percent(card.perplexity_change)}"
-    agreements = [(metric, m[metric.name]) for metric in (TOKEN_AGREEMENT, GREEDY_AGREEMENT) if metric.name in m]
-    agreed = ", ".join(
-        f"{metric.label.removesuffix(' with reference')} {value * 100:.1f}%" for metric, value in agreements
-    )
-    if agreed:
-        quality += f"; with the reference's greedy tokens: {agreed}"
-    if note := path_note(card.record.quality_path):
-        quality += f" ({note})"
-    facts = [found.capacity_line()] if found is not None else []
-    facts += [speed, memory, quality, _bandwidth(card, at)]
-    if found is not None:
-        facts.append(found.figures_line())  # per device, per hour, per million tokens, at its capacity
-    elif card.cost_per_million_tokens_usd is not None:
-        facts.append(f"${card.cost_per_million_tokens_usd:.4g} per 1M generated tokens")
-    ttft, per_token = m.get("ttft_s", math.nan) * 1000, m.get("tpot_s", math.nan) * 1000
-    facts.append(f"ttft {ttft:.1f} ms, {per_token:.2f} ms/token{at}")
-    if card.record.serve:
-        facts += load_facts(card.record.serve, m)
-    elif "energy_j_per_token" in m:
-        facts.append(f"{m['energy_j_per_token']:.3g} J per generated token (GPU energy counter)")
-    return [fact for fact in facts if fact]
-
-
-def _memory_vs_baseline(saving: float) -> str:
-    """saving = 1 - memory / baseline memory, as words whose sign matches them."""
-    percent = f"{abs(saving) * 100:.0f}%"
-    if percent == "0%":
-        return "the same as the baseline's"
-    return f"{percent} less than the baseline's" if saving > 0 else f"{percent} more than the baseline's"
-
-
-def _bandwidth(card: ParetoCard, at: str = "") -> str:
-    """Decode's achieved memory bandwidth, and its share of the profile's peak where that peak is real."""
-    bandwidth = card.achieved_bandwidth_gb_s
-    if bandwidth is None:
-        return ""
-    achieved = f"{bandwidth:.3g} GB/s of memory bandwidth achieved in decode{at}"
-    if card.roofline_fraction is None:
-        return achieved
-    return f"{achieved}, {card.roofline_fraction * 100:.2g}% of the profile's peak (the roofline)"
-
-
-def _signed_percent(fraction: float) -> str:
-    text = f"{fraction * 100:+.2f}%"
-    return "0.00%" if text in ("+0.00%", "-0.00%") else text
 
 
 def _card(card: ParetoCard, index: int) -> str:
@@ -384,14 +322,14 @@ def _trial_row(data: ReportData, record: TrialRecord, on_front: bool) -> str:
         record.outcome or "",
         _config_text(record),
         _number(m.get(THROUGHPUT.name), "{:.1f}"),
-        _number(m.get("ttft_s"), "{:.1f} ms", 1000),
-        _number(m.get("tpot_s"), "{:.2f}", 1000),
-        format_bytes(m.get("peak_memory_bytes")) if m else "-",
+        _number(m.get(TTFT.name), "{:.1f} ms", 1000),
+        _number(m.get(TPOT.name), "{:.2f}", 1000),
+        format_bytes(m.get(PEAK_MEMORY_BYTES)) if m else "-",
         _number(m.get(KL_DIVERGENCE.name), "{:.2e}"),
         _number(m.get(TOP1_AGREEMENT.name), "{:.1f}%", 100),
         _number(m.get(TOKEN_AGREEMENT.name), "{:.1f}%", 100),
         _number(m.get(GREEDY_AGREEMENT.name), "{:.1f}%", 100),
-        _number(m.get("perplexity"), "{:.2f}"),
+        _number(m.get(PERPLEXITY.name), "{:.2f}"),
         format_duration(record.duration_s) if record.duration_s else "-",
     ]
     if data.capacities:

@@ -6,29 +6,43 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
+from autotune.figures.metrics import (
+    E2E_P95,
+    ENERGY_PER_TOKEN,
+    ERRORS,
+    GOODPUT,
+    IN_FLIGHT_PEAK,
+    ITL_P95,
+    OUTPUT_TOK_S,
+    REQUESTS_PER_S,
+    SLO_SHARE,
+    TTFT_P50,
+    TTFT_P95,
+)
 from autotune.figures.slo import describe_slo
 from autotune.units import format_bytes
+from autotune.workloads.capacity import Capacity
 
 _COLUMNS = (
-    ("completed req/s", "requests_per_s", 1.0, "{:.2f}"),
-    ("goodput req/s", "goodput_req_s", 1.0, "{:.2f}"),
-    ("output tok/s", "output_tok_s", 1.0, "{:.1f}"),
-    ("TTFT p50 ms", "ttft_p50_s", 1000.0, "{:.1f}"),
-    ("TTFT p95 ms", "ttft_p95_s", 1000.0, "{:.1f}"),
-    ("ITL p95 ms", "itl_p95_s", 1000.0, "{:.2f}"),
-    ("e2e p95 ms", "e2e_p95_s", 1000.0, "{:.0f}"),
-    ("in flight at most", "in_flight_peak", 1.0, "{:.0f}"),
-    ("errors", "errors", 1.0, "{:.0f}"),
-    ("within the SLO", "slo_share", 100.0, "{:.1f}%"),
+    ("completed req/s", REQUESTS_PER_S.name, 1.0, "{:.2f}"),
+    ("goodput req/s", GOODPUT.name, 1.0, "{:.2f}"),
+    ("output tok/s", OUTPUT_TOK_S, 1.0, "{:.1f}"),
+    ("TTFT p50 ms", TTFT_P50, 1000.0, "{:.1f}"),
+    ("TTFT p95 ms", TTFT_P95, 1000.0, "{:.1f}"),
+    ("ITL p95 ms", ITL_P95, 1000.0, "{:.2f}"),
+    ("e2e p95 ms", E2E_P95, 1000.0, "{:.0f}"),
+    ("in flight at most", IN_FLIGHT_PEAK, 1.0, "{:.0f}"),
+    ("errors", ERRORS.name, 1.0, "{:.0f}"),
+    ("within the SLO", SLO_SHARE, 100.0, "{:.1f}%"),
 )
 
 
 def load_facts(serve: dict[str, Any], metrics: dict[str, float]) -> list[str]:
     """Sentences for a serve trial's card: goodput under the SLOs, errors, energy where measured."""
     slo = describe_slo(serve.get("slo") or {}) or "no SLO given: every completed request counts"
-    facts = [f"goodput {metrics.get('goodput_req_s', 0.0):.2f} req/s ({slo}), {metrics.get('errors', 0):.0f} failed"]
-    if "energy_j_per_token" in metrics:
-        facts.append(f"{metrics['energy_j_per_token']:.3g} J per generated token (GPU energy counter)")
+    facts = [f"goodput {metrics.get(GOODPUT.name, 0.0):.2f} req/s ({slo}), {metrics.get(ERRORS.name, 0):.0f} failed"]
+    if ENERGY_PER_TOKEN.name in metrics:
+        facts.append(f"{metrics[ENERGY_PER_TOKEN.name]:.3g} J per generated token (GPU energy counter)")
     return facts
 
 
@@ -58,25 +72,22 @@ def _verdict(level: dict[str, Any]) -> str:
     return "sustained" if level["verdict"] == "met" else f"refused: {level.get('reason', '')}"
 
 
-def deployed_command(serve: dict[str, Any], capacity: dict[str, Any] | None) -> str:
+def deployed_command(serve: dict[str, Any], capacity: Capacity | None) -> str:
     """The command that ran, then, as comments, the load it was measured to sustain within the SLO and what the
     server held there: requests in flight, continuous batching's tokens per forward pass."""
     command = serve["command"]
-    if not capacity:
+    if capacity is None:
         return command
-    slo = describe_slo(capacity.get("slo") or {})
-    lines = [command, f"# capacity within {slo}: {capacity.get('said', '')}"]
-    met = [point for point in capacity.get("points", []) if point["verdict"] == "met"]
-    if met:
-        chosen = max(met, key=lambda point: point["size"])
-        unit = capacity.get("unit", "load")
-        lines.append(f"# at {unit} {chosen['size']:g}: {_held(chosen['figures'], serve['argv'])}")
+    lines = [command, f"# capacity within {describe_slo(capacity.slo)}: {capacity.found()}"]
+    chosen = capacity.chosen
+    if chosen is not None:
+        lines.append(f"# at {capacity.unit.name} {chosen.size:g}: {_held(chosen.figures, serve['argv'])}")
     return "\n".join(lines)
 
 
 def _held(figures: dict[str, float], argv: list[str]) -> str:
-    served = f"{figures.get('requests_per_s', 0.0):.2f} req/s and {figures.get('output_tok_s', 0.0):.1f} output tok/s"
-    in_flight = f"at most {figures.get('in_flight_peak', 0.0):.0f} requests in flight at once"
+    served = f"{figures.get(REQUESTS_PER_S.name, 0.0):.2f} req/s and {figures.get(OUTPUT_TOK_S, 0.0):.1f} output tok/s"
+    in_flight = f"at most {figures.get(IN_FLIGHT_PEAK, 0.0):.0f} requests in flight at once"
     return f"{served}, {in_flight}; {_batching(argv)}"
 
 

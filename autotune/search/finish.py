@@ -5,14 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from autotune import study as studies
 from autotune.figures.metrics import Metric
 from autotune.report import default_report_path
-from autotune.report.data import ParetoCard, collect
+from autotune.report.data import ParetoCard, report_data
 from autotune.report.html import write_report
 from autotune.search.events import SearchSummary
 from autotune.space import Config
 from autotune.study.artifacts import attach_report
+from autotune.study.opened import OpenedStudy
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class Finished:
 
 def finish(summary: SearchSummary, report: Path | None, artifacts: str | None) -> Finished:
     """Read the study back, write its report (default reports/<study>.html) and attach it to the study."""
-    data = collect(studies.load_stored_study(summary.storage, summary.study_name), summary.storage)
+    data = report_data(OpenedStudy.open(summary.study_name, summary.storage))
     path = write_report(data, report or default_report_path(summary.study_name))
     return Finished(
         summary=summary,

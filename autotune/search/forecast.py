@@ -20,7 +20,23 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-from autotune.figures.metrics import OBJECTIVES, Metric
+from autotune.figures.metrics import (
+    ACHIEVED_BANDWIDTH,
+    COST_PER_MILLION_TOKENS,
+    E2E_THROUGHPUT,
+    ENERGY_PER_TOKEN,
+    GOODPUT,
+    KL_DIVERGENCE,
+    LATENCY_FIGURES,
+    OBJECTIVES,
+    PEAK_MEMORY,
+    REQUESTS_PER_S,
+    THROUGHPUT,
+    TPOT,
+    TTFT,
+    Metric,
+    percentile_name,
+)
 from autotune.search.changes import Changes
 from autotune.search.durations import Durations
 from autotune.space import KNOBS, Config, SearchSpace, config_key
@@ -30,14 +46,14 @@ Measured = tuple[Config, Mapping[str, float]]  # a complete trial's configuratio
 
 # How each figure moves with a knob's expected effects. Figures not named here are not forecast (kept as measured).
 FASTER_IS_HIGHER = frozenset(
-    {"throughput_tok_s", "e2e_throughput_tok_s", "goodput_req_s", "requests_per_s", "achieved_bandwidth_gb_s"}
+    {metric.name for metric in (THROUGHPUT, E2E_THROUGHPUT, GOODPUT, REQUESTS_PER_S, ACHIEVED_BANDWIDTH)}
 )
 FASTER_IS_LOWER = frozenset(
-    {"ttft_s", "tpot_s", "energy_j_per_token", "cost_per_million_tokens_usd"}
-    | {f"{figure}_p{q}_s" for figure in ("ttft", "itl", "e2e") for q in (50, 95, 99)}
+    {metric.name for metric in (TTFT, TPOT, ENERGY_PER_TOKEN, COST_PER_MILLION_TOKENS)}
+    | {percentile_name(figure, q) for figure in LATENCY_FIGURES for q in (50, 95, 99)}
 )
-MEMORY = "peak_memory_gb"
-KL = "kl_divergence"
+MEMORY = PEAK_MEMORY.name
+KL = KL_DIVERGENCE.name
 MEASUREMENT_SPREAD = 0.1  # run-to-run noise of a measured effect, on the log scale
 
 
@@ -256,9 +272,9 @@ class Forecaster:
 
 def _measured_difference(before: Mapping[str, float], after: Mapping[str, float]) -> _Effect:
     """What a measured change did: throughput (or per-token latency), memory and KL, on the forecast's scales."""
-    speed = _log_ratio(after, before, "throughput_tok_s")
+    speed = _log_ratio(after, before, THROUGHPUT.name)
     if speed is None:
-        inverse = _log_ratio(after, before, "tpot_s")
+        inverse = _log_ratio(after, before, TPOT.name)
         speed = -inverse if inverse is not None else 0.0
     memory = _log_ratio(after, before, MEMORY) or 0.0
     kl = after.get(KL, 0.0) - before.get(KL, 0.0) if KL in after and KL in before else 0.0

@@ -39,6 +39,7 @@ from autotune.search.loop import TrialLoop
 from autotune.search.prepare import Prepared, machine_notes, prepare
 from autotune.search.session import Checked, Session, check_search, check_worker, open_session
 from autotune.specs import BudgetSpec, SearchRequest, WorkerRequest
+from autotune.study.opened import OpenedStudy
 
 
 def run_search(request: SearchRequest, events: SearchEvents) -> SearchSummary:
@@ -66,8 +67,8 @@ def _check(request: SearchRequest, events: SearchEvents) -> Checked:
 
 def _with_best(summary: SearchSummary, study: optuna.Study) -> SearchSummary:
     """The summary, with when each objective's best figure was found."""
-    objectives = studies.stored_settings(study).objective_metrics
-    found = best_found(studies.records(study), objectives, studies.search_runs(study))
+    opened = OpenedStudy.of(study, summary.storage)
+    found = best_found(opened.records, opened.settings.objective_metrics, opened.runs)
     return replace(summary, best=tuple(found))
 
 

@@ -15,7 +15,6 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune import study as studies
-from autotune.analysis.pareto import front_numbers
 from autotune.errors import UserError
 from autotune.figures.constraints import Constraint, parse_constraints
 from autotune.figures.objectives import ENERGY, check_available
@@ -29,6 +28,7 @@ from autotune.specs import HardwareSpec, ModelSpec, QualitySpec, SearchRequest, 
 from autotune.study import StudySettings, artifacts
 from autotune.study.claims import Claims
 from autotune.study.patience import PatientStorage
+from autotune.study.records import front_numbers
 from autotune.study.recovery import LogAttacher, Recovery
 from autotune.workloads import metrics_of_one_kind
 
@@ -266,7 +266,7 @@ def _joined(worker: WorkerRequest, stored: StudySettings) -> SearchRequest:
     return SearchRequest(
         model=ModelSpec(stored.model, revision=stored.revision, trust_remote_code=worker.trust_remote_code),
         hardware=HardwareSpec(device=worker.device),
-        workload=WorkloadSpec(**stored.workload),
+        workload=WorkloadSpec.from_json(stored.workload),
         quality=QualitySpec.from_stored(stored.quality),
         budget=worker.budget,
         storage=worker.storage,

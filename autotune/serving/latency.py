@@ -14,6 +14,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from autotune.figures.metrics import (
+    E2E_THROUGHPUT,
+    ERRORS,
+    GOODPUT,
+    IN_FLIGHT_PEAK,
+    ITL_P50,
+    ITL_P95,
+    OUTPUT_TOK_S,
+    REQUESTS,
+    REQUESTS_PER_S,
+    SLO_SHARE,
+    THROUGHPUT,
+    TPOT,
+    TPOT_P95,
+    TTFT,
+    TTFT_P50,
+    TTFT_P95,
+)
 from autotune.figures.slo import PERCENTILES
 from autotune.figures.stats import Summary, percentile
 from autotune.serving.load import RequestRecord
@@ -63,15 +81,15 @@ def level_figures(level: float, records: Sequence[RequestRecord], slo: dict[str,
     met = sum(meets_slo(record, slo) for record in done)
     return {
         "load": level,
-        "requests": len(records),
-        "errors": len(records) - len(done),
+        REQUESTS: len(records),
+        ERRORS.name: len(records) - len(done),
         "duration_s": duration,
-        "requests_per_s": len(done) / duration if duration > 0 else 0.0,
-        "output_tok_s": sum(record.tokens for record in done) / duration if duration > 0 else 0.0,
-        "goodput_req_s": met / duration if duration > 0 else 0.0,
-        "slo_share": met / len(records) if records else 0.0,  # of the requests sent, those that met the SLO
+        REQUESTS_PER_S.name: len(done) / duration if duration > 0 else 0.0,
+        OUTPUT_TOK_S: sum(record.tokens for record in done) / duration if duration > 0 else 0.0,
+        GOODPUT.name: met / duration if duration > 0 else 0.0,
+        SLO_SHARE: met / len(records) if records else 0.0,  # of the requests sent, those that met the SLO
         "slo_met": bool(done) and all(percentiles.get(name, float("inf")) <= bound for name, bound in slo.items()),
-        "in_flight_peak": float(in_flight_peak(records)),
+        IN_FLIGHT_PEAK: float(in_flight_peak(records)),
         **percentiles,
     }
 
@@ -105,25 +123,25 @@ def serve_figures(
         raise RuntimeError(f"every request to transformers serve failed; the first: {first_error}")
     counted = [level for level in per_level if at is None or level["load"] == at]
     pooled = [record for record in measured if at is None or record.level == at]
-    best_tok_s = max(level["output_tok_s"] for level in counted)
+    best_tok_s = max(level[OUTPUT_TOK_S] for level in counted)
     metrics = {
         **latency_percentiles(pooled),
-        "requests": float(len(measured)),
-        "errors": float(len(measured) - len(done)),
-        "requests_per_s": max(level["requests_per_s"] for level in counted),
-        "goodput_req_s": max(level["goodput_req_s"] for level in counted),
-        "throughput_tok_s": best_tok_s,
-        "e2e_throughput_tok_s": best_tok_s,
+        REQUESTS: float(len(measured)),
+        ERRORS.name: float(len(measured) - len(done)),
+        REQUESTS_PER_S.name: max(level[REQUESTS_PER_S.name] for level in counted),
+        GOODPUT.name: max(level[GOODPUT.name] for level in counted),
+        THROUGHPUT.name: best_tok_s,
+        E2E_THROUGHPUT.name: best_tok_s,
     }
     metrics |= {
-        "ttft_s": metrics.get("ttft_p50_s", 0.0),
-        "ttft_p95_s": metrics.get("ttft_p95_s", 0.0),
-        "tpot_s": metrics.get("itl_p50_s", 0.0),
-        "tpot_p95_s": metrics.get("itl_p95_s", 0.0),
+        TTFT.name: metrics.get(TTFT_P50, 0.0),
+        TTFT_P95: metrics.get(TTFT_P95, 0.0),
+        TPOT.name: metrics.get(ITL_P50, 0.0),
+        TPOT_P95: metrics.get(ITL_P95, 0.0),
     }
     answered = [record for record in pooled if record.ok] or done
     stats = {
-        "ttft_s": Summary.of([record.ttft_s for record in answered]).to_json(),
+        TTFT.name: Summary.of([record.ttft_s for record in answered]).to_json(),
         "itl_s": Summary.of([gap for record in answered for gap in record.gaps_s] or [0.0]).to_json(),
         "e2e_s": Summary.of([record.e2e_s for record in answered]).to_json(),
     }

@@ -13,9 +13,11 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.figures.constraints import Constraint, violations
 from autotune.figures.metrics import OBJECTIVES, Metric
-from autotune.figures.quality import PREFILL, stored_path
+from autotune.figures.quality import PREFILL
 from autotune.process.results import Outcome, TaskResult
 from autotune.space import Config, config_key
+from autotune.study import migrations
+from autotune.workloads.capacity import Capacity
 
 log = logging.getLogger(__name__)
 FAIL_REASON_ATTR = "fail_reason"  # one line, on every failed trial, where Optuna's tools show it
@@ -48,9 +50,7 @@ class TrialRecord:
     constraints: dict[str, float] = field(default_factory=dict)  # Optuna's values: feasible when all <= 0
     finished_at: datetime | None = None
     serve: dict[str, Any] | None = None  # serve workload: the command that ran, figures per load level
-    # an SLO or a capacity probe: the points measured and their verdicts (autotune.workloads.capacity.Capacity),
-    # "unit" (batch, rate or concurrency) and "said" (what the probe found, one line)
-    capacity: dict[str, Any] | None = None
+    capacity: Capacity | None = None  # an SLO or a capacity probe: its unit, target, points and what stopped it
     blame: dict[str, Any] | None = None  # failed: {"knob", "value", "certain"}, the value its failure points at
     quality_path: str = PREFILL  # where its quality figures came from (autotune.figures.quality)
 
@@ -80,7 +80,7 @@ class TrialRecord:
         return cls(
             number=trial.number,
             state=trial.state.name,
-            config=attrs.get("config") or dict(trial.params),
+            config=migrations.trial_config(attrs.get("config"), trial.params),
             roles=tuple(attrs.get("roles", ())),
             outcome=outcome,
             message=message,
@@ -99,9 +99,9 @@ class TrialRecord:
             constraints=dict(trial.constraints),
             finished_at=trial.datetime_complete,
             serve=attrs.get("serve"),
-            capacity=attrs.get("capacity"),
+            capacity=Capacity.from_json(migrations.capacity(attrs["capacity"])) if attrs.get("capacity") else None,
             blame=attrs.get("blame"),
-            quality_path=stored_path(attrs.get("quality_path")),
+            quality_path=migrations.quality_path(attrs.get("quality_path")),
         )
 
 
@@ -114,6 +114,12 @@ def interrupted_message(owner: dict[str, Any]) -> str:
 
 def records(study: optuna.Study) -> list[TrialRecord]:
     return [TrialRecord.from_frozen(trial) for trial in study.get_trials(deepcopy=False)]
+
+
+def front_numbers(study: optuna.Study) -> set[int]:
+    """The numbers of the study's trials on its front: Optuna's `best_trials` (the non-dominated complete trials,
+    feasible ones only when the study has constraints)."""
+    return {trial.number for trial in study.best_trials}
 
 
 def measured_keys(study: optuna.Study) -> dict[str, int]:

@@ -12,8 +12,10 @@ import optuna
 
 from autotune.errors import StudyMismatchError, UserError
 from autotune.figures.constraints import MEETS_SLO, Constraint, parse_constraints
-from autotune.figures.metrics import OBJECTIVES, Metric, objectives_named
+from autotune.figures.metrics import OBJECTIVES, PERPLEXITY, Metric, objectives_named
 from autotune.space import SearchSpace
+from autotune.specs import WorkloadSpec
+from autotune.study import migrations
 from autotune.study.optuna_internals import set_study_system_attr, study_system_attrs
 from autotune.workloads import describe_workload, workload_as_run
 
@@ -54,7 +56,7 @@ class PreparedFacts:
             "model_info": self.model_info,
             "model_path": self.model_path,
             "environment": self.environment,
-            "reference": {"config": self.reference_config, "perplexity": self.reference_perplexity},
+            "reference": {"config": self.reference_config, PERPLEXITY.name: self.reference_perplexity},
             "baseline": {"config": self.baseline_config},
             "device": self.device,
             "hardware_note": self.hardware_note,
@@ -68,7 +70,7 @@ class PreparedFacts:
             model_info=data.get("model_info") or {},
             environment=data.get("environment") or {},
             reference_config=reference.get("config"),
-            reference_perplexity=reference.get("perplexity"),
+            reference_perplexity=reference.get(PERPLEXITY.name),
             baseline_config=baseline.get("config"),
             device=data.get("device"),
             hardware_note=data.get("hardware_note"),
@@ -103,11 +105,22 @@ class StudySettings:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> StudySettings:
         values = {key: data.get(key) for key in cls.__dataclass_fields__}
-        values["workload"] = workload_as_run(data.get("workload") or {})
+        values["workload"] = migrations.workload(data.get("workload") or {})
+        values["profile"] = migrations.profile(data.get("profile") or {})
         values["prepared"] = PreparedFacts.from_json(data.get("extra") or {})
         values["constraints"] = list(data.get("constraints") or [])
-        values["objectives"] = list(data.get("objectives") or [metric.name for metric in OBJECTIVES])
+        values["objectives"] = migrations.objectives(data.get("objectives"))
         return cls(**values)
+
+    @property
+    def workload_spec(self) -> WorkloadSpec:
+        """The workload every trial of the study runs, as a spec."""
+        return WorkloadSpec.from_json(self.workload)
+
+    @property
+    def device_kind(self) -> str:
+        """The kind of the study's hardware profile: cuda or cpu."""
+        return self.profile.get("kind") or migrations.DEVICE_KIND
 
     def _bound(self, key: str) -> Any:
         """A binding setting as it compares: a workload as its trials run it (every field, each kind's own)."""

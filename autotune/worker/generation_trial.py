@@ -13,6 +13,18 @@ from typing import Any
 
 import torch
 
+from autotune.figures.metrics import (
+    CAPACITY,
+    COST_PER_MILLION_TOKENS,
+    E2E_THROUGHPUT,
+    GREEDY_AGREEMENT,
+    MEETS_SLO_FIGURE,
+    PEAK_MEMORY,
+    PEAK_MEMORY_BYTES,
+    THROUGHPUT,
+    TP_RANKS,
+    WARMUP,
+)
 from autotune.figures.quality import DECODE, GENERATE
 from autotune.process.results import Outcome, TaskDetails, TaskResult, TaskSpec, WorkloadSpec
 from autotune.space import rules
@@ -38,7 +50,7 @@ from autotune.worker.measurement.timing import repeat_until
 from autotune.worker.tasks import Phases, inject_fault, plant_model_fault
 from autotune.worker.tensor_parallel import ranks_of, shared_clock
 from autotune.workloads import KINDS
-from autotune.workloads.capacity import Capacity, Probe
+from autotune.workloads.capacity import Probe
 
 
 def run(spec: TaskSpec, phases: Phases) -> TaskResult:
@@ -65,7 +77,7 @@ def run(spec: TaskSpec, phases: Phases) -> TaskResult:
     sizes = spec.workload.batch_sizes or [KINDS[spec.workload.kind].requests(spec.workload)]
     probe = Probe(sizes, spec.workload.slo, spec.memory_limit_bytes)
     points = _climb(probe, lambda size: _measure_batch(spec, model, plan, tokenizer, size, memory, phases))
-    capacity = probe.capacity()
+    capacity = probe.capacity("batch")
     chosen = points[capacity.chosen.size if capacity.chosen else min(points)]
     workload_spec = replace(spec.workload, batch_size=int(chosen.size))
     with phases("quality"):
@@ -73,14 +85,18 @@ def run(spec: TaskSpec, phases: Phases) -> TaskResult:
     speed, stats = speed_figures(chosen.iterations, chosen.warmup[0])
     figures = _roofline_and_cost(spec, model, plan, workload_spec, speed)
     metrics = {**speed, **chosen.latency, **quality, **chosen.memory, **figures}
-    metrics["warmup_s"] = phases.timings["warmup"]
+    metrics[WARMUP.name] = phases.timings["warmup"]
     if ranks > 1:
-        metrics["tp_ranks"] = float(ranks)  # the memory figures are rank 0's: one shard and its share of the work
+        metrics[TP_RANKS] = float(ranks)  # the memory figures are rank 0's: one shard and its share of the work
     metrics |= energy_figures(chosen.joules, sum(len(row) for i in chosen.iterations for row in i.generated))
     details = TaskDetails(plan=plan.to_json() if plan != planned else None, quality_path=quality_path)
     if spec.workload.batch_sizes or spec.workload.slo:
-        metrics |= {"capacity": chosen.size if capacity.chosen else 0.0, "meets_slo": float(bool(capacity.chosen))}
-        details.capacity = {**capacity.to_json(), "unit": "batch", "said": _said(capacity)}
+        found = {
+            CAPACITY.name: chosen.size if capacity.chosen else 0.0,
+            MEETS_SLO_FIGURE.name: float(bool(capacity.chosen)),
+        }
+        metrics |= found
+        details.capacity = capacity.to_json()
     return TaskResult(Outcome.OK, metrics=metrics, stats=stats, environment=environment(spec.device), details=details)
 
 
@@ -100,7 +116,7 @@ class MeasuredBatch:
     def figures(self) -> dict[str, float]:
         """What the probe judges it by: its speed, its latency percentiles, its peak memory."""
         speed, _ = speed_figures(self.iterations, self.warmup[0])
-        return {**speed, **self.latency, "peak_memory_bytes": self.memory["peak_memory_bytes"]}
+        return {**speed, **self.latency, PEAK_MEMORY_BYTES: self.memory[PEAK_MEMORY_BYTES]}
 
 
 def _climb(probe: Probe, measure: Callable[[int], MeasuredBatch]) -> dict[float, MeasuredBatch]:
@@ -143,7 +159,7 @@ def _measure_batch(
         joules = energy.joules()
         peak = memory.peak_bytes()
         generation.close()
-    measured = {**memory.details(), "peak_memory_bytes": float(peak), "peak_memory_gb": peak / 1e9}
+    measured = {**memory.details(), PEAK_MEMORY_BYTES: float(peak), PEAK_MEMORY.name: peak / 1e9}
     return MeasuredBatch(size, generation, iterations, warmup, latency_percentiles(iterations), measured, joules)
 
 
@@ -151,13 +167,6 @@ def _free_memory() -> None:
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-
-
-def _said(capacity: Capacity) -> str:
-    """What the probe found, in one line for the log and the report."""
-    if capacity.chosen is None:
-        return capacity.why_none("batch")
-    return f"batch {capacity.chosen.size:g} is the largest within the SLO; {capacity.why_stopped('batch')}"
 
 
 def refuse_what_cannot_run(config: dict[str, Any], plan: Plan) -> None:
@@ -183,7 +192,7 @@ def _quality(
     reference = load_reference(Path(spec.reference_path))  # type: ignore[arg-type] - checked in run()
     quality = judged_quality(forced, reference, reference_greedy, model.device)
     if reference_greedy is not None:
-        quality["greedy_agreement"] = prefix_agreement(generated, reference_greedy)
+        quality[GREEDY_AGREEMENT.name] = prefix_agreement(generated, reference_greedy)
     return quality, path
 
 
@@ -210,9 +219,9 @@ def _roofline_and_cost(spec: TaskSpec, model: Any, plan: Plan, workload: Workloa
     requests = KINDS[workload.kind].requests(workload)
     per_step = decode_bytes_per_step(weight_bytes, kv, requests, workload.input_len, workload.output_len)
     figures = {"weight_bytes": float(weight_bytes), "decode_bytes_per_step": per_step}
-    if spec.bandwidth_gb_s and speed["throughput_tok_s"] > 0:
-        figures |= roofline(speed["throughput_tok_s"], requests, per_step, spec.bandwidth_gb_s)
-    if spec.price_per_hour is not None and speed["e2e_throughput_tok_s"] > 0:
+    if spec.bandwidth_gb_s and speed[THROUGHPUT.name] > 0:
+        figures |= roofline(speed[THROUGHPUT.name], requests, per_step, spec.bandwidth_gb_s)
+    if spec.price_per_hour is not None and speed[E2E_THROUGHPUT.name] > 0:
         price = spec.price_per_hour
-        figures["cost_per_million_tokens_usd"] = cost_per_million_tokens(price, speed["e2e_throughput_tok_s"])
+        figures[COST_PER_MILLION_TOKENS.name] = cost_per_million_tokens(price, speed[E2E_THROUGHPUT.name])
     return figures

@@ -21,6 +21,16 @@ from typing import Any
 
 import psutil
 
+from autotune.figures.metrics import (
+    CAPACITY,
+    COST_PER_MILLION_TOKENS,
+    MEETS_SLO_FIGURE,
+    PEAK_MEMORY,
+    PEAK_MEMORY_BYTES,
+    REQUESTS_PER_S,
+    THROUGHPUT,
+    WARMUP,
+)
 from autotune.figures.quality import SERVED
 from autotune.process.results import Outcome, TaskDetails, TaskResult, TaskSpec
 from autotune.serving.latency import serve_figures
@@ -43,7 +53,7 @@ from autotune.worker.measurement.energy import EnergyCounter, energy_figures
 from autotune.worker.measurement.quality import judged_quality, load_reference
 from autotune.worker.measurement.speed import cost_per_million_tokens
 from autotune.workloads.capacity import Capacity, Probe
-from autotune.workloads.serve import ServeSpec, capacity_details, level_probe, level_requests
+from autotune.workloads.serve import ServeSpec, level_probe, level_requests
 
 HEALTH_TIMEOUT_S = 600.0
 MEMORY_SAMPLE_S = 0.1
@@ -85,23 +95,23 @@ def run(spec: TaskSpec, phases: Any) -> TaskResult:
         print(f"transformers serve log (end):\n{server.log_tail()}", file=sys.stderr)
         server.remove_log()
     slo = spec.workload.slo
-    capacity = probe.capacity()
+    capacity = probe.capacity(load.mode)
     at = _at(capacity, slo)
     metrics, stats, levels = serve_figures(records, slo, at)
     with phases("quality"):  # the server exposes no logits: the served configuration, through generate() here
         metrics |= _quality(spec, plan, tokenizer)
     metrics |= _memory(capacity, at) | energy_figures(joules, _generated_tokens(records))
-    metrics |= {"client_cpu_share": client_cpu, "warmup_s": phases.timings["load"]}
-    if spec.price_per_hour is not None and metrics["throughput_tok_s"] > 0:  # at the trial's level, as its throughput
+    metrics |= {"client_cpu_share": client_cpu, WARMUP.name: phases.timings["load"]}
+    if spec.price_per_hour is not None and metrics[THROUGHPUT.name] > 0:  # at the trial's level, as its throughput
         price = spec.price_per_hour
-        metrics["cost_per_million_tokens_usd"] = cost_per_million_tokens(price, metrics["throughput_tok_s"])
+        metrics[COST_PER_MILLION_TOKENS.name] = cost_per_million_tokens(price, metrics[THROUGHPUT.name])
     serve = _details(argv, load, slo, _judged(levels, capacity, bool(slo)), server_cores, client_cores)
     served = {**serve, "server_pid": server.process.pid if server.process else None}
     details = TaskDetails(serve=served, quality_path=SERVED)
     if slo:
         chosen = capacity.chosen
-        metrics |= {"capacity": chosen.size if chosen else 0.0, "meets_slo": float(chosen is not None)}
-        details.capacity = capacity_details(capacity, load.mode, spec.workload.slo_share)
+        metrics |= {CAPACITY.name: chosen.size if chosen else 0.0, MEETS_SLO_FIGURE.name: float(chosen is not None)}
+        details.capacity = capacity.to_json()
     return TaskResult(Outcome.OK, metrics=metrics, stats=stats, environment=environment(spec.device), details=details)
 
 
@@ -126,7 +136,7 @@ def _at(capacity: Capacity, slo: dict[str, float]) -> float | None:
         return None
     if capacity.chosen is not None:
         return capacity.chosen.size
-    return next((point.size for point in capacity.points if point.figures.get("requests_per_s")), None)
+    return next((point.size for point in capacity.points if point.figures.get(REQUESTS_PER_S.name)), None)
 
 
 def _judged(levels: list[dict[str, Any]], capacity: Capacity, slo: bool) -> list[dict[str, Any]]:
@@ -135,7 +145,7 @@ def _judged(levels: list[dict[str, Any]], capacity: Capacity, slo: bool) -> list
     judged = []
     for level in levels:
         point = points[level["load"]]
-        memory = {"peak_memory_bytes": point.figures.get("peak_memory_bytes", 0.0)}
+        memory = {PEAK_MEMORY_BYTES: point.figures.get(PEAK_MEMORY_BYTES, 0.0)}
         verdict = {"verdict": point.verdict, "reason": point.reason} if slo else {}
         judged.append({**level, **memory, **verdict})
     return judged
@@ -183,7 +193,7 @@ class ServerWatch:
         self.peak = self._now()
 
     def figures(self) -> dict[str, float]:
-        return {"peak_memory_bytes": float(max(self.peak, self._now()))}
+        return {PEAK_MEMORY_BYTES: float(max(self.peak, self._now()))}
 
     def failure(self) -> str | None:
         try:
@@ -202,9 +212,9 @@ def _cpu_share(before: Any, wall_s: float) -> float:
 
 def _memory(capacity: Capacity, at: float | None) -> dict[str, float]:
     """The server's peak memory at the trial's level, else over every level."""
-    peaks = [point.figures.get("peak_memory_bytes", 0.0) for point in capacity.points if at in (None, point.size)]
+    peaks = [point.figures.get(PEAK_MEMORY_BYTES, 0.0) for point in capacity.points if at in (None, point.size)]
     peak = max(peaks, default=0.0)
-    return {"peak_memory_bytes": peak, "peak_memory_gb": peak / 1e9}
+    return {PEAK_MEMORY_BYTES: peak, PEAK_MEMORY.name: peak / 1e9}
 
 
 def _generated_tokens(records: list[RequestRecord]) -> float:

@@ -22,6 +22,7 @@ import torch
 
 from autotune.data import EVAL_TEXT
 from autotune.extras import why_missing
+from autotune.figures.metrics import PERPLEXITY
 from autotune.paths import demo_model_path
 from autotune.process import phases as phase_lines
 from autotune.process.results import (
@@ -221,7 +222,7 @@ def _ensure_reference(spec: TaskSpec, model: ModelSpec, tokenizer: Any, info: di
                 failures.append(f"{candidate.config}: {error}")
                 torch.cuda.empty_cache()
                 continue
-        perplexity = load_reference(logprobs_path)["perplexity"]
+        perplexity = load_reference(logprobs_path)[PERPLEXITY.name]
         return FoundReference(candidate.config, str(logprobs_path), str(greedy_path), perplexity)
     raise RuntimeError(f"no reference configuration fits in memory: {'; '.join(failures)}")
 

@@ -132,13 +132,13 @@ def workload_kind(name: str) -> WorkloadKind:
 def workload_as_run(stored: Mapping[str, Any]) -> dict[str, Any]:
     """A stored workload as its trials ran: studies and results written before the spec said so kept what the kind
     decides itself (a latency workload's batch size, 8 by default, though it ran one prompt at a time)."""
-    spec = WorkloadSpec(**stored)
+    spec = WorkloadSpec.from_json(stored)
     return KINDS[spec.kind].as_run(spec).to_json()
 
 
 def describe_workload(stored: Mapping[str, Any]) -> str:
     """One line: the kind and the shape of its trials, "latency, 1 prompt at a time, 128 tokens in, 64 out"."""
-    spec = WorkloadSpec(**stored)
+    spec = WorkloadSpec.from_json(stored)
     kind = KINDS[spec.kind]
     slo = f"; SLO {describe_slo(spec.slo)}" if spec.slo else ""
     if slo and kind.probes == "load":

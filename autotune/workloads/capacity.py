@@ -18,7 +18,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from autotune.errors import UserError
-from autotune.figures.slo import in_ms
+from autotune.figures.metrics import ERRORS, GOODPUT, PEAK_MEMORY_BYTES, REQUESTS, SLO_SHARE, THROUGHPUT
+from autotune.figures.slo import describe_slo, in_ms
 from autotune.units import format_bytes
 
 # met the SLO; refused: past it, out of memory, over the memory (measured or predicted), the server failed (serve)
@@ -94,12 +95,12 @@ def slo_misses(figures: dict[str, float], slo: dict[str, float]) -> list[str]:
 def share_misses(figures: dict[str, float], share: float) -> list[str]:
     """Why a load level is not sustained: too few of its requests met the SLO ("81% of requests within it < 95%"),
     and how many failed."""
-    within, sent = figures.get("slo_share", 0.0), figures.get("requests", 0.0)
+    within, sent = figures.get(SLO_SHARE, 0.0), figures.get(REQUESTS, 0.0)
     if within >= share:
         return []
     misses = [f"{round(within * sent):g} of {sent:g} requests within it ({within:.1%}) < {share:.0%}"]
-    if figures.get("errors"):
-        misses.append(f"{figures['errors']:g} of {figures.get('requests', 0):g} requests failed")
+    if figures.get(ERRORS.name):
+        misses.append(f"{figures[ERRORS.name]:g} of {figures.get(REQUESTS, 0):g} requests failed")
     return misses
 
 
@@ -146,11 +147,11 @@ class Probe:
     def predicted_peak(self, size: float) -> float | None:
         """Peak memory at `size`, on the line through the two largest measured points below it; None without two."""
         measured = sorted(
-            (p for p in self.points if "peak_memory_bytes" in p.figures and p.size < size), key=lambda p: p.size
+            (p for p in self.points if PEAK_MEMORY_BYTES in p.figures and p.size < size), key=lambda p: p.size
         )
         if len(measured) < 2:
             return None
-        (x0, y0), (x1, y1) = [(p.size, p.figures["peak_memory_bytes"]) for p in measured[-2:]]
+        (x0, y0), (x1, y1) = [(p.size, p.figures[PEAK_MEMORY_BYTES]) for p in measured[-2:]]
         return y1 + (y1 - y0) / (x1 - x0) * (size - x1)
 
     def too_big(self, size: float) -> Point | None:
@@ -164,7 +165,7 @@ class Probe:
     def record(self, size: float, figures: dict[str, float], detail: str = "") -> Point:
         """Judge a measured point: refused when its peak memory is above the limit, or when it misses the SLO;
         `detail` (the first failed request's error) follows the reason of a refusal."""
-        peak = figures.get("peak_memory_bytes")
+        peak = figures.get(PEAK_MEMORY_BYTES)
         if self.memory_limit is not None and peak is not None and peak > self.memory_limit:
             why = f"peak {format_bytes(peak)} > {format_bytes(self.memory_limit)}"
             return self.add(Point(size, "memory", figures, why))
@@ -194,49 +195,138 @@ class Probe:
     def first_refused(self) -> Point | None:
         return min((p for p in self.points if p.verdict != "met"), key=lambda p: p.size, default=None)
 
-    def capacity(self) -> Capacity:
-        return Capacity(list(self.points), self.slo)
+    def capacity(self, unit: str = "batch") -> Capacity:
+        """What the probe found, in the unit it climbed (batch, rate, concurrency)."""
+        points = list(self.points)
+        return Capacity(capacity_unit(unit), SloTarget(dict(self.slo), self.share), points, stop_of(points))
+
+
+@dataclass(frozen=True)
+class SloTarget:
+    """What a capacity is judged by: the latency bounds, and under load the share of requests that must meet them."""
+
+    slo: dict[str, float]
+    share: float | None = None  # None: a batch meets the SLO by its own percentiles
+
+    @property
+    def within(self) -> str:
+        """ "within itl_p95<=6ms", "within ttft_p95<=300ms for 95% of requests", or "with no SLO"."""
+        if not self.slo:
+            return "with no SLO"
+        share = f" for {self.share:.0%} of requests" if self.share is not None else ""
+        return f"within {describe_slo(self.slo)}{share}"
+
+    def differs(self, later: SloTarget) -> str | None:
+        """Why figures at capacity under this target and under `later` do not compare; None when they do."""
+        if self == later:
+            return None
+        return f"the earlier was searched {self.within}, the later {later.within}"
+
+
+LARGEST = "largest"  # a probe that tried every size it had to, each one met: it stopped at the largest
+
+
+@dataclass(frozen=True)
+class Stop:
+    """What ended a probe's climb: the size refused above its capacity, `why` its verdict; or `why` LARGEST, the
+    largest size it had to try, every one of them met."""
+
+    size: float
+    why: str  # a refusal's Verdict, or LARGEST
+
+    def to_json(self) -> dict[str, Any]:
+        return {"size": self.size, "why": self.why}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Stop:
+        return cls(data["size"], data["why"])
+
+
+def stop_of(points: list[Point]) -> Stop | None:
+    """What stopped a probe whose points these are (ascending): the smallest refused above the largest met, else the
+    largest tried; None when no point was measured."""
+    chosen = max((p for p in points if p.verdict == "met"), key=lambda p: p.size, default=None)
+    above = chosen.size if chosen else -math.inf
+    refused = min((p for p in points if p.verdict != "met" and p.size > above), key=lambda p: p.size, default=None)
+    if refused is not None:
+        return Stop(refused.size, refused.verdict)
+    return Stop(max(p.size for p in points), LARGEST) if points else None
 
 
 @dataclass(frozen=True)
 class Capacity:
-    """What a probe found: its points in ascending order, and the SLO they were judged by."""
+    """What a probe found, as a trial stores it: the unit it climbed, the target its points were judged by, its
+    points in ascending order, and what stopped it. Its words are made here, when it is shown."""
 
+    unit: CapacityUnit
+    target: SloTarget
     points: list[Point]
-    slo: dict[str, float]
+    stopped: Stop | None  # None: no point was measured
+
+    @property
+    def slo(self) -> dict[str, float]:
+        return self.target.slo
 
     @property
     def chosen(self) -> Point | None:
+        """The largest point that met the SLO: the capacity."""
         return max((p for p in self.points if p.verdict == "met"), key=lambda p: p.size, default=None)
 
     @property
     def refused(self) -> Point | None:
-        """The smallest refused point above the chosen one: why the probe stopped climbing."""
-        above = self.chosen.size if self.chosen else -math.inf
-        return min(
-            (p for p in self.points if p.verdict != "met" and p.size > above), key=lambda p: p.size, default=None
-        )
+        """The point refused above the chosen one: why the probe stopped climbing (None: none was refused)."""
+        stop = self.stopped
+        if stop is None or stop.why == LARGEST:
+            return None
+        return next((p for p in self.points if p.size == stop.size), None)
 
-    def why_stopped(self, unit: str) -> str:
-        """ "batch 64 refused: itl_p95 6.2 ms > 5 ms", or that the probe reached its largest size."""
-        refused = self.refused
-        if refused is None:
-            return f"every {unit} tried met the SLO (the largest: {_size(self.points[-1].size)})" if self.points else ""
-        return f"{unit} {_size(refused.size)} {REFUSED_WHY[refused.verdict]}: {refused.reason}"
+    def why_stopped(self) -> str:
+        """ "batch 64 past the SLO: itl_p95 6.2 ms > 5 ms", or that the probe reached its largest size."""
+        stop, name = self.stopped, self.unit.name
+        if stop is None:
+            return ""
+        if stop.why == LARGEST:
+            return f"every {name} tried met the SLO (the largest: {_size(stop.size)})"
+        reason = self.refused.reason if self.refused else ""
+        return f"{name} {_size(stop.size)} {REFUSED_WHY[stop.why]}: {reason}"
 
-    def why_none(self, unit: str) -> str:
+    def why_none(self) -> str:
         """Why no point met the SLO (a configuration with no capacity is off the front, with this reason)."""
-        first = self.points[0] if self.points else None
-        if first is None:
-            return f"no {unit} was measured"
-        return f"meets the SLO at no {unit}: {unit} {_size(first.size)} {REFUSED_WHY[first.verdict]}: {first.reason}"
+        if self.stopped is None:
+            return f"no {self.unit.name} was measured"
+        return f"meets the SLO at no {self.unit.name}: {self.why_stopped()}"
+
+    def found(self) -> str:
+        """What the probe found, in one line: "batch 16 is the largest within the SLO; batch 32 past the SLO: ...",
+        "rate 12 is the highest sustained (95% of requests within the SLO); rate 14 ...", or why none met it."""
+        chosen = self.chosen
+        if chosen is None:
+            return self.why_none()
+        at = f"{self.unit.name} {_size(chosen.size)}"
+        share = self.target.share
+        if share is None:
+            return f"{at} is the largest within the SLO; {self.why_stopped()}"
+        return f"{at} is the highest sustained ({share:.0%} of requests within the SLO); {self.why_stopped()}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"slo": dict(self.slo), "points": [point.to_json() for point in self.points]}
+        """As a trial stores it (TaskDetails.capacity, the trial's user attribute `capacity`)."""
+        share = {} if self.target.share is None else {"share": self.target.share}
+        stopped = self.stopped.to_json() if self.stopped else None
+        points = [point.to_json() for point in self.points]
+        return {"unit": self.unit.name, "slo": dict(self.slo), **share, "points": points, "stopped": stopped}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Capacity:
-        return cls([Point.from_json(point) for point in data.get("points", [])], dict(data.get("slo", {})))
+        """From the form to_json writes (older stored forms: autotune.study.migrations)."""
+        stopped = Stop.from_json(data["stopped"]) if data.get("stopped") else None
+        target = SloTarget(dict(data.get("slo", {})), data.get("share"))
+        return cls(capacity_unit(data["unit"]), target, [Point.from_json(p) for p in data.get("points", [])], stopped)
+
+    def shown(self) -> dict[str, Any]:
+        """As `autotune measure --json` shows it: its SLO, points and unit, the share of a load, and what it found."""
+        share = {} if self.target.share is None else {"share": self.target.share}
+        points = [point.to_json() for point in self.points]
+        return {"slo": dict(self.slo), "points": points, "unit": self.unit.name, **share, "said": self.found()}
 
 
 @dataclass(frozen=True)
@@ -290,8 +380,8 @@ class CapacityUnit:
         return self.said.format(size)
 
 
-_TOKENS = ("throughput_tok_s", "decode throughput (tokens/s)")
-_GOODPUT = ("goodput_req_s", "goodput (requests/s within the SLO)")
+_TOKENS = (THROUGHPUT.name, "decode throughput (tokens/s)")
+_GOODPUT = (GOODPUT.name, "goodput (requests/s within the SLO)")
 UNITS = {
     unit.name: unit
     for unit in (
@@ -305,4 +395,4 @@ UNITS = {
 def capacity_unit(name: str | None) -> CapacityUnit:
     """The unit a stored capacity names (a batch when it names none, as the first ones stored)."""
     name = name or "batch"
-    return UNITS.get(name) or CapacityUnit(name, name, "throughput_tok_s", "throughput (tokens/s)", name + " {:g}")
+    return UNITS.get(name) or CapacityUnit(name, name, THROUGHPUT.name, "throughput (tokens/s)", name + " {:g}")

@@ -13,7 +13,7 @@ from autotune.errors import UserError
 from autotune.extras import SERVE
 from autotune.specs import WorkloadSpec
 from autotune.workloads.base import SLO, Flag, WorkloadKind, register
-from autotune.workloads.capacity import Capacity, Probe, bisections, doubling, extent
+from autotune.workloads.capacity import Probe, bisections, doubling, extent
 
 MIN_LEVEL_S = 2.0  # the least a rate level sends for
 CLIENT_ROUNDS = 4  # requests per client at a concurrency level, at least
@@ -225,17 +225,3 @@ def _level_length(spec: WorkloadSpec) -> str:
     if load.mode == "rate":
         return f"each at least {load.requests_per_level} requests and {level_seconds(spec):g} s of arrivals"
     return f"each at least {load.requests_per_level} requests and {CLIENT_ROUNDS} per client"
-
-
-def capacity_details(capacity: Capacity, unit: str, share: float) -> dict[str, Any]:
-    """What a serve trial stores of its levels (TaskDetails.capacity): the points, the unit (rate or concurrency), the
-    share of requests a sustained level needs, and what was found, in one line."""
-    return {**capacity.to_json(), "unit": unit, "share": share, "said": _said(capacity, unit, share)}
-
-
-def _said(capacity: Capacity, unit: str, share: float) -> str:
-    """ "rate 12 is the highest sustained (95% of requests within the SLO); rate 14 past the SLO: ..."."""
-    if capacity.chosen is None:
-        return capacity.why_none(unit)
-    highest = f"{unit} {capacity.chosen.size:g} is the highest sustained ({share:.0%} of requests within the SLO)"
-    return f"{highest}; {capacity.why_stopped(unit)}"

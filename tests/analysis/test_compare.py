@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from autotune import study as studies
-from autotune.analysis.capacity import SloTarget, Terms
 from autotune.analysis.compare import DEFAULT_TOLERANCES, Tolerances, compare
-from autotune.analysis.pareto import front_numbers
+from autotune.study import front_numbers
+from autotune.study.opened import Terms
+from autotune.workloads.capacity import SloTarget
 from tests import fakes
 from tests.conftest import run_cli, run_main
 

@@ -12,9 +12,9 @@ import pytest
 from autotune import study as studies
 from autotune.analysis.compare import DEFAULT_TOLERANCES, compare
 from autotune.analysis.history import Night, history, in_night_order
-from autotune.analysis.pareto import front_numbers
 from autotune.analysis.tolerances import GivenTolerances
 from autotune.errors import UserError
+from autotune.study import front_numbers
 from tests import fakes
 from tests.analysis.test_compare import nightly
 from tests.conftest import run_cli, run_main
@@ -142,8 +142,9 @@ def test_the_chart_page_escapes_what_a_study_holds(tmp_path: Path):
 def test_nights_that_probed_capacities_show_it_and_a_night_with_another_slo_is_not_compared(tmp_path, cli_env):
     """Three capacity nights (tests/analysis/test_compare.py: capacity_nights): the second 20% slower at the same
     batches, the third searched within another SLO."""
-    from autotune.analysis.capacity import Terms
-    from autotune.report.history import history_figure, history_headings, night_cells
+    from autotune.report.history import history_figure
+    from autotune.report.history_table import history_headings, night_cells
+    from autotune.study.opened import Terms
     from tests.analysis.test_compare import capacity_nights
 
     url = capacity_nights(tmp_path / "nights.db")
@@ -177,7 +178,8 @@ def test_nights_that_probed_capacities_show_it_and_a_night_with_another_slo_is_n
 
 
 def test_nights_without_capacities_keep_their_columns(series):
-    from autotune.report.history import HEADINGS, history_figure, history_headings
+    from autotune.report.history import history_figure
+    from autotune.report.history_table import HEADINGS, history_headings
 
     found = history(nights_of(series, [f"demo-{night}" for night in NIGHTS]))
     assert history_headings(found) == HEADINGS and len(history_figure(found).layout.annotations) == 3

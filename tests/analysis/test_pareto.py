@@ -11,15 +11,17 @@ import pytest
 from optuna.trial import TrialState, create_trial
 
 from autotune import study as studies
-from autotune.analysis.pareto import front_numbers, hypervolume, non_dominated, raw_losses, study_front
+from autotune.analysis.pareto import hypervolume, non_dominated, raw_losses
 from autotune.figures.metrics import KL_FLOOR, METRICS, OBJECTIVES, objectives_named
 from autotune.report.data import collect
+from autotune.study import front_numbers
+from autotune.study.opened import OpenedStudy
 from tests import fakes
 
 
 def test_the_study_front_is_optunas_and_the_subset_test_agrees(tmp_path: Path):
     study, _ = fakes.known_study(tmp_path / "known.db")
-    front = study_front(study)
+    front = OpenedStudy.of(study, str(tmp_path / "known.db")).front
     assert [record.number for record in front] == [3, 1, 2, 0]  # best throughput first
     assert front_numbers(study) == {trial.number for trial in study.best_trials}
     complete = [record for record in studies.records(study) if record.complete]
@@ -77,8 +79,7 @@ def test_a_study_with_other_objectives_has_its_front_and_report(tmp_path: Path):
     configs = [fakes.REFERENCE, fakes.BASELINE, fakes.FOUR_BIT, fakes.COMPILED]
     for number, cfg in enumerate(configs):
         _add(study, cfg, figures[number], [figures[number]["ttft_s"], figures[number]["throughput_tok_s"]])
-    stored = studies.stored_settings(study)
-    front = study_front(study, objectives=stored.objective_metrics)
+    front = OpenedStudy.of(study, url).front
     assert [record.number for record in front] == [0, 3, 1]  # lowest time to first token first
     data = collect(study, url)
     assert data.pareto == [0, 3, 1]

@@ -10,8 +10,8 @@ from autotune.analysis.compare import compare
 from autotune.analysis.tolerances import DEFAULT_TOLERANCES
 from autotune.errors import StudyMismatchError
 from autotune.figures.quality import DECODE, GENERATE, PREFILL
+from autotune.report.cards import card_facts
 from autotune.report.data import collect
-from autotune.report.html import card_facts
 from autotune.study import records, stored_settings
 from autotune.study.settings import StudySettings
 from tests import fakes

@@ -62,21 +62,21 @@ def test_a_probe_skips_a_batch_predicted_not_to_fit_and_an_oom_ends_it_keeping_t
     reference, baseline = sorted((r for r in records(probe_search.study()) if r.launched), key=lambda r: r.number)
 
     assert reference.complete and reference.capacity is not None
-    sizes = [(point["size"], point["verdict"]) for point in reference.capacity["points"]]
+    sizes = [(point.size, point.verdict) for point in reference.capacity.points]
     assert sizes == [(1, "met"), (2, "met"), (4, "met"), (512, "memory")]
-    skipped = reference.capacity["points"][-1]
-    assert skipped["figures"] == {} and skipped["reason"].startswith("predicted peak ")  # never run
-    assert skipped["reason"].endswith("> 60.00 MB, not run")
+    skipped = reference.capacity.points[-1]
+    assert skipped.figures == {} and skipped.reason.startswith("predicted peak ")  # never run
+    assert skipped.reason.endswith("> 60.00 MB, not run")
     assert reference.metrics["capacity"] == 4 and reference.metrics["meets_slo"] == 1
     assert reference.feasible
 
     assert baseline.complete, baseline.message  # the probe's OOM is the end of its bracket, not a failed trial
-    sizes = [(point["size"], point["verdict"]) for point in baseline.capacity["points"]]
+    sizes = [(point.size, point.verdict) for point in baseline.capacity.points]
     assert sizes == [(1, "met"), (2, "oom")]
-    assert "can't allocate memory" in baseline.capacity["points"][-1]["reason"]
+    assert "can't allocate memory" in baseline.capacity.points[-1].reason
     assert baseline.metrics["capacity"] == 1
-    assert baseline.capacity["said"] == (
-        f"batch 1 is the largest within the SLO; batch 2 out of memory: {baseline.capacity['points'][-1]['reason']}"
+    assert baseline.capacity.found() == (
+        f"batch 1 is the largest within the SLO; batch 2 out of memory: {baseline.capacity.points[-1].reason}"
     )
     # the search's trial lines print each point and why the probe stopped climbing
     assert "batch 2: refused: RuntimeError" in completed.stdout

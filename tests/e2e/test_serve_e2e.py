@@ -13,10 +13,9 @@ import optuna
 import psutil
 import pytest
 
-from autotune.analysis.pareto import front_numbers
 from autotune.report.data import collect
 from autotune.specs import WorkloadSpec
-from autotune.study import records
+from autotune.study import front_numbers, records
 from autotune.workloads.capacity import doubling
 from autotune.workloads.serve import ServeSpec, level_requests
 from tests.conftest import run_cli
@@ -75,7 +74,7 @@ def test_every_trial_is_a_real_server_and_none_is_left_running(serve_search):
         assert serve["server_pid"] not in (record.pid, None)
         pids.add(serve["server_pid"])
         assert not _left_running(serve["argv"]), f"trial #{record.number}'s server still runs"
-        assert [level["load"] for level in serve["levels"]] == [point["size"] for point in record.capacity["points"]]
+        assert [level["load"] for level in serve["levels"]] == [point.size for point in record.capacity.points]
         sent = [level["requests"] for level in serve["levels"]]
         assert sent == [level_requests(SEARCHED, level["load"]) for level in serve["levels"]]
         assert record.metrics["requests"] == sum(sent)
@@ -89,7 +88,7 @@ def test_each_trial_brackets_the_highest_rate_it_sustains_within_the_slo(serve_s
     _, completed, study = serve_search
     front = front_numbers(study)
     for record in (record for record in records(study) if record.complete):
-        capacity, metrics = record.capacity, record.metrics
+        capacity, metrics, said = record.capacity.to_json(), record.metrics, record.capacity.found()
         assert capacity["unit"] == "rate" and capacity["share"] == 0.95
         assert capacity["slo"] == {"ttft_p95_s": 0.5, "itl_p95_s": 0.5}
         points = capacity["points"]
@@ -105,14 +104,14 @@ def test_each_trial_brackets_the_highest_rate_it_sustains_within_the_slo(serve_s
         assert len(bisected) <= 2 and (not bisected or refused_on_ladder)  # bisections only inside a bracket
         if refused_on_ladder and met:
             assert all(max(climbed[:-1]) < size < refused_on_ladder[0] for size in bisected)
-        assert f"capacity within {SEARCH_SLO}: {capacity['said']}" in completed.stdout
+        assert f"capacity within {SEARCH_SLO}: {said}" in completed.stdout
         if not met:  # meets the SLO at no rate: off the front, and it says so
             assert metrics["meets_slo"] == metrics["capacity"] == 0 and record.number not in front
-            assert capacity["said"].startswith("meets the SLO at no rate: rate 8 ")
+            assert said.startswith("meets the SLO at no rate: rate 8 ")
             continue
         chosen = max(met, key=lambda point: point["size"])
         assert metrics["meets_slo"] == 1 and metrics["capacity"] == chosen["size"]
-        assert capacity["said"].startswith(f"rate {chosen['size']:g} is the highest sustained")
+        assert said.startswith(f"rate {chosen['size']:g} is the highest sustained")
         figures = chosen["figures"]  # the trial's figures are those at its capacity
         assert metrics["requests_per_s"] == figures["requests_per_s"] and metrics["ttft_p95_s"] == figures["ttft_p95_s"]
         assert metrics["throughput_tok_s"] == figures["output_tok_s"]
@@ -127,7 +126,7 @@ def test_the_report_shows_the_serve_command_that_ran(serve_search):
         assert card.record.serve is not None
         command, capacity, held = card.serve.splitlines()  # the command that ran, then the load it sustained
         assert command == card.record.serve["command"]
-        assert capacity == f"# capacity within {SEARCH_SLO}: {card.record.capacity['said']}"
+        assert capacity == f"# capacity within {SEARCH_SLO}: {card.record.capacity.found()}"
         assert held.startswith(f"# at rate {card.record.metrics['capacity']:g}: ")
     html = (workdir / "reports" / f"{STUDY}.html").read_text()
     for card in data.cards:

@@ -18,9 +18,10 @@ from html.parser import HTMLParser
 import pytest
 
 from autotune.profiles import PROFILES
-from autotune.report.charts import capacity_chart
+from autotune.report.capacity_chart import capacity_chart
+from autotune.report.cards import card_facts
 from autotune.report.data import NOT_APPLICABLE, card, collect, progress
-from autotune.report.html import card_facts, render
+from autotune.report.html import render
 from autotune.space.plan import Plan
 from tests import fakes
 

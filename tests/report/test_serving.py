@@ -7,7 +7,6 @@ import shlex
 
 from autotune.report.serving import deployed_command, load_table
 from autotune.workloads.capacity import Probe
-from autotune.workloads.serve import capacity_details
 
 SLO = {"ttft_p95_s": 0.3}
 ARGV = ["transformers", "serve", "demo", "--dtype", "bfloat16", "--device", "cpu", "--port", "8000"]
@@ -21,12 +20,12 @@ def level(load: float, within: float, in_flight: float) -> dict[str, float]:
 
 
 def measured(argv: list[str]) -> tuple[dict, dict]:
-    """A bracket of rates 4-16 whose level 12 is the highest sustained, as a serve trial stores it."""
+    """A bracket of rates 4-16 whose level 12 is the highest sustained, as a serve trial finds it."""
     probe = Probe([4.0, 8.0, 16.0], SLO, refine=2, whole=False, share=0.95)
     for rate, within in ((4.0, 1.0), (8.0, 1.0), (16.0, 0.5), (12.0, 1.0), (14.0, 13 / 16)):
         probe.record(rate, level(rate, within, in_flight=rate / 2))
-    capacity = capacity_details(probe.capacity(), "rate", 0.95)
-    levels = [{**p.figures, "verdict": p.verdict, "reason": p.reason} for p in probe.capacity().points]
+    capacity = probe.capacity("rate")
+    levels = [{**p.figures, "verdict": p.verdict, "reason": p.reason} for p in capacity.points]
     return {"command": shlex.join(argv), "argv": argv, "mode": "rate", "slo": SLO, "levels": levels}, capacity
 
 
@@ -56,7 +55,7 @@ def test_a_trial_that_met_the_slo_nowhere_says_so_and_a_trial_without_an_slo_sho
     probe = Probe([4.0, 8.0], SLO, refine=2, whole=False, share=0.95)
     probe.record(4.0, level(4.0, 0.5, in_flight=3))
     serve, _ = measured(ARGV)
-    lines = deployed_command(serve, capacity_details(probe.capacity(), "rate", 0.95)).splitlines()
+    lines = deployed_command(serve, probe.capacity("rate")).splitlines()
     assert lines[1:] == [
         "# capacity within ttft_p95<=300ms: meets the SLO at no rate: rate 4 past the SLO: "
         "8 of 16 requests within it (50.0%) < 95%"

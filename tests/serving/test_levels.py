@@ -68,10 +68,10 @@ def test_a_bracket_climbs_while_each_level_is_sustained_up_to_its_top(server_at)
     target, server = server_at()
     probe = bracket(1, 8)
     records = drive(target, probe, ProcessWatch(server), warmup=2)
-    capacity = probe.capacity()
+    capacity = probe.capacity("concurrency")
     assert [(p.size, p.verdict) for p in capacity.points] == [(1, "met"), (2, "met"), (4, "met"), (8, "met")]
     assert len(records) == 2 + 4 * 4 and [r.level for r in records[:2]] == [None, None]
-    assert capacity.why_stopped("concurrency") == "every concurrency tried met the SLO (the largest: 8)"
+    assert capacity.why_stopped() == "every concurrency tried met the SLO (the largest: 8)"
     figures = capacity.chosen.figures
     assert figures["slo_share"] == 1.0 and figures["requests"] == 4 and 1 <= figures["in_flight_peak"] <= 8
 
@@ -80,9 +80,9 @@ def test_a_level_with_failed_requests_is_refused_with_their_reason(server_at):
     target, server = server_at(fail_every=5)  # the 5th request of the first level fails
     probe = bracket(1, 8)
     drive(target, probe, ProcessWatch(server), per_level=8)
-    capacity = probe.capacity()
+    capacity = probe.capacity("concurrency")
     assert [(p.size, p.verdict) for p in capacity.points] == [(1, "slo")]  # no level below it: nothing to bisect
-    assert capacity.why_none("concurrency") == (
+    assert capacity.why_none() == (
         "meets the SLO at no concurrency: concurrency 1 past the SLO: 7 of 8 requests within it (87.5%) < 95%; "
         '1 of 8 requests failed; the first failed: HTTP 500: {"error":"failing on purpose"}'
     )
@@ -92,10 +92,10 @@ def test_a_server_that_falls_over_ends_the_bracket_and_the_levels_below_are_kept
     target, server = server_at()
     probe = bracket(1, 8)
     records = drive(target, probe, ProcessWatch(server, kill_at=3))
-    capacity = probe.capacity()
+    capacity = probe.capacity("concurrency")
     assert [(p.size, p.verdict) for p in capacity.points] == [(1, "met"), (2, "met"), (4, "failed")]
     assert capacity.chosen.size == 2
-    assert capacity.why_stopped("concurrency").startswith("concurrency 4 the server failed: the server exited (-9)")
+    assert capacity.why_stopped().startswith("concurrency 4 the server failed: the server exited (-9)")
     assert len(records) == 3 * 4 and not any(r.ok for r in records if r.level == 4)
 
 

@@ -13,7 +13,8 @@ import optuna
 from autotune import study as studies
 from autotune.figures.metrics import OBJECTIVES
 from autotune.process.results import FoundReference, Outcome, TaskDetails, TaskResult
-from autotune.report.data import collect, environment
+from autotune.report.data import collect
+from autotune.report.environment import environment
 from autotune.study import SETTINGS_ATTR, PreparedFacts, StudySettings
 from tests import fakes
 
@@ -84,8 +85,8 @@ def test_task_details_keep_the_json_the_worker_wrote():
 
 
 def test_a_trial_that_meets_the_slo_at_no_batch_is_off_the_front_with_its_reason(tmp_path):
-    from autotune.analysis.pareto import front_numbers
     from autotune.process.results import Outcome, TaskDetails, TaskResult
+    from autotune.study import front_numbers
     from autotune.workloads.capacity import Probe
 
     settings = fakes.settings()
@@ -95,13 +96,12 @@ def test_a_trial_that_meets_the_slo_at_no_batch_is_off_the_front_with_its_reason
     for step_s in (0.004, 0.006):  # the second is faster in tokens/s, but its one batch misses the SLO
         probe = Probe([8], settings.workload["slo"])
         probe.record(8, {"itl_p95_s": step_s})
-        capacity = probe.capacity()
-        said = capacity.why_none("batch") if capacity.chosen is None else "batch 8 is the largest within the SLO"
+        capacity = probe.capacity("batch")
         metrics = fakes.metrics(1000 * step_s / 0.004, 2.0, 1e-3, 0.99, 10.1, meets_slo=float(bool(capacity.chosen)))
-        details = TaskDetails(capacity={**capacity.to_json(), "unit": "batch", "said": said})
+        details = TaskDetails(capacity=capacity.to_json())
         studies.record_result(study, study.ask(), TaskResult(Outcome.OK, metrics=metrics, details=details), 3.0,
                               settings.feasibility)  # fmt: skip
     met, missed = studies.records(study)
     assert front_numbers(study) == {met.number}
     assert met.feasible and not missed.feasible
-    assert missed.capacity["said"] == "meets the SLO at no batch: batch 8 past the SLO: itl_p95 6 ms > 5 ms"
+    assert missed.capacity.found() == "meets the SLO at no batch: batch 8 past the SLO: itl_p95 6 ms > 5 ms"

@@ -56,7 +56,7 @@ def test_a_ladder_climbs_until_the_slo_refuses_a_batch_and_chooses_the_one_below
     capacity = run(probe, step_time)
     assert [p.size for p in capacity.points] == [1, 2, 4, 8, 16, 32]  # 64 and 128 never measured
     assert capacity.chosen.size == 16
-    assert capacity.why_stopped("batch") == "batch 32 past the SLO: itl_p95 5.2 ms > 5 ms"
+    assert capacity.why_stopped() == "batch 32 past the SLO: itl_p95 5.2 ms > 5 ms"
 
 
 def test_a_batch_predicted_not_to_fit_is_skipped_with_its_reason_and_ends_the_probe():
@@ -65,14 +65,14 @@ def test_a_batch_predicted_not_to_fit_is_skipped_with_its_reason_and_ends_the_pr
     verdicts = [(p.size, p.verdict) for p in capacity.points]
     assert verdicts == [(1, "met"), (2, "met"), (4, "met"), (8, "met"), (16, "met"), (32, "met"), (64, "memory")]
     assert capacity.points[-1].figures == {}  # never run
-    assert capacity.why_stopped("batch") == "batch 64 over the memory: predicted peak 740.00 MB > 500.00 MB, not run"
+    assert capacity.why_stopped() == "batch 64 over the memory: predicted peak 740.00 MB > 500.00 MB, not run"
 
 
 def test_a_measured_batch_over_the_memory_limit_is_refused_for_memory():
     probe = Probe([1, 2, 4], {"itl_p95_s": 1.0}, memory_limit=115 * MB)  # batch 2 measures 120 MB: too few to predict
     capacity = run(probe, step_time)
     assert [(p.size, p.verdict) for p in capacity.points] == [(1, "met"), (2, "memory")]
-    assert capacity.why_stopped("batch") == "batch 2 over the memory: peak 120.00 MB > 115.00 MB"
+    assert capacity.why_stopped() == "batch 2 over the memory: peak 120.00 MB > 115.00 MB"
 
 
 def test_an_oom_ends_the_bracket_and_the_lower_points_are_kept():
@@ -80,13 +80,13 @@ def test_an_oom_ends_the_bracket_and_the_lower_points_are_kept():
     capacity = run(probe, lambda size: None if size >= 8 else step_time(size))
     assert [(p.size, p.verdict) for p in capacity.points] == [(1, "met"), (2, "met"), (4, "met"), (8, "oom")]
     assert capacity.chosen.size == 4 and capacity.chosen.figures == step_time(4)
-    assert capacity.why_stopped("batch") == "batch 8 out of memory: CUDA out of memory. Tried to allocate 2.00 GiB"
+    assert capacity.why_stopped() == "batch 8 out of memory: CUDA out of memory. Tried to allocate 2.00 GiB"
 
 
 def test_a_configuration_that_meets_the_slo_nowhere_says_so():
     capacity = run(Probe(doubling(1, 8), {"itl_p95_s": 0.001}), step_time)
     assert capacity.chosen is None
-    assert capacity.why_none("batch") == "meets the SLO at no batch: batch 1 past the SLO: itl_p95 2.1 ms > 1 ms"
+    assert capacity.why_none() == "meets the SLO at no batch: batch 1 past the SLO: itl_p95 2.1 ms > 1 ms"
 
 
 def test_a_rate_bracket_is_narrowed_by_bisection_between_the_last_met_and_the_first_refused():
@@ -134,7 +134,7 @@ def test_a_load_level_is_judged_by_the_share_of_its_requests_within_the_slo_not_
     assert refused.reason == (
         "13 of 16 requests within it (81.2%) < 95%; 2 of 16 requests failed; the first failed: HTTP 500: boom"
     )
-    assert probe.capacity().why_stopped("rate") == f"rate 4 past the SLO: {refused.reason}"
+    assert probe.capacity("rate").why_stopped() == f"rate 4 past the SLO: {refused.reason}"
 
 
 def test_a_rate_bracket_doubles_then_bisects_twice_at_16_requests_a_level():
@@ -162,9 +162,9 @@ def test_a_server_that_fell_over_ends_the_bracket_and_keeps_the_levels_below():
     probe.record(2.0, level(1.0))
     probe.record_failure(4.0, level(0.25, errors=12), "transformers serve was killed by SIGKILL during the trial")
     assert probe.next_size() is None  # no bisection: the server is gone
-    capacity = probe.capacity()
+    capacity = probe.capacity("rate")
     assert capacity.chosen.size == 2.0
-    assert capacity.why_stopped("rate") == (
+    assert capacity.why_stopped() == (
         "rate 4 the server failed: transformers serve was killed by SIGKILL during the trial"
     )
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from autotune.figures.metrics import ENERGY_PER_TOKEN
+
 
 class EnergyCounter:
     """Millijoules since the device's driver loaded, read at start() and at joules()."""
@@ -52,4 +54,4 @@ def energy_figures(joules: float | None, tokens: float) -> dict[str, float]:
     """Joules and joules per generated token; nothing at all when there is no counter."""
     if joules is None or tokens <= 0:
         return {}
-    return {"energy_j": joules, "energy_j_per_token": joules / tokens}
+    return {"energy_j": joules, ENERGY_PER_TOKEN.name: joules / tokens}

@@ -29,6 +29,7 @@ import torch
 from transformers import LogitsProcessor
 
 from autotune.data import EVAL_TEXT
+from autotune.figures.metrics import KL_DIVERGENCE, PERPLEXITY, PERPLEXITY_DELTA, TOKEN_AGREEMENT, TOP1_AGREEMENT
 from autotune.worker.failures import BrokenOutputError
 
 # Runs a forced generation: prompts [rows, prompt_len] and a processor in, the generated tokens [rows, forced] out.
@@ -165,7 +166,7 @@ def compute_reference(
         "top_logp": torch.cat([processor.stacked(0) for processor in kept]),  # [rows, forced_len, k]
         "top_idx": torch.cat([processor.stacked(1) for processor in kept]),
         "nll": nll,  # [rows, forced_len]: a trial's perplexity is set against the reference's on the rows it judged
-        "perplexity": math.exp(nll.mean().item()),
+        PERPLEXITY.name: math.exp(nll.mean().item()),
     }
 
 
@@ -195,7 +196,7 @@ def judged_quality(
     with_mask = lambda rows, processor: generation.forced(rows, processor, mask)  # noqa: E731
     figures = trial_figures(generation.forced, with_mask, reference, ForcedRows(inputs.cpu(), along), padded, device)
     if greedy is None:
-        figures.pop("token_agreement")
+        figures.pop(TOKEN_AGREEMENT.name)
     return figures
 
 
@@ -221,7 +222,7 @@ def trial_figures(
         both = _judge(run, batch, rows, torch.cat([top_idx[:count], unused]), device)
         judged, agreement = both[:count], both[count:]
     return _text_figures(judged, reference, count) | {
-        "token_agreement": (agreement.argmax == agreement.targets).float().mean().item()
+        TOKEN_AGREEMENT.name: (agreement.argmax == agreement.targets).float().mean().item()
     }
 
 
@@ -266,10 +267,10 @@ def _text_figures(judged: _Judged, reference: dict[str, Any], count: int) -> dic
     _check_finite(kl, nll)
     perplexity = math.exp(nll)
     return {
-        "kl_divergence": max(0.0, kl),
-        "top1_agreement": (judged.argmax == ref_idx[..., 0]).float().mean().item(),
-        "perplexity": perplexity,
-        "perplexity_delta": perplexity - math.exp(reference["nll"][:count].mean().item()),
+        KL_DIVERGENCE.name: max(0.0, kl),
+        TOP1_AGREEMENT.name: (judged.argmax == ref_idx[..., 0]).float().mean().item(),
+        PERPLEXITY.name: perplexity,
+        PERPLEXITY_DELTA.name: perplexity - math.exp(reference["nll"][:count].mean().item()),
     }
 
 
@@ -318,9 +319,9 @@ def prefill_figures(model: Any, reference_model: Any, windows: torch.Tensor, top
         nll_sum -= logq.gather(1, window[1:, None]).sum().item()
         count += logq.shape[0]
     return {
-        "kl_divergence": max(0.0, kl_sum / count),
-        "top1_agreement": agree / count,
-        "perplexity": math.exp(nll_sum / count),
+        KL_DIVERGENCE.name: max(0.0, kl_sum / count),
+        TOP1_AGREEMENT.name: agree / count,
+        PERPLEXITY.name: math.exp(nll_sum / count),
     }
 
 

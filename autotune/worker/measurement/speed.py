@@ -7,6 +7,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from autotune.figures.metrics import (
+    ACHIEVED_BANDWIDTH,
+    E2E_THROUGHPUT,
+    FIRST_CALL_S,
+    ROOFLINE_FRACTION,
+    THROUGHPUT,
+    THROUGHPUT_CV,
+    TPOT,
+    TPOT_P95,
+    TTFT,
+    TTFT_P95,
+)
 from autotune.figures.stats import Summary, percentile
 
 
@@ -25,24 +37,24 @@ class Iteration:
 def speed_figures(iterations: list[Iteration], first: Iteration) -> tuple[dict[str, float], dict[str, dict]]:
     """Flat figures (medians, p95, CV) and the full spread of each timed quantity."""
     summaries = {
-        "throughput_tok_s": Summary.of([i.decode_tok_s for i in iterations]),
-        "e2e_throughput_tok_s": Summary.of([i.e2e_tok_s for i in iterations]),
-        "ttft_s": Summary.of([i.ttft_s for i in iterations]),
-        "tpot_s": Summary.of([gap for i in iterations for gap in i.gaps_s] or [0.0]),
+        THROUGHPUT.name: Summary.of([i.decode_tok_s for i in iterations]),
+        E2E_THROUGHPUT.name: Summary.of([i.e2e_tok_s for i in iterations]),
+        TTFT.name: Summary.of([i.ttft_s for i in iterations]),
+        TPOT.name: Summary.of([gap for i in iterations for gap in i.gaps_s] or [0.0]),
         "iteration_s": Summary.of([i.elapsed_s for i in iterations]),
     }
     metrics = {
-        "throughput_tok_s": summaries["throughput_tok_s"].p50,
-        "throughput_p95_tok_s": summaries["throughput_tok_s"].p95,
-        "throughput_cv": summaries["throughput_tok_s"].cv,
-        "e2e_throughput_tok_s": summaries["e2e_throughput_tok_s"].p50,
-        "ttft_s": summaries["ttft_s"].p50,
-        "ttft_p95_s": summaries["ttft_s"].p95,
-        "tpot_s": summaries["tpot_s"].p50,
-        "tpot_p95_s": summaries["tpot_s"].p95,
+        THROUGHPUT.name: summaries[THROUGHPUT.name].p50,
+        "throughput_p95_tok_s": summaries[THROUGHPUT.name].p95,
+        THROUGHPUT_CV.name: summaries[THROUGHPUT.name].cv,
+        E2E_THROUGHPUT.name: summaries[E2E_THROUGHPUT.name].p50,
+        TTFT.name: summaries[TTFT.name].p50,
+        TTFT_P95: summaries[TTFT.name].p95,
+        TPOT.name: summaries[TPOT.name].p50,
+        TPOT_P95: summaries[TPOT.name].p95,
         "iterations": float(len(iterations)),
         "iteration_s": summaries["iteration_s"].p50,
-        "first_call_s": first.elapsed_s,
+        FIRST_CALL_S: first.elapsed_s,
         "compile_s": max(0.0, first.elapsed_s - summaries["iteration_s"].p50),
     }
     return metrics, {name: summary.to_json() for name, summary in summaries.items()}
@@ -85,7 +97,7 @@ def decode_bytes_per_step(
 def roofline(decode_tok_s: float, requests: int, bytes_per_step: float, peak_gb_s: float) -> dict[str, float]:
     """Achieved memory bandwidth of decoding (bytes per generated token x tokens/s) and its share of peak."""
     achieved_gb_s = bytes_per_step / requests * decode_tok_s / 1e9
-    return {"achieved_bandwidth_gb_s": achieved_gb_s, "roofline_fraction": achieved_gb_s / peak_gb_s}
+    return {ACHIEVED_BANDWIDTH.name: achieved_gb_s, ROOFLINE_FRACTION.name: achieved_gb_s / peak_gb_s}
 
 
 def cost_per_million_tokens(price_per_hour: float, tokens_per_s: float) -> float:

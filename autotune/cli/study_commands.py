@@ -1,0 +1,204 @@
+"""The commands that read stored studies: `compare`, `history`, `report`, `best`, and `gpus` (this machine's
+profiles). Each checks its flags, calls the library and prints what it returns."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from autotune.cli.flags import (
+    Constraints,
+    FormatJson,
+    OldReportFlag,
+    Storage,
+    Study,
+    ToleranceFlags,
+    report_path,
+    with_groups,
+)
+from autotune.cli.printers import out, print_gpus
+from autotune.cli.study_printers import print_best, print_comparison, print_history
+from autotune.errors import UserError
+from autotune.figures.constraints import Constraint
+
+
+class CompareFormat(str, Enum):
+    table = "table"
+    json = "json"
+    markdown = "markdown"
+
+
+@with_groups
+def compare(
+    *,
+    study_a: Annotated[str, typer.Argument(metavar="STUDY_A", help="The earlier study (e.g. last night's).")],
+    study_b: Annotated[str, typer.Argument(metavar="STUDY_B", help="The later study.")],
+    storage: Storage = None,
+    storage_b: Annotated[
+        str | None, typer.Option("--storage-b", help="Storage of STUDY_B.", show_default="--storage")
+    ] = None,
+    tolerances: ToleranceFlags,
+    output: Annotated[
+        CompareFormat, typer.Option("--format", help="table, json, or markdown (a CI job summary).")
+    ] = CompareFormat.table,
+    as_json: FormatJson = False,
+) -> None:
+    """Compare two studies: how each front configuration's figures moved; exit 3 on a regression.
+
+    A regression: at a point of STUDY_A's front, STUDY_B's best throughput at that memory and KL is lower.
+
+    Studies searched with an SLO compare their figures at capacity, and only under the same SLO.
+
+    Each figure has its own tolerance, by the device of STUDY_A, above that figure's run-to-run noise there.
+
+    Example: autotune compare night-1 night-2 --format markdown >> "$GITHUB_STEP_SUMMARY"
+    """
+    from autotune.analysis.compare import compare_stored
+    from autotune.study import default_storage
+
+    url_a = storage or default_storage(study_a)
+    url_b = storage_b or storage or default_storage(study_b)
+    comparison = compare_stored(study_a, url_a, study_b, url_b, tolerances)
+    print_comparison(study_a, study_b, comparison, "json" if as_json else output.value)
+    if comparison.regressed:
+        raise typer.Exit(3)
+
+
+class HistoryFormat(str, Enum):
+    table = "table"
+    markdown = "markdown"
+    json = "json"
+
+
+@with_groups
+def history(
+    *,
+    studies_named: Annotated[
+        str, typer.Option("--studies", help="Comma-separated study names or glob patterns: 'demo-cpu-2026-11-*'.")
+    ],
+    storage: Annotated[
+        str | None,
+        typer.Option(
+            "--storage", help="Storage of every study.", show_default="each study's sqlite:///studies/<study>.db"
+        ),
+    ] = None,
+    report_file: Annotated[
+        Path | None, typer.Option("--report", help="The chart (HTML).", show_default="reports/history.html")
+    ] = None,
+    old_report_flag: OldReportFlag = None,
+    tolerances: ToleranceFlags,
+    output: Annotated[
+        HistoryFormat, typer.Option("--format", help="What to print: table, markdown (a CI job summary) or json.")
+    ] = HistoryFormat.table,
+    as_json: FormatJson = False,
+    artifacts: Annotated[
+        str | None,
+        typer.Option("--artifacts", help="Also store the chart with the last night's study: a folder, s3://, gs://."),
+    ] = None,
+) -> None:
+    """Nights side by side: each study's front (best throughput, memory, KL), regressions marked, as a chart.
+
+    The studies are ordered by the date in their names (YYYY-MM-DD).
+
+    Each night is compared with the one before as `autotune compare` does, with the same tolerances.
+
+    Example: autotune history --studies 'demo-cpu-2026-11-*' --report reports/nights.html
+    """
+    from autotune.report import build_history
+
+    names = [name.strip() for name in studies_named.split(",") if name.strip()]
+    if not names:
+        raise UserError("--studies: name at least one study or pattern, e.g. 'demo-cpu-2026-11-*'")
+    out_path = report_path(report_file, old_report_flag) or Path("reports/history.html")
+    nights, path = build_history(names, storage, out_path, tolerances, artifacts)
+    print_history(nights, path, "json" if as_json else output.value)
+
+
+def report(
+    study: Study,
+    storage: Storage = None,
+    report_file: Annotated[
+        Path | None, typer.Option("--report", help="HTML report.", show_default="reports/<study>.html")
+    ] = None,
+    old_report_flag: OldReportFlag = None,
+) -> None:
+    """Render the HTML report of a stored study again."""
+    from autotune.report import build_report, default_report_path
+    from autotune.study import default_storage
+
+    out_path = report_path(report_file, old_report_flag) or default_report_path(study)
+    path = build_report(study, storage or default_storage(study), out_path)
+    out.print(f"report: {path}")
+
+
+class Format(str, Enum):
+    table = "table"
+    json = "json"
+    python = "python"
+    serve = "serve"
+
+
+def best(
+    study: Study,
+    storage: Storage = None,
+    max_memory: Annotated[
+        str | None, typer.Option("--max-memory", help="Peak memory at most this: 20GB, 512MB (GB if bare).")
+    ] = None,
+    max_kl: Annotated[float | None, typer.Option("--max-kl", help="KL divergence vs the reference at most.")] = None,
+    min_throughput: Annotated[
+        float | None, typer.Option("--min-throughput", help="Decode throughput at least (tok/s).")
+    ] = None,
+    constraint: Constraints = None,
+    maximize: Annotated[
+        str | None, typer.Option("--maximize", help="What to maximize: throughput (default), top1, ...")
+    ] = None,
+    minimize: Annotated[
+        str | None, typer.Option("--minimize", help="What to minimize: memory, kl, ttft, cost...")
+    ] = None,
+    output: Annotated[Format, typer.Option("--format", help="table, json, python or serve.")] = Format.table,
+    as_json: FormatJson = False,
+) -> None:
+    """Pick one configuration of a study under constraints and print it.
+
+    The study's own --constraint flags from `autotune search` apply too.
+
+    Exit status 3 when no complete trial satisfies them, so a nightly job can act on it.
+
+    Example: autotune best --study demo-cpu --max-memory 20GB --max-kl 0.01 --format json
+    """
+    from autotune.analysis.pick import goal_from_flags
+    from autotune.report.best import best as pick_best
+    from autotune.study import default_storage
+
+    asked = _asked_constraints(max_memory, max_kl, min_throughput, constraint or [])
+    goal = goal_from_flags(maximize, minimize)
+    found = pick_best(study, storage or default_storage(study), asked, goal)
+    print_best(found, Format.json.value if as_json else output.value)
+
+
+def _asked_constraints(
+    max_memory: str | None, max_kl: float | None, min_throughput: float | None, constraints: list[str]
+) -> list[Constraint]:
+    """`best`'s shortcut flags as constraints, then its --constraint flags."""
+    from autotune.figures.constraints import parse_constraint, parse_constraints
+
+    shortcuts = [
+        parse_constraint(f"{name}{op}{value}", f"{flag} {str(value)!r}")
+        for flag, name, op, value in (
+            ("--max-memory", "memory", "<=", max_memory),
+            ("--max-kl", "kl", "<=", max_kl),
+            ("--min-throughput", "throughput", ">=", min_throughput),
+        )
+        if value is not None
+    ]
+    return parse_constraints([*map(str, shortcuts), *constraints])
+
+
+def gpus() -> None:
+    """List the hardware profiles and the GPU detected here."""
+    from autotune.profiles import PROFILES, detect_gpus
+
+    print_gpus(PROFILES.values(), detect_gpus())

@@ -1,0 +1,314 @@
+"""What `best`, `compare` and `history` print: a stored study's pick, two studies compared, nights side by side, each
+as a table, Markdown (a CI job's summary page) or one JSON document. Nothing here decides anything."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+import typer
+from rich.table import Table
+
+from autotune.cli.printers import knobs_line, out
+from autotune.figures.constraints import MEETS_SLO, Constraint
+from autotune.figures.metrics import CAPACITY, KL_DIVERGENCE, PEAK_MEMORY, THROUGHPUT, TOKEN_AGREEMENT, TTFT
+from autotune.units import format_bytes
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from autotune.analysis.capacity import AtCapacity
+    from autotune.analysis.compare import Comparison, Level, Tolerances
+    from autotune.analysis.history import FrontPoint, History
+    from autotune.report.best import Best
+    from autotune.report.cards import DeployCard
+
+
+# ------------------------------------------------------------------------------------ compare
+
+
+MOVED_FIGURES = {
+    THROUGHPUT.name: "tok/s",
+    TTFT.name: "ttft",
+    PEAK_MEMORY.name: "memory",
+    KL_DIVERGENCE.name: "KL",
+    TOKEN_AGREEMENT.name: TOKEN_AGREEMENT.heading,
+}
+
+
+def _moved_columns(comparison: Comparison) -> dict[str, str]:
+    """The figures whose change the table shows, capacity where either study probed one."""
+    probed = any(CAPACITY.name in (m.before or {}) or CAPACITY.name in (m.after or {}) for m in comparison.movements)
+    return MOVED_FIGURES | ({CAPACITY.name: "capacity"} if probed else {})
+
+
+def print_comparison(study_a: str, study_b: str, comparison: Comparison, output: str = "table") -> None:
+    """As a table (default), one JSON document, or Markdown (a CI job's summary page)."""
+    if output == "json":
+        print(json.dumps(_comparison_document(study_a, study_b, comparison)))
+        return
+    if output == "markdown":
+        print(comparison_markdown(study_a, study_b, comparison))
+        return
+    columns = _moved_columns(comparison)
+    table = Table(title=f"{study_a} -> {study_b}: figures of the configurations on either front{_within(comparison)}")
+    for column in ("configuration", "front", *columns.values()):
+        table.add_column(column)
+    for movement in comparison.movements:
+        changes = movement.change
+        cells = [_change(changes, name) for name in columns]
+        table.add_row(knobs_line(movement.config), "+".join(movement.on_front), *cells)
+    out.print(table)
+    t = comparison.tolerances
+    out.print(
+        f"tolerances: throughput -{t.throughput:.0%}, memory +{t.memory:.0%}, KL +{t.kl:.0%} "
+        "(a level of the earlier front is met by a configuration within the memory and KL tolerances)"
+    )
+    if comparison.quality_apart:
+        out.print(f"{comparison.quality_apart}; a level is met within the memory tolerance alone")
+    for level in comparison.levels:
+        out.print(_level_line(study_b, level, t))
+
+
+def _within(comparison: Comparison) -> str:
+    """Where the studies probed capacities: the SLO every figure of the comparison holds within."""
+    target = comparison.target
+    return f", at each one's capacity {target.within} (both studies)" if target else ""
+
+
+def comparison_markdown(study_a: str, study_b: str, comparison: Comparison) -> str:
+    t = comparison.tolerances
+    verdict = "**REGRESSED**: " + ", ".join(comparison.regressed_figures()) if comparison.regressed else "no regression"
+    columns = _moved_columns(comparison)
+    lines = [
+        f"### autotune compare: {_md(study_a)} → {_md(study_b)}: {verdict}",
+        "",
+        f"Tolerances: throughput -{t.throughput:.0%}, memory +{t.memory:.0%}, KL +{t.kl:.0%}.",
+        *([f"Figures at each configuration's capacity {_md(comparison.target.within)}."] if comparison.target else []),
+        *([f"{_md(comparison.quality_apart)}."] if comparison.quality_apart else []),
+        "",
+        "| configuration | front | " + " | ".join(columns.values()) + " |",
+        "|---|---|" + "---|" * len(columns),
+    ]
+    for movement in comparison.movements:
+        cells = [_change(movement.change, name) for name in columns]
+        lines.append(f"| `{_md(knobs_line(movement.config))}` | {'+'.join(movement.on_front)} | {' | '.join(cells)} |")
+    lines += ["", "Each level of the earlier front:", ""]
+    lines += [f"- {_md(_level_line(study_b, level, t))}" for level in comparison.levels]
+    return "\n".join(lines)
+
+
+def _md(text: str) -> str:
+    """Text inside a Markdown table or list: pipes escaped, no line breaks."""
+    return text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;").replace("\n", " ")
+
+
+def _comparison_document(study_a: str, study_b: str, comparison: Comparison) -> dict[str, Any]:
+    tolerances = comparison.tolerances
+    return {
+        "before": study_a,
+        "after": study_b,
+        "threshold": comparison.threshold,
+        "tolerances": asdict(tolerances),
+        "slo": comparison.target.slo if comparison.target else None,
+        "within": comparison.target.within if comparison.target else None,
+        "quality_apart": comparison.quality_apart,
+        "regressed": bool(comparison.regressed),
+        "configurations": [asdict(movement) for movement in comparison.movements],
+        "levels": [
+            {
+                **asdict(level),
+                "at_capacity_before": _capacity_json(level.at_capacity_before),
+                "at_capacity_after": _capacity_json(level.at_capacity_after),
+                "change": level.change(),
+                "regression": level.regression(),
+                "regressed_figure": level.regressed_figure(tolerances),
+            }
+            for level in comparison.levels
+        ],
+    }
+
+
+def _capacity_json(found: AtCapacity | None) -> dict[str, Any] | None:
+    return found.to_json() if found is not None else None
+
+
+def _level_line(study_b: str, level: Level, tolerances: Tolerances) -> str:
+    """One level of the earlier front: what the later study gives there, in words whose signs match."""
+    where = f"at {format_bytes(level.memory_gb * 1e9)} and KL {level.kl:.2e} ({knobs_line(level.config)})"
+    figure = level.regressed_figure(tolerances)
+    flag = f"REGRESSED {figure}" if figure else "ok"
+    if level.best_after is not None:
+        by = "" if level.config_after == level.config else f" with {knobs_line(level.config_after or {})}"
+        return (
+            f"{flag}: {where}: best throughput {level.throughput_before:.1f} -> {level.best_after:.1f} tok/s{by} "
+            f"({level.change():+.1%}; a loss over {tolerances.throughput:.0%} regresses)"
+            f"{_capacities(level.at_capacity_before, level.at_capacity_after)}"
+        )
+    miss = level.nearest_miss
+    if miss is None:
+        return f"{flag}: {where}: {study_b} has no complete trial"
+    levels = {"memory": (miss.memory_gb, level.memory_gb, tolerances.memory), "KL": (miss.kl, level.kl, tolerances.kl)}
+    bounds = "; ".join(
+        f"its {name} is {share:+.1%} ({_shown(name, levels[name][0])} vs {_shown(name, levels[name][1])}, "
+        f"tolerance +{levels[name][2]:.0%})"
+        for name, share in miss.over.items()
+    )
+    speed = (miss.throughput - level.throughput_before) / level.throughput_before
+    return (
+        f"{flag}: {where}: no configuration of {study_b} is within its {' and '.join(miss.over)} tolerance; "
+        f"the nearest, {knobs_line(miss.config)}, reaches {miss.throughput:.1f} tok/s ({speed:+.1%}) but {bounds}"
+    )
+
+
+def _capacities(before: AtCapacity | None, after: AtCapacity | None) -> str:
+    """ "; at capacity within itl_p95<=6ms: batch 16 -> 32, 2055 -> 4100 generated tok/s end to end per GPU, ..."."""
+    if before is None or after is None:
+        return ""
+    sizes = [before, after]
+    said = " -> ".join(f.unit.size_text(f.size) if f.size is not None else "none" for f in sizes)
+    per_device = " -> ".join(_per(f.tokens_per_s_per_device, "{:.4g}") for f in sizes)
+    cost = " -> ".join(_per(f.cost_per_million_tokens, "${:.4g}") for f in sizes)
+    return (
+        f"; at capacity {after.target.within}: {said}, {per_device} generated tok/s end to end per {after.device}, "
+        f"{cost} per 1M generated tokens"
+    )
+
+
+def _per(value: float | None, form: str) -> str:
+    return "-" if value is None else form.format(value)
+
+
+def _shown(name: str, value: float) -> str:
+    return format_bytes(value * 1e9) if name == "memory" else f"{value:.2e}"
+
+
+def _change(changes: dict[str, float], name: str) -> str:
+    return f"{changes[name]:+.1%}" if name in changes else "-"
+
+
+# ------------------------------------------------------------------------------------ history
+
+
+def print_history(history: History, chart: Path, output: str = "table") -> None:
+    """The nights as a table (default), Markdown (a CI job's summary page) or one JSON document."""
+    from autotune.report.history_table import history_headings, night_cells
+
+    headings = history_headings(history)
+    rows = [night_cells(history, night) for night in history.nights]
+    if output == "json":
+        print(json.dumps(_history_document(history, str(chart))))
+    elif output == "markdown":
+        regressed = ", ".join(night.label for night in history.regressed) or "none"
+        count = len(history.nights)
+        print(f"### autotune history: {count} night{'s' if count != 1 else ''}, regressed: {_md(regressed)}\n")
+        print("| " + " | ".join(headings) + " |")
+        print("|" + "---|" * len(headings))
+        for cells in rows:
+            print("| " + " | ".join(_md(cell) for cell in cells) + " |")
+    else:
+        table = Table(title="Nights side by side (each compared with the night before, as autotune compare does)")
+        for column in headings:
+            table.add_column(column)
+        for cells in rows:
+            table.add_row(*cells)
+        out.print(table)
+        out.print(f"chart: {chart}")
+
+
+def _history_document(history: History, chart: str) -> dict[str, Any]:
+    return {
+        "chart": chart,
+        "nights": [
+            {
+                "study": night.study,
+                "date": night.date,
+                "launched": night.launched,
+                "front": [_front_point(point) for point in night.points],
+                "best_throughput_tok_s": night.best_throughput,
+                "lowest_peak_memory_gb": night.lowest_memory_gb,
+                "lowest_kl": night.lowest_kl,
+                "best_token_agreement": night.best_token_agreement,
+                "best_greedy_agreement": night.best_greedy_agreement,
+                "slo": night.target.slo if night.target else None,
+                "fastest_at_capacity": _capacity_json(night.fastest_capacity),
+                "previous": night.previous,
+                "regressed": night.regressed,
+                "verdict": night.verdict(),
+            }
+            for night in history.nights
+        ],
+    }
+
+
+def _front_point(point: FrontPoint) -> dict[str, Any]:
+    return {**asdict(point), "capacity": _capacity_json(point.capacity)}
+
+
+# ------------------------------------------------------------------------------------ best
+
+
+def best_document(found: Best) -> dict[str, Any]:
+    chosen, deploy = found.pick, found.card
+    record = chosen.chosen
+    assert record is not None
+    return {
+        "study": found.study,
+        "trial": record.number,
+        "goal": str(chosen.goal),
+        "constraints": [str(c) for c in chosen.constraints],
+        "complete_trials": chosen.considered,
+        "feasible_trials": len(chosen.feasible),
+        "on_front": chosen.on_front,
+        "config": record.config,
+        "metrics": record.metrics,
+        "speedup_vs_baseline": deploy.speedup,
+        "memory_saving_vs_baseline": deploy.memory_saving,
+        "capacity": _capacity_json(deploy.at_capacity),  # its capacity and what it carries there, with its SLO
+        "deploy": json.loads(deploy.json),
+        "python": deploy.python,
+        "serve": deploy.serve,
+    }
+
+
+def print_best(found: Best, output: str = "table") -> None:
+    """The configuration picked as a table (default), one JSON document, Python code or a `transformers serve`
+    command."""
+    if output == "python":
+        typer.echo(found.card.python, nl=False)
+    elif output == "serve":
+        typer.echo(found.card.serve)
+    elif output == "json":
+        typer.echo(json.dumps(best_document(found), indent=2))
+    else:
+        _print_best_table(found)
+
+
+def _print_best_table(found: Best) -> None:
+    from autotune.report.cards import card_facts
+
+    chosen, deploy = found.pick, found.card
+    record = chosen.chosen
+    assert record is not None
+    asked = ", ".join(_asked(c, deploy) for c in chosen.constraints) or "no constraints"
+    out.print(
+        f"study {found.study}: trial #{record.number} ({chosen.goal}; {asked}; "
+        f"{len(chosen.feasible)} of {chosen.considered} complete trials satisfy them)"
+    )
+    table = Table(show_header=False)
+    table.add_column("what")
+    table.add_column("value")
+    table.add_row("configuration", knobs_line(record.config))
+    for fact in card_facts(deploy):
+        table.add_row("", fact)
+    table.add_row("serve", deploy.serve)
+    out.print(table)
+    out.print("code: add --format python (or json, serve)")
+
+
+def _asked(constraint: Constraint, deploy: DeployCard) -> str:
+    """A constraint for people; the study's SLO as the capacity it asks for."""
+    if constraint == MEETS_SLO and deploy.at_capacity is not None:
+        return f"a capacity {deploy.at_capacity.target.within}"
+    return constraint.label

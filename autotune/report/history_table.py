@@ -1,0 +1,65 @@
+"""The nights' table as text: its headings and each night's cells, for `autotune history` in the terminal and for
+its page alike (no HTML, no drawing)."""
+
+from __future__ import annotations
+
+from autotune.analysis.capacity import AtCapacity
+from autotune.analysis.history import History, NightSummary
+from autotune.figures.slo import describe_slo
+from autotune.units import format_bytes
+
+HEADINGS = (
+    "night",
+    "study",
+    "trials",
+    "front",
+    "best tok/s",
+    "lowest memory",
+    "lowest KL",
+    "best tokens / greedy",
+    "vs the night before",
+)
+CAPACITY_HEADINGS = ("SLO", "capacity of the fastest")
+
+
+def history_headings(history: History) -> tuple[str, ...]:
+    """The nights' columns (this page's table and `autotune history`'s); where a night was searched within an SLO,
+    the SLO and the fastest point's capacity before the verdict: its row's figures are at capacity within that SLO."""
+    if not any(night.target or night.fastest_capacity for night in history.nights):
+        return HEADINGS
+    return (*HEADINGS[:-1], *CAPACITY_HEADINGS, HEADINGS[-1])
+
+
+def night_cells(history: History, night: NightSummary) -> list[str]:
+    """One night's row under history_headings."""
+    change = night.best_change(history.before(night))
+    cells = [
+        night.label,
+        night.study,
+        str(night.launched),
+        str(len(night.points)),
+        _number(night.best_throughput, "{:.1f}") + (f" ({change:+.1%})" if change is not None else ""),
+        format_bytes(night.lowest_memory_gb * 1e9) if night.lowest_memory_gb is not None else "-",
+        _number(night.lowest_kl, "{:.2e}"),
+        f"{_percent(night.best_token_agreement)} / {_percent(night.best_greedy_agreement)}",
+    ]
+    if len(history_headings(history)) > len(HEADINGS):
+        cells += [describe_slo(night.target.slo) if night.target else "none", _fastest(night.fastest_capacity)]
+    return [*cells, night.verdict()]
+
+
+def _fastest(found: AtCapacity | None) -> str:
+    """ "batch 16: 2055 generated tok/s end to end per GPU, $0.137 per 1M tokens"."""
+    if found is None or found.size is None or found.tokens_per_s_per_device is None:
+        return "-"
+    figures = f"{found.tokens_per_s_per_device:.4g} generated tok/s end to end per {found.device}"
+    cost = found.cost_per_million_tokens
+    return f"{found.unit.size_text(found.size)}: {figures}" + (f", ${cost:.4g} per 1M tokens" if cost else "")
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
+def _number(value: float | None, template: str) -> str:
+    return "-" if value is None else template.format(value)

@@ -1,0 +1,63 @@
+"""Older stored forms, read as today's: every patch a reader of a stored study needs, in one place.
+
+Each function takes what a study or one of its trials stored and returns today's form, so that the rest of autotune
+reads one form only; what today's code writes passes through unchanged. Studies written by main 8b80113 are kept as
+a test fixture (tests/fixtures/studies_8b80113) and open with the figures they showed then.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from autotune.figures.metrics import OBJECTIVES
+from autotune.figures.quality import stored_path
+from autotune.workloads import workload_as_run
+from autotune.workloads.capacity import Point, stop_of
+
+DEVICE_KIND = "cuda"  # profiles stored before they named their kind were all GPU profiles
+
+
+def workload(stored: Mapping[str, Any]) -> dict[str, Any]:
+    """A study's workload as its trials ran: the serve load's SLO, stored inside the load before the SLO was every
+    kind's, lifted out; what a kind decides itself, which studies before the spec said so kept at its default (a
+    latency workload's batch size, 8, though it ran one prompt at a time), as the kind decides it."""
+    data = dict(stored)
+    if isinstance(data.get("serve"), Mapping) and "slo" in data["serve"]:
+        serve = dict(data["serve"])
+        data["slo"] = data.get("slo") or serve.pop("slo") or {}
+        serve.pop("slo", None)
+        data["serve"] = serve
+    return workload_as_run(data)
+
+
+def profile(stored: Mapping[str, Any]) -> dict[str, Any]:
+    """A study's hardware profile with its kind (cuda, cpu): a profile stored without one is a GPU's."""
+    return {**stored, "kind": stored.get("kind") or DEVICE_KIND}
+
+
+def objectives(stored: list[str] | None) -> list[str]:
+    """The metrics a study optimises: studies stored before they were named have the default three."""
+    return list(stored or [metric.name for metric in OBJECTIVES])
+
+
+def capacity(stored: Mapping[str, Any]) -> dict[str, Any]:
+    """A trial's capacity in today's form (autotune.workloads.capacity.Capacity.to_json): capacities stored before
+    it carried what the probe found as a sentence ("said", dropped: the words are made when it is shown) and no stop,
+    which their points say; the first named no unit (a batch)."""
+    data = {key: value for key, value in stored.items() if key != "said"}
+    data["unit"] = data.get("unit") or "batch"
+    if "stopped" not in data:
+        stop = stop_of(sorted((Point.from_json(point) for point in data.get("points", [])), key=lambda p: p.size))
+        data["stopped"] = stop.to_json() if stop else None
+    return data
+
+
+def quality_path(stored: str | None) -> str:
+    """Where a trial's quality figures came from: a trial that names no path was measured on the prefill path."""
+    return stored_path(stored)
+
+
+def trial_config(stored: Mapping[str, Any] | None, params: Mapping[str, Any]) -> dict[str, Any]:
+    """A trial's configuration: as autotune stored it, else Optuna's parameters (a trial autotune did not launch)."""
+    return dict(stored) if stored else dict(params)
