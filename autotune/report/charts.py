@@ -12,7 +12,7 @@ from html import escape
 
 import plotly.graph_objects as go
 
-from autotune.figures.metrics import KL_DIVERGENCE, METRICS, THROUGHPUT, TTFT, Metric
+from autotune.figures.metrics import KL_DIVERGENCE, METRICS, PEAK_MEMORY_BYTES, THROUGHPUT, TTFT, Metric
 from autotune.report.data import Progress, ReportData
 from autotune.study import TrialRecord
 from autotune.study.opened import Terms
@@ -29,7 +29,7 @@ def _hover(record: TrialRecord) -> str:
     return (
         f"<b>trial #{record.number}</b>{roles}<br>{_knob_text(record)}<br>"
         f"{m[THROUGHPUT.name]:.1f} tok/s · ttft {m.get(TTFT.name, math.nan) * 1000:.1f} ms<br>"
-        f"memory {format_bytes(m.get('peak_memory_bytes'))} · KL {m[KL_DIVERGENCE.name]:.2e}"
+        f"memory {format_bytes(m.get(PEAK_MEMORY_BYTES))} · KL {m[KL_DIVERGENCE.name]:.2e}"
     )
 
 

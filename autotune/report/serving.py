@@ -14,6 +14,7 @@ from autotune.figures.metrics import (
     IN_FLIGHT_PEAK,
     ITL_P95,
     OUTPUT_TOK_S,
+    PEAK_MEMORY_BYTES,
     REQUESTS_PER_S,
     SLO_SHARE,
     TTFT_P50,
@@ -55,7 +56,7 @@ def load_table(serve: dict[str, Any]) -> str:
     for level in serve.get("levels", []):
         cells = [f"{level['load']:g}"]
         cells += [_cell(level.get(key), scale, form) for _, key, scale, form in _COLUMNS]
-        memory = level.get("peak_memory_bytes")
+        memory = level.get(PEAK_MEMORY_BYTES)
         cells.append(format_bytes(memory) if memory else "-")
         cells.append(_verdict(level))
         rows.append("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in cells) + "</tr>")

@@ -70,10 +70,37 @@ def run(spec: TaskSpec, phases: Any) -> TaskResult:
     server_cores, client_cores = split_cores()
     argv = serve_argv(spec.model.path, plan.serve_flags, spec.device, load.port or free_port())
     server = ServerProcess(argv, server_cores)
+    probe = level_probe(spec.workload)
+    records, joules, client_cpu = _serve(server, spec, prompts, probe, client_cores, phases)
+    slo = spec.workload.slo
+    capacity = probe.capacity(load.mode)
+    at = _at(capacity, slo)
+    metrics, stats, levels = serve_figures(records, slo, at)
+    with phases("quality"):  # the server exposes no logits: the served configuration, through generate() here
+        metrics |= _quality(spec, plan, tokenizer)
+    metrics |= _memory(capacity, at) | energy_figures(joules, _generated_tokens(records))
+    metrics |= {"client_cpu_share": client_cpu, WARMUP.name: phases.timings["load"]}
+    if spec.price_per_hour is not None and metrics[THROUGHPUT.name] > 0:  # at the trial's level, as its throughput
+        price = spec.price_per_hour
+        metrics[COST_PER_MILLION_TOKENS.name] = cost_per_million_tokens(price, metrics[THROUGHPUT.name])
+    serve = _details(argv, load, slo, _judged(levels, capacity, bool(slo)), server_cores, client_cores)
+    served = {**serve, "server_pid": server.process.pid if server.process else None}
+    details = TaskDetails(serve=served, quality_path=SERVED)
+    if slo:
+        chosen = capacity.chosen
+        metrics |= {CAPACITY.name: chosen.size if chosen else 0.0, MEETS_SLO_FIGURE.name: float(chosen is not None)}
+        details.capacity = capacity.to_json()
+    return TaskResult(Outcome.OK, metrics=metrics, stats=stats, environment=environment(spec.device), details=details)
+
+
+def _serve(
+    server: ServerProcess, spec: TaskSpec, prompts: list[str], probe: Probe, client_cores: list[int], phases: Any
+) -> tuple[list[RequestRecord], float | None, float]:
+    """Start the server, drive it through the probe's levels from the client's cores, stop it: the requests' records,
+    the joules the device spent, and the client's share of its cores."""
     energy = EnergyCounter(spec.device)
     kill_server = (spec.fault or {}).get("kind") == "kill_server"
     own_cores = os.sched_getaffinity(0)
-    probe = level_probe(spec.workload)
     try:
         with phases("load"):
             server.start()
@@ -94,25 +121,7 @@ def run(spec: TaskSpec, phases: Any) -> TaskResult:
         os.sched_setaffinity(0, own_cores)
         print(f"transformers serve log (end):\n{server.log_tail()}", file=sys.stderr)
         server.remove_log()
-    slo = spec.workload.slo
-    capacity = probe.capacity(load.mode)
-    at = _at(capacity, slo)
-    metrics, stats, levels = serve_figures(records, slo, at)
-    with phases("quality"):  # the server exposes no logits: the served configuration, through generate() here
-        metrics |= _quality(spec, plan, tokenizer)
-    metrics |= _memory(capacity, at) | energy_figures(joules, _generated_tokens(records))
-    metrics |= {"client_cpu_share": client_cpu, WARMUP.name: phases.timings["load"]}
-    if spec.price_per_hour is not None and metrics[THROUGHPUT.name] > 0:  # at the trial's level, as its throughput
-        price = spec.price_per_hour
-        metrics[COST_PER_MILLION_TOKENS.name] = cost_per_million_tokens(price, metrics[THROUGHPUT.name])
-    serve = _details(argv, load, slo, _judged(levels, capacity, bool(slo)), server_cores, client_cores)
-    served = {**serve, "server_pid": server.process.pid if server.process else None}
-    details = TaskDetails(serve=served, quality_path=SERVED)
-    if slo:
-        chosen = capacity.chosen
-        metrics |= {CAPACITY.name: chosen.size if chosen else 0.0, MEETS_SLO_FIGURE.name: float(chosen is not None)}
-        details.capacity = capacity.to_json()
-    return TaskResult(Outcome.OK, metrics=metrics, stats=stats, environment=environment(spec.device), details=details)
+    return records, joules, client_cpu
 
 
 def _quality(spec: TaskSpec, plan: Plan, tokenizer: Any) -> dict[str, float]:

@@ -11,6 +11,7 @@ from typing import Any, ClassVar, Literal
 
 from autotune.errors import UserError
 from autotune.extras import SERVE
+from autotune.figures.metrics import ERRORS, GOODPUT, REQUESTS_PER_S
 from autotune.specs import WorkloadSpec
 from autotune.workloads.base import SLO, Flag, WorkloadKind, register
 from autotune.workloads.capacity import Probe, bisections, doubling, extent
@@ -81,7 +82,7 @@ class Serve(WorkloadKind):
     help = "transformers serve under load (--load, --slo)"
     flags = (LOAD, SLO, SLO_SHARE, SERVE_PORT)
     probes = "load"
-    metrics = frozenset({"goodput_req_s", "requests_per_s", "errors"})  # latency percentiles: every kind's
+    metrics = frozenset({GOODPUT.name, REQUESTS_PER_S.name, ERRORS.name})  # latency percentiles: every kind's
     # Continuous batching first: it keeps the GPU busy under concurrent requests; then what a single batch wants.
     aims: ClassVar[Mapping[str, tuple[str, ...]]] = {
         "speed": ("serve", "throughput"),
