@@ -79,6 +79,13 @@ def cli_env(cache_dir: Path) -> dict[str, str]:
     return env
 
 
+@pytest.fixture
+def bare_cli_env(tmp_path: Path) -> dict[str, str]:
+    """The CLI's environment with a cache folder of its own, not yet created: for commands that never load a model
+    (refused input, a dry run), which then need not wait for the demo model's build (`cache_dir`)."""
+    return {**os.environ, "AUTOTUNE_CACHE_DIR": str(tmp_path / "autotune-cache"), "PYTHONPATH": str(REPO)}
+
+
 def run_cli(args: list[str], cwd: Path, env: dict[str, str], timeout: float = 900) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "autotune", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
