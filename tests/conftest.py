@@ -228,19 +228,43 @@ class DemoSearch:
 
 @pytest.fixture(scope="session")
 def demo_search(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> DemoSearch:
-    """One real search on the demo model (8 trials under one constraint), shared by the slow tests.
+    """One real search on the demo model (8 trials under one constraint), shared by the slow tests, and by both test
+    processes under pytest-xdist (`shared_once`).
 
     Its last trial fails for real while loading (an injected exception), so that the study, its report and the
     tests that read them always hold a failure. Tests that add trials work on a copy of its folder.
     """
     env = dict(os.environ)
     env["AUTOTUNE_CACHE_DIR"] = str(cache_dir)
-    workdir = tmp_path_factory.mktemp("search")
-    faulty = {**env, "AUTOTUNE_INJECT_FAULTS": json.dumps({str(DEMO_FAILING_TRIAL): DEMO_FAULT})}
-    completed = run_demo_search(workdir, faulty, "--trials", "8", "--constraint", DEMO_CONSTRAINT)
-    assert completed.returncode == 0, completed.stdout + completed.stderr
-    search = DemoSearch(workdir, completed, [], env)
-    return DemoSearch(workdir, completed, records(search.study()), env)
+
+    def search(workdir: Path) -> None:
+        faulty = {**env, "AUTOTUNE_INJECT_FAULTS": json.dumps({str(DEMO_FAILING_TRIAL): DEMO_FAULT})}
+        done = run_demo_search(workdir, faulty, "--trials", "8", "--constraint", DEMO_CONSTRAINT)
+        assert done.returncode == 0, done.stdout + done.stderr
+        printed = [done.args, done.returncode, done.stdout, done.stderr]
+        workdir.with_suffix(".json").write_text(json.dumps(printed))  # beside its folder, which tests copy
+
+    workdir = shared_once(tmp_path_factory, "search", search)
+    completed = subprocess.CompletedProcess(*json.loads(workdir.with_suffix(".json").read_text()))
+    search_done = DemoSearch(workdir, completed, [], env)
+    return DemoSearch(workdir, completed, records(search_done.study()), env)
+
+
+def shared_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]) -> Path:
+    """The folder `name`, which `build` fills once per test run: under pytest-xdist once for all its processes (the
+    first to come builds it under a lock, the others wait, then find it done). Its users only read it, or copy it."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the run's folder, above each process's own (popen-gw0, popen-gw1)
+    folder, done = root / name, root / f"{name}.done"
+    with (root / f"{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)  # a build that failed in the other process
+            folder.mkdir()
+            build(folder)
+            done.touch()
+    return folder
 
 
 # Exactly eight configurations, each of which runs on a CPU: a search of eight trials measures each once, whichever
