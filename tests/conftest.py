@@ -86,9 +86,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     """A build still running when the tests are done (none needed it) is stopped: each of its steps is kept only when
-    it is complete, so the next run goes on from there."""
-    if _background_build is not None and _background_build.poll() is None:
-        os.killpg(_background_build.pid, signal.SIGTERM)
+    it is complete, so the next run goes on from there. SIGINT first, so that it removes its unfinished files."""
+    if _background_build is None or _background_build.poll() is not None:
+        return
+    os.killpg(_background_build.pid, signal.SIGINT)
+    try:
+        _background_build.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(_background_build.pid, signal.SIGKILL)
         _background_build.wait()
 
 
