@@ -23,7 +23,7 @@ demo: $(STAMP)
 # the demo model takes about 3 minutes to train on 2 cores, so it is built once.
 CACHE := $(CURDIR)/.cache/autotune
 
-# Two test processes, one per core (-n 2), each test module in one of them (its module fixtures: a Slurm cluster, five
+# Two test processes, one per core (-n 2), each test module in one of them (its module fixtures: a Slurm cluster, four
 # nights); every torch process with one thread: two with a thread per core each slow each other several times over.
 test: $(STAMP)
 	AUTOTUNE_TEST_CACHE_DIR=$(CACHE) OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25

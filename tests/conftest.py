@@ -40,12 +40,67 @@ build_library_extensions("cpu")
 """  # in a process of its own: this one does not import torch
 
 
+# The build above under a lock in the cache folder, once: a second builder waits, then finds it built.
+LOCKED_BUILD = f"""
+import fcntl, sys
+from pathlib import Path
+cache = Path(sys.argv[1])
+with (cache / ".demo-build.lock").open("w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    if not (cache / ".built").exists():
+        exec({DEMO_BUILD!r})
+        (cache / ".built").touch()
+"""
+BUILDING_BESIDE = "AUTOTUNE_TEST_CACHE_BUILDING"  # set for the test processes while the build runs beside them
+_background_build: subprocess.Popen | None = None
+
+
 def _cuda_available() -> bool:
     probe = "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"
     return subprocess.run([sys.executable, "-c", probe], capture_output=True).returncode == 0
 
 
+def _build_command(cache: Path) -> tuple[list[str], dict[str, str]]:
+    return [sys.executable, "-c", LOCKED_BUILD, str(cache)], {**os.environ, "AUTOTUNE_CACHE_DIR": str(cache)}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist with AUTOTUNE_TEST_CACHE_DIR (make test), the controller starts the demo model's build at
+    once, in a process beside the test processes, which run the modules that do not need it first (below): neither
+    waits for a build that the first test needing the cache would otherwise start (minutes on a fresh clone)."""
+    global _background_build
+    configured = os.environ.get("AUTOTUNE_TEST_CACHE_DIR")
+    if hasattr(config, "workerinput") or not config.getoption("numprocesses", None) or not configured:
+        return
+    cache = Path(configured).resolve()
+    if (cache / ".built").exists():
+        return
+    cache.mkdir(parents=True, exist_ok=True)
+    command, env = _build_command(cache)
+    with (cache / ".demo-build.log").open("w") as log:
+        _background_build = subprocess.Popen(command, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                                             start_new_session=True)  # fmt: skip
+    os.environ[BUILDING_BESIDE] = "1"  # the test processes, started after this hook, inherit it
+    config.option.loadscopereorder = False  # modules in the collected order (below), not by their number of tests
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """A build still running when the tests are done (none needed it) is stopped: each of its steps is kept only when
+    it is complete, so the next run goes on from there. SIGINT first, so that it removes its unfinished files."""
+    if _background_build is None or _background_build.poll() is not None:
+        return
+    os.killpg(_background_build.pid, signal.SIGINT)
+    try:
+        _background_build.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(_background_build.pid, signal.SIGKILL)
+        _background_build.wait()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get(BUILDING_BESIDE):
+        waiting = {item.nodeid.split("::")[0] for item in items if "cache_dir" in item.fixturenames}
+        items.sort(key=lambda item: item.nodeid.split("::")[0] in waiting)  # stable: file order kept within each
     if not any("gpu" in item.keywords for item in items) or _cuda_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
@@ -58,16 +113,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One autotune cache per test session, or AUTOTUNE_TEST_CACHE_DIR if set, with the demo model and its draft
     built in it (and optimum-quanto's C++ extension, where installed): a test that runs a trial with a short timeout
-    must not spend it training the demo model or compiling, whichever test runs first (or alone)."""
+    must not spend it training the demo model or compiling, whichever test runs first (or alone). Where a build runs
+    already (the other test process's, or the one pytest_configure started), this waits for it."""
     configured = os.environ.get("AUTOTUNE_TEST_CACHE_DIR")
     path = Path(configured).resolve() if configured else tmp_path_factory.mktemp("autotune-cache")
     path.mkdir(parents=True, exist_ok=True)
-    with (path / ".demo-build.lock").open("w") as lock:  # the other test process (pytest -n 2) waits, then finds them
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (path / ".built").exists():
-            subprocess.run([sys.executable, "-c", DEMO_BUILD], env={**os.environ, "AUTOTUNE_CACHE_DIR": str(path)},
-                           cwd=REPO, check=True, capture_output=True)  # fmt: skip
-            (path / ".built").touch()
+    if not (path / ".built").exists():
+        command, env = _build_command(path)
+        built = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True)
+        assert built.returncode == 0, f"the demo model's build failed:\n{built.stdout}\n{built.stderr}"
     return path
 
 
@@ -77,6 +131,13 @@ def cli_env(cache_dir: Path) -> dict[str, str]:
     env["AUTOTUNE_CACHE_DIR"] = str(cache_dir)
     env["PYTHONPATH"] = str(REPO)
     return env
+
+
+@pytest.fixture
+def bare_cli_env(tmp_path: Path) -> dict[str, str]:
+    """The CLI's environment with a cache folder of its own, not yet created: for commands that never load a model
+    (refused input, a dry run), which then need not wait for the demo model's build (`cache_dir`)."""
+    return {**os.environ, "AUTOTUNE_CACHE_DIR": str(tmp_path / "autotune-cache"), "PYTHONPATH": str(REPO)}
 
 
 def run_cli(args: list[str], cwd: Path, env: dict[str, str], timeout: float = 900) -> subprocess.CompletedProcess:
@@ -221,19 +282,43 @@ class DemoSearch:
 
 @pytest.fixture(scope="session")
 def demo_search(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> DemoSearch:
-    """One real search on the demo model (8 trials under one constraint), shared by the slow tests.
+    """One real search on the demo model (8 trials under one constraint), shared by the slow tests, and by both test
+    processes under pytest-xdist (`shared_once`).
 
     Its last trial fails for real while loading (an injected exception), so that the study, its report and the
     tests that read them always hold a failure. Tests that add trials work on a copy of its folder.
     """
     env = dict(os.environ)
     env["AUTOTUNE_CACHE_DIR"] = str(cache_dir)
-    workdir = tmp_path_factory.mktemp("search")
-    faulty = {**env, "AUTOTUNE_INJECT_FAULTS": json.dumps({str(DEMO_FAILING_TRIAL): DEMO_FAULT})}
-    completed = run_demo_search(workdir, faulty, "--trials", "8", "--constraint", DEMO_CONSTRAINT)
-    assert completed.returncode == 0, completed.stdout + completed.stderr
-    search = DemoSearch(workdir, completed, [], env)
-    return DemoSearch(workdir, completed, records(search.study()), env)
+
+    def search(workdir: Path) -> None:
+        faulty = {**env, "AUTOTUNE_INJECT_FAULTS": json.dumps({str(DEMO_FAILING_TRIAL): DEMO_FAULT})}
+        done = run_demo_search(workdir, faulty, "--trials", "8", "--constraint", DEMO_CONSTRAINT)
+        assert done.returncode == 0, done.stdout + done.stderr
+        printed = [done.args, done.returncode, done.stdout, done.stderr]
+        workdir.with_suffix(".json").write_text(json.dumps(printed))  # beside its folder, which tests copy
+
+    workdir = shared_once(tmp_path_factory, "search", search)
+    completed = subprocess.CompletedProcess(*json.loads(workdir.with_suffix(".json").read_text()))
+    search_done = DemoSearch(workdir, completed, [], env)
+    return DemoSearch(workdir, completed, records(search_done.study()), env)
+
+
+def shared_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]) -> Path:
+    """The folder `name`, which `build` fills once per test run: under pytest-xdist once for all its processes (the
+    first to come builds it under a lock, the others wait, then find it done). Its users only read it, or copy it."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the run's folder, above each process's own (popen-gw0, popen-gw1)
+    folder, done = root / name, root / f"{name}.done"
+    with (root / f"{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)  # a build that failed in the other process
+            folder.mkdir()
+            build(folder)
+            done.touch()
+    return folder
 
 
 # Exactly eight configurations, each of which runs on a CPU: a search of eight trials measures each once, whichever

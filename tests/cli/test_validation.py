@@ -1,7 +1,8 @@
 """Everything checkable is checked before work starts: one line, exit status 2, nothing written anywhere.
 
-Each case runs the CLI's own entry point in this process (tests/conftest.py: run_main), in an empty folder;
-afterwards that folder is still empty and the place the bad flag pointed at is untouched.
+Each case runs the CLI's own entry point in this process (tests/conftest.py: run_main), in an empty folder, with a
+cache folder of its own (`bare_cli_env`); afterwards that folder is still empty, the cache folder was not created, and
+the place the bad flag pointed at is untouched.
 """
 
 from __future__ import annotations
@@ -73,19 +74,20 @@ CASES = [
 
 
 @pytest.mark.parametrize(("args", "message"), CASES, ids=[" ".join(args[1:])[-60:] for args, _ in CASES])
-def test_bad_input_is_refused_before_anything_is_written(tmp_path: Path, cli_env, args, message):
+def test_bad_input_is_refused_before_anything_is_written(tmp_path: Path, bare_cli_env, args, message):
     cwd, things = _folders(tmp_path)
     before = {path: path.read_bytes() for path in things.iterdir()}
-    completed = run_main([arg.format(things=things) for arg in args], cwd, cli_env)
+    completed = run_main([arg.format(things=things) for arg in args], cwd, bare_cli_env)
     assert_one_line_error(completed, message)
     assert list(cwd.iterdir()) == [], "bad input wrote into the working folder"
+    assert not Path(bare_cli_env["AUTOTUNE_CACHE_DIR"]).exists(), "bad input wrote into the cache folder"
     assert {path: path.read_bytes() for path in things.iterdir()} == before
     assert not Path("/proc/autotune").exists()
 
 
-def test_an_unwritable_cache_folder_is_refused(tmp_path: Path, cli_env):
+def test_an_unwritable_cache_folder_is_refused(tmp_path: Path, bare_cli_env):
     cwd, _ = _folders(tmp_path)
-    env = {**cli_env, "AUTOTUNE_CACHE_DIR": "/proc/autotune-cache"}
+    env = {**bare_cli_env, "AUTOTUNE_CACHE_DIR": "/proc/autotune-cache"}
     completed = run_main(["search", *DEMO], cwd, env)
     assert_one_line_error(completed, "the cache folder (AUTOTUNE_CACHE_DIR) /proc/autotune-cache cannot be written")
     assert list(cwd.iterdir()) == []
@@ -99,13 +101,13 @@ def test_an_unwritable_cache_folder_is_refused(tmp_path: Path, cli_env):
         ({"model_type": "llava", "text_config": {"max_position_embeddings": 80}}, "80 positions"),
     ],
 )
-def test_a_workload_longer_than_a_local_models_context_is_refused(tmp_path: Path, cli_env, config, limit):
+def test_a_workload_longer_than_a_local_models_context_is_refused(tmp_path: Path, bare_cli_env, config, limit):
     cwd, _ = _folders(tmp_path)
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text(json.dumps(config))
     args = ["search", "--model", str(model), "--gpu", "cpu", "--trials", "1", "--input-len", "90", "--output-len", "8"]
-    completed = run_main(args, cwd, cli_env)
+    completed = run_main(args, cwd, bare_cli_env)
     assert_one_line_error(completed, limit)
     assert "--input-len 90 + --output-len 8 = 98 tokens" in completed.stderr
     assert list(cwd.iterdir()) == []

@@ -118,15 +118,18 @@ def test_a_serve_dry_run_says_what_each_trial_s_capacity_bracket_may_cost():
     assert planned("h100", "balanced", trials=2).probe is None  # one batch per trial: nothing probed
 
 
-def test_the_cli_prints_the_plan_as_json_and_creates_nothing(tmp_path: Path, cli_env: dict[str, str]) -> None:
+def test_the_cli_prints_the_plan_as_json_and_creates_nothing(tmp_path: Path, bare_cli_env: dict[str, str]) -> None:
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
     command = [sys.executable, "-m", "autotune", "search", "--model", "demo", "--gpu", "h100", "--dry-run", "--json"]
-    done = subprocess.run([*command, "--trials", "5"], cwd=tmp_path, env=cli_env, capture_output=True, text=True)
+    done = subprocess.run([*command, "--trials", "5"], cwd=cwd, env=bare_cli_env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     plan = json.loads(done.stdout)
     assert [set(entry) for entry in plan] == [{"config", "why"}] * 5
     assert plan[0]["why"] == "reference" and plan[2]["why"].startswith("recommended for throughput")
     assert plan[2]["config"]["compile"] == "reduce-overhead"
-    assert list(tmp_path.iterdir()) == []  # no study, no report, no folder
+    assert list(cwd.iterdir()) == []  # no study, no report, no folder
+    assert not Path(bare_cli_env["AUTOTUNE_CACHE_DIR"]).exists()  # nor anything cached
 
 
 def test_a_dry_run_says_what_each_trials_capacity_probe_tries_and_may_cost():
