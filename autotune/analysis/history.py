@@ -36,7 +36,7 @@ class Night:
 
     @classmethod
     def of(cls, opened: OpenedStudy) -> Night:
-        return cls(opened.name, opened.records, opened.front_numbers, opened.settings.device_kind, opened.terms)
+        return cls(opened.name, opened.records, opened.front_numbers, opened.settings.device_type, opened.terms)
 
 
 @dataclass(frozen=True)

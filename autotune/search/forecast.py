@@ -5,7 +5,7 @@ effect of each knob the configuration changes:
 
 - measured: the warm-up trial that made the same change to the baseline, when it ran;
 - else expected: the knob handlers' priors (`Knob.expect`, what the guides lead one to expect on this
-  device kind), shifted by what the knob's other values measured against their own priors.
+  device type), shifted by what the knob's other values measured against their own priors.
 
 Speed and memory effects multiply (they add on a log scale); KL adds. Each forecast carries how unsure
 it is, so the strategy can ask what a configuration could bring at best (`hopeful`), not only what it
@@ -121,7 +121,7 @@ def _default_expectation(name: str, device: DeviceType) -> Expectation:
 
 
 class Forecaster:
-    """Forecasts for configurations of one space, from one baseline, on one device kind."""
+    """Forecasts for configurations of one space, from one baseline, on one device type."""
 
     def __init__(
         self,

@@ -19,7 +19,7 @@ from autotune.errors import UserError
 from autotune.figures.constraints import Constraint, parse_constraints
 from autotune.figures.objectives import ENERGY, check_available
 from autotune.paths import default_space_path
-from autotune.profiles import GpuProfile, ResolvedHardware, hardware_for, has_energy_counter, resolve_hardware
+from autotune.profiles import HardwareProfile, ResolvedHardware, hardware_for, has_energy_counter, resolve_hardware
 from autotune.search import interrupts
 from autotune.search.events import SearchEvents
 from autotune.search.prepare import Prepared, plan_target, runnable_space
@@ -49,7 +49,7 @@ class Checked:
     joining: bool = False  # a worker joining a study: it leaves the study's settings as they are
 
     @property
-    def profile(self) -> GpuProfile:
+    def profile(self) -> HardwareProfile:
         return self.hardware.profile
 
     @property
@@ -79,7 +79,7 @@ class Session:
         return self.settings.feasibility
 
     @property
-    def profile(self) -> GpuProfile:
+    def profile(self) -> HardwareProfile:
         return self.hardware.profile
 
     @property
@@ -227,9 +227,9 @@ def uninstalled_notes(space: SearchSpace) -> list[str]:
 def _check_objectives(settings: StudySettings, hardware: ResolvedHardware) -> None:
     """An objective this device or workload cannot measure is bad input, not a study of failed trials."""
     counter = ENERGY in settings.objectives and has_energy_counter(hardware.device)
-    device_kind = "cuda" if hardware.device.startswith("cuda") else "cpu"
+    device_type = "cuda" if hardware.device.startswith("cuda") else "cpu"
     kind = settings.workload.get("kind", "throughput")
-    check_available(settings.objectives, kind, metrics_of_one_kind(), device_kind, counter)
+    check_available(settings.objectives, kind, metrics_of_one_kind(), device_type, counter)
 
 
 def find_warm_start(request: SearchRequest, url: str) -> optuna.Study:
@@ -249,7 +249,7 @@ def check_worker(worker: WorkerRequest, events: SearchEvents) -> tuple[Checked, 
     assert name is not None and url is not None
     study = studies.load_stored_study(url, name)
     stored = studies.stored_settings(study)
-    hardware = hardware_for(GpuProfile.from_json(stored.profile), worker.device)
+    hardware = hardware_for(HardwareProfile.from_json(stored.profile), worker.device)
     if hardware.note:
         events.note(hardware.note)
     _check_objectives(stored, hardware)
