@@ -68,7 +68,7 @@ def _check(request: SearchRequest, events: SearchEvents) -> Checked:
 
 def _with_best(summary: SearchSummary, study: optuna.Study) -> SearchSummary:
     """The summary, with when each objective's best figure was found."""
-    opened = OpenedStudy.of(study, summary.storage)
+    opened = OpenedStudy.of(study, summary.storage_url)
     found = best_found(opened.records, opened.settings.objective_metrics, opened.runs)
     return replace(summary, best=tuple(found))
 
