@@ -228,7 +228,7 @@ def _join(request: WorkerRequest) -> None:
 def measure(
     *,
     model: Model,
-    settings: Annotated[
+    overrides: Annotated[
         list[str] | None, typer.Option("--set", help="knob=value; unset knobs keep the transformers defaults.")
     ] = None,
     hardware: Hardware,
@@ -242,14 +242,14 @@ def measure(
     Example: autotune measure --model demo --set dtype=bfloat16 --set attn_implementation=sdpa --json
     """
     from autotune.search.measure import measure as measure_configuration
-    from autotune.search.measure import parse_settings
+    from autotune.search.measure import parse_overrides
     from autotune.validate import check_measure_inputs
 
     request = SearchRequest(
         model, hardware, workload, budget=BudgetSpec(trial_timeout_s=trial_timeout_s), space_path=space
     )
     check_measure_inputs(request)
-    config, result = measure_configuration(request, parse_settings(settings or []))
+    config, result = measure_configuration(request, parse_overrides(overrides or []))
     print_measurement(model, workload, config, result, as_json)
     if not result.ok:
         raise typer.Exit(1)

@@ -171,10 +171,10 @@ def search_command(args: argparse.Namespace, model: str, url: str) -> list[str]:
 
 
 def measure_command(args: argparse.Namespace, model: str, config: Config) -> list[str]:
-    settings = [item for name, value in config.items() for item in ("--set", f"{name}={value}")]
+    overrides = [item for name, value in config.items() for item in ("--set", f"{name}={value}")]
     return autotune(
         "measure", "--model", model, "--device", args.device, "--gpu", args.gpu, "--space", str(args.space),
-        "--workload", "latency", "--trial-timeout", args.trial_timeout, *_shape(args), "--json", *settings,
+        "--workload", "latency", "--trial-timeout", args.trial_timeout, *_shape(args), "--json", *overrides,
     )  # fmt: skip
 
 
