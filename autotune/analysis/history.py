@@ -31,7 +31,7 @@ class Night:
     study: str
     records: list[TrialRecord]
     front: set[int]  # its trials on the front (Optuna's best_trials)
-    device: str  # the kind of its profile (cuda, cpu): the default tolerances of a comparison from it
+    device: str  # the device type of its profile (cuda, cpu): the default tolerances of a comparison from it
     terms: Terms | None = None  # what its figures at capacity hold under (its SLO, device, price)
 
     @classmethod

@@ -171,14 +171,14 @@ class Forecaster:
         figures = dict(anchor)
         for metric in self.objectives:
             value = anchor.get(metric.name)
-            kind = family(metric)
-            if value is None or kind is None:
+            metric_family = family(metric)
+            if value is None or metric_family is None:
                 continue
-            if kind == "speed":
+            if metric_family == "speed":
                 figures[metric.name] = value * math.exp(effect.speed + optimism)
-            elif kind == "time":
+            elif metric_family == "time":
                 figures[metric.name] = value * math.exp(-effect.speed - optimism)
-            elif kind == "memory":
+            elif metric_family == "memory":
                 figures[metric.name] = value * math.exp(effect.memory - optimism)
             else:
                 figures[metric.name] = max(value + effect.kl, 0.0) * math.exp(-optimism)

@@ -229,8 +229,8 @@ def _check_objectives(settings: StudySettings, hardware: ResolvedHardware) -> No
     """An objective this device or workload cannot measure is bad input, not a study of failed trials."""
     counter = ENERGY in settings.objectives and has_energy_counter(hardware.device)
     device_type = "cuda" if hardware.device.startswith("cuda") else "cpu"
-    kind = settings.workload.get("kind", "throughput")
-    check_available(settings.objectives, kind, metrics_of_one_kind(), device_type, counter)
+    workload_kind = settings.workload.get("kind", "throughput")
+    check_available(settings.objectives, workload_kind, metrics_of_one_kind(), device_type, counter)
 
 
 def find_warm_start(request: SearchRequest, url: str) -> optuna.Study:
