@@ -20,7 +20,7 @@ from typing import Any
 from autotune.errors import UserError
 from autotune.fpmath_probe import bf16_changes_fp32_matmuls
 from autotune.space import rules
-from autotune.space.knobs import Value
+from autotune.space.knobs import DeviceType, Value
 
 log = logging.getLogger(__name__)
 
@@ -28,30 +28,36 @@ GIB = 1024**3
 
 
 @dataclass(frozen=True)
-class GpuProfile:
+class HardwareProfile:
+    """What a study is searched for: a GPU, or the CPU (device_type says which)."""
+
     name: str
     description: str
-    kind: str  # "cuda" or "cpu"
+    device_type: DeviceType
     memory_bytes: int | None  # None: the host's memory
     compute_capability: float | None
     bandwidth_gb_s: float  # peak memory bandwidth, 1e9 bytes/s
     price_per_hour: float | None
 
-    @property
-    def device_type(self) -> str:
-        return self.kind
-
     def why_not_value(self, knob: str, value: Value) -> str | None:
         """Why this profile cannot run a knob value, or None (autotune/space/rules.py decides)."""
         return rules.hardware_problem(knob, value, self, THIS_MACHINE)
 
-    def to_json(self) -> dict:
-        return asdict(self)
+    def to_json(self) -> dict[str, Any]:
+        """The stored form: device_type under its stored key, so that every stored study reads alike."""
+        return {STORED_KEYS.get(name, name): value for name, value in asdict(self).items()}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> GpuProfile:
+    def from_json(cls, data: dict[str, Any]) -> HardwareProfile:
         """A profile stored with a study (fields of later versions ignored)."""
-        return cls(**{name: data[name] for name in cls.__dataclass_fields__ if name in data})
+        stored = {name: STORED_KEYS.get(name, name) for name in cls.__dataclass_fields__}
+        return cls(**{name: data[key] for name, key in stored.items() if key in data})
+
+
+# Fields stored under another name: studies have always stored the device type as "kind" (study/migrations.py
+# fills it in profiles stored before it).
+STORED_DEVICE_TYPE = "kind"
+STORED_KEYS = {"device_type": STORED_DEVICE_TYPE}
 
 
 # The named profiles. A card found here takes its memory, compute capability and bandwidth from NVML
@@ -59,45 +65,47 @@ class GpuProfile:
 # below are used when --gpu names a card this machine does not have. Memory, peak bandwidth and compute
 # capability are NVIDIA's datasheet figures (the source of each is beside it; compute capability:
 # developer.nvidia.com/cuda-gpus). Prices: indicative on-demand cloud prices per GPU-hour, late 2025.
-PROFILES: dict[str, GpuProfile] = {
+PROFILES: dict[str, HardwareProfile] = {
     profile.name: profile
     for profile in (
         # T4 datasheet: 16 GB GDDR6, 320 GB/s; Turing, 7.5
-        GpuProfile("t4", "NVIDIA T4 16 GB (Turing)", "cuda", 16 * GIB, 7.5, 320, 0.53),
+        HardwareProfile("t4", "NVIDIA T4 16 GB (Turing)", "cuda", 16 * GIB, 7.5, 320, 0.53),
         # AWS EC2 G5 (A10G): 24 GB GDDR6, 600 GB/s; Ampere GA102, 8.6
-        GpuProfile("a10g", "NVIDIA A10G 24 GB (Ampere)", "cuda", 24 * GIB, 8.6, 600, 1.01),
+        HardwareProfile("a10g", "NVIDIA A10G 24 GB (Ampere)", "cuda", 24 * GIB, 8.6, 600, 1.01),
         # A10 datasheet: 24 GB GDDR6, 600 GB/s; Ampere GA102, 8.6
-        GpuProfile("a10", "NVIDIA A10 24 GB (Ampere)", "cuda", 24 * GIB, 8.6, 600, 0.75),
+        HardwareProfile("a10", "NVIDIA A10 24 GB (Ampere)", "cuda", 24 * GIB, 8.6, 600, 0.75),
         # L4 datasheet: 24 GB GDDR6, 300 GB/s; Ada, 8.9
-        GpuProfile("l4", "NVIDIA L4 24 GB (Ada)", "cuda", 24 * GIB, 8.9, 300, 0.80),
+        HardwareProfile("l4", "NVIDIA L4 24 GB (Ada)", "cuda", 24 * GIB, 8.9, 300, 0.80),
         # L40 datasheet: 48 GB GDDR6 with ECC, 864 GB/s; Ada, 8.9
-        GpuProfile("l40", "NVIDIA L40 48 GB (Ada)", "cuda", 48 * GIB, 8.9, 864, 0.99),
+        HardwareProfile("l40", "NVIDIA L40 48 GB (Ada)", "cuda", 48 * GIB, 8.9, 864, 0.99),
         # L40S datasheet: 48 GB GDDR6 with ECC, 864 GB/s; Ada, 8.9
-        GpuProfile("l40s", "NVIDIA L40S 48 GB (Ada)", "cuda", 48 * GIB, 8.9, 864, 0.86),
+        HardwareProfile("l40s", "NVIDIA L40S 48 GB (Ada)", "cuda", 48 * GIB, 8.9, 864, 0.86),
         # RTX A6000 datasheet: 48 GB GDDR6, 768 GB/s; Ampere GA102, 8.6
-        GpuProfile("a6000", "NVIDIA RTX A6000 48 GB (Ampere)", "cuda", 48 * GIB, 8.6, 768, 0.80),
+        HardwareProfile("a6000", "NVIDIA RTX A6000 48 GB (Ampere)", "cuda", 48 * GIB, 8.6, 768, 0.80),
         # RTX 6000 Ada Generation datasheet: 48 GB GDDR6, 960 GB/s; Ada, 8.9
-        GpuProfile("rtx6000-ada", "NVIDIA RTX 6000 Ada 48 GB (Ada)", "cuda", 48 * GIB, 8.9, 960, 0.77),
+        HardwareProfile("rtx6000-ada", "NVIDIA RTX 6000 Ada 48 GB (Ada)", "cuda", 48 * GIB, 8.9, 960, 0.77),
         # GeForce RTX 4090 specifications: 24 GB GDDR6X, 384-bit at 21 Gbps = 1008 GB/s; Ada, 8.9
-        GpuProfile("rtx4090", "NVIDIA GeForce RTX 4090 24 GB (Ada)", "cuda", 24 * GIB, 8.9, 1008, 0.69),
+        HardwareProfile("rtx4090", "NVIDIA GeForce RTX 4090 24 GB (Ada)", "cuda", 24 * GIB, 8.9, 1008, 0.69),
         # A100 datasheet: 40 GB HBM2, 1555 GB/s (SXM and PCIe); 80 GB HBM2e, 2039 GB/s SXM, 1935 GB/s PCIe; 8.0
-        GpuProfile("a100-40gb", "NVIDIA A100 40 GB SXM (Ampere)", "cuda", 40 * GIB, 8.0, 1555, 1.29),
-        GpuProfile("a100-40gb-pcie", "NVIDIA A100 40 GB PCIe (Ampere)", "cuda", 40 * GIB, 8.0, 1555, 1.29),
-        GpuProfile("a100-80gb", "NVIDIA A100 80 GB SXM (Ampere)", "cuda", 80 * GIB, 8.0, 2039, 1.79),
-        GpuProfile("a100-80gb-pcie", "NVIDIA A100 80 GB PCIe (Ampere)", "cuda", 80 * GIB, 8.0, 1935, 1.64),
+        HardwareProfile("a100-40gb", "NVIDIA A100 40 GB SXM (Ampere)", "cuda", 40 * GIB, 8.0, 1555, 1.29),
+        HardwareProfile("a100-40gb-pcie", "NVIDIA A100 40 GB PCIe (Ampere)", "cuda", 40 * GIB, 8.0, 1555, 1.29),
+        HardwareProfile("a100-80gb", "NVIDIA A100 80 GB SXM (Ampere)", "cuda", 80 * GIB, 8.0, 2039, 1.79),
+        HardwareProfile("a100-80gb-pcie", "NVIDIA A100 80 GB PCIe (Ampere)", "cuda", 80 * GIB, 8.0, 1935, 1.64),
         # H100 datasheet: SXM 80 GB HBM3, 3.35 TB/s; PCIe 80 GB HBM2e, 2 TB/s; NVL 94 GB HBM3, 3.9 TB/s; 9.0
-        GpuProfile("h100", "NVIDIA H100 80 GB SXM (Hopper)", "cuda", 80 * GIB, 9.0, 3350, 2.99),
-        GpuProfile("h100-pcie", "NVIDIA H100 80 GB PCIe (Hopper)", "cuda", 80 * GIB, 9.0, 2000, 2.49),
-        GpuProfile("h100-nvl", "NVIDIA H100 NVL 94 GB (Hopper)", "cuda", 94 * 10**9, 9.0, 3900, 2.79),
+        HardwareProfile("h100", "NVIDIA H100 80 GB SXM (Hopper)", "cuda", 80 * GIB, 9.0, 3350, 2.99),
+        HardwareProfile("h100-pcie", "NVIDIA H100 80 GB PCIe (Hopper)", "cuda", 80 * GIB, 9.0, 2000, 2.49),
+        HardwareProfile("h100-nvl", "NVIDIA H100 NVL 94 GB (Hopper)", "cuda", 94 * 10**9, 9.0, 3900, 2.79),
         # H200 datasheet: SXM and NVL 141 GB HBM3e, 4.8 TB/s; 9.0
-        GpuProfile("h200", "NVIDIA H200 141 GB SXM (Hopper)", "cuda", 141 * 10**9, 9.0, 4800, 3.79),
-        GpuProfile("h200-nvl", "NVIDIA H200 NVL 141 GB (Hopper)", "cuda", 141 * 10**9, 9.0, 4800, 3.59),
+        HardwareProfile("h200", "NVIDIA H200 141 GB SXM (Hopper)", "cuda", 141 * 10**9, 9.0, 4800, 3.79),
+        HardwareProfile("h200-nvl", "NVIDIA H200 NVL 141 GB (Hopper)", "cuda", 141 * 10**9, 9.0, 4800, 3.59),
         # GH200 Grace Hopper datasheet: 96 GB HBM3, 4 TB/s, or 144 GB HBM3e, 4.9 TB/s (GPU memory); 9.0
-        GpuProfile("gh200", "NVIDIA GH200 96 GB HBM3 (Grace Hopper)", "cuda", 96 * 10**9, 9.0, 4000, 1.49),
-        GpuProfile("gh200-144gb", "NVIDIA GH200 144 GB HBM3e (Grace Hopper)", "cuda", 144 * 10**9, 9.0, 4900, 1.99),
+        HardwareProfile("gh200", "NVIDIA GH200 96 GB HBM3 (Grace Hopper)", "cuda", 96 * 10**9, 9.0, 4000, 1.49),
+        HardwareProfile(
+            "gh200-144gb", "NVIDIA GH200 144 GB HBM3e (Grace Hopper)", "cuda", 144 * 10**9, 9.0, 4900, 1.99
+        ),
         # HGX B200 datasheet: 180 GB HBM3e, 8 TB/s per GPU; Blackwell, 10.0
-        GpuProfile("b200", "NVIDIA B200 180 GB (Blackwell)", "cuda", 180 * 10**9, 10.0, 8000, 4.99),
-        GpuProfile("cpu", "CPU only (nominal DDR bandwidth)", "cpu", None, None, 40, 0.10),
+        HardwareProfile("b200", "NVIDIA B200 180 GB (Blackwell)", "cuda", 180 * 10**9, 10.0, 8000, 4.99),
+        HardwareProfile("cpu", "CPU only (nominal DDR bandwidth)", "cpu", None, None, 40, 0.10),
     )
 }
 
@@ -153,14 +161,14 @@ class DetectedDevice:
         return NVML_NAMES.get(self.name.strip())
 
 
-def profile_for(detected: DetectedDevice) -> tuple[GpuProfile, str]:
+def profile_for(detected: DetectedDevice) -> tuple[HardwareProfile, str]:
     """The profile of a detected card and why it was chosen: NVML's memory, compute capability and bandwidth,
     with the display name and price of the named profile whose NVML name is exactly the card's."""
     name = detected.profile_name()
     if name is None:
         bandwidth = detected.bandwidth_gb_s or 0.0  # 0: no roofline
         memory, capability = detected.memory_bytes, detected.compute_capability
-        return GpuProfile(DETECTED, detected.name, "cuda", memory, capability, bandwidth, None), NO_PROFILE
+        return HardwareProfile(DETECTED, detected.name, "cuda", memory, capability, bandwidth, None), NO_PROFILE
     named = PROFILES[name]
     why = f"exact name match: NVML's {detected.name!r} is profile {name}"
     if detected.bandwidth_gb_s is None:
@@ -299,7 +307,7 @@ def device_index(device: str) -> int:
 class ResolvedHardware:
     """The profile the search prunes for, the device trials run on, and a note when they differ."""
 
-    profile: GpuProfile
+    profile: HardwareProfile
     device: str
     detected: DetectedDevice | None
     note: str | None
@@ -323,16 +331,18 @@ def resolve_hardware(gpu: str, device: str | None) -> ResolvedHardware:
     return hardware_for(PROFILES[gpu], device, detected)
 
 
-def hardware_for(profile: GpuProfile, device: str | None, detected: DetectedDevice | None = None) -> ResolvedHardware:
+def hardware_for(
+    profile: HardwareProfile, device: str | None, detected: DetectedDevice | None = None
+) -> ResolvedHardware:
     """Run trials for `profile` on `device` (a worker joining a study gets the study's profile)."""
     detected = detected if detected is not None else _detect(device)
-    if profile.kind == "cuda" and detected is None:
+    if profile.device_type == "cuda" and detected is None:
         raise UserError(
             f"profile {profile.name} needs a CUDA GPU, but none was found here; "
             "use --gpu cpu or run on a machine with a GPU"
         )
     if device is None or device == "cuda":  # torch.cuda.set_device needs an index: plain cuda is the first GPU
-        device = "cpu" if profile.kind == "cpu" else "cuda:0"
+        device = "cpu" if profile.device_type == "cpu" else "cuda:0"
     return ResolvedHardware(profile, device, detected, _mismatch_note(profile, detected))
 
 
@@ -344,9 +354,9 @@ def _detect(device: str | None) -> DetectedDevice | None:
     return detect_gpu(device_index(device or "cuda"))
 
 
-def _mismatch_note(profile: GpuProfile, detected: DetectedDevice | None) -> str | None:
+def _mismatch_note(profile: HardwareProfile, detected: DetectedDevice | None) -> str | None:
     """What a profile other than this card's means for the trials, said once; None when it is this card's."""
-    if profile.kind != "cuda" or detected is None:
+    if profile.device_type != "cuda" or detected is None:
         return None
     own = profile_for(detected)[0]
     if own.name == profile.name and (profile.name != DETECTED or profile.description == detected.name):

@@ -53,7 +53,7 @@ class Grid:
     trials: dict[str, dict]  # config key -> {"config", "outcome", "metrics", "duration_s"}
     reference: Config
     baseline: Config
-    device: str  # the profile's device kind: "cpu" or "cuda"
+    device: str  # the profile's device type: "cpu" or "cuda"
     low: np.ndarray
     high: np.ndarray
 
@@ -67,7 +67,7 @@ class Grid:
             trials=table["trials"],
             reference=table["reference"],
             baseline=table["baseline"],
-            device=_device_kind(table.get("profile")),
+            device=_device_type(table.get("profile")),
             low=raw.min(axis=0),
             high=raw.max(axis=0),
         )
@@ -81,8 +81,8 @@ class Grid:
         return hypervolume(self.points(keys))
 
 
-def _device_kind(profile: object) -> str:
-    """The grid's device kind: grid.py stores the profile's name (older grids) or its settings."""
+def _device_type(profile: object) -> str:
+    """The grid's device type: grid.py stores the profile's name (older grids) or its settings."""
     if isinstance(profile, dict):
         return str(profile.get("kind", "cpu"))
     return "cpu" if profile in (None, "cpu") else "cuda"

@@ -7,7 +7,7 @@ from autotune.profiles import (
     NO_PROFILE,
     PROFILES,
     DetectedDevice,
-    GpuProfile,
+    HardwareProfile,
     hardware_for,
     profile_for,
     resolve_hardware,
@@ -26,7 +26,7 @@ def test_every_profile_has_the_figures_the_report_needs():
         assert name in PROFILES
     for profile in PROFILES.values():
         assert profile.bandwidth_gb_s > 0 and profile.price_per_hour is not None
-        assert (profile.kind == "cuda") == (profile.compute_capability is not None)
+        assert (profile.device_type == "cuda") == (profile.compute_capability is not None)
 
 
 def test_t4_loses_bfloat16_and_flash_attention():
@@ -171,7 +171,7 @@ def test_a_card_with_no_profile_is_described_by_nvml_and_joined_without_a_note(m
     _machine_with(monkeypatch, CARD["NVIDIA A30"])
     hardware = resolve_hardware("auto", None)
     assert (hardware.profile.name, hardware.profile.description, hardware.note) == ("detected", "NVIDIA A30", None)
-    stored = GpuProfile.from_json({**hardware.profile.to_json(), "added_later": 1})
+    stored = HardwareProfile.from_json({**hardware.profile.to_json(), "added_later": 1})
     assert hardware_for(stored, None).note is None
 
 

@@ -134,7 +134,7 @@ class Comparison:
 def compare_studies(before: OpenedStudy, after: OpenedStudy, given: GivenTolerances) -> Comparison:
     """`autotune compare`: the earlier study against the later, with the tolerances given, else those of the earlier
     study's device; a UserError when their figures at capacity do not compare (searched within other SLOs)."""
-    tolerances = given.on(before.settings.device_kind)
+    tolerances = given.on(before.settings.device_type)
     comparison = compare(before.records, before.front_numbers, after.records, after.front_numbers, tolerances,
                          (before.terms, after.terms))  # fmt: skip
     if comparison.not_compared:

@@ -31,12 +31,12 @@ class Night:
     study: str
     records: list[TrialRecord]
     front: set[int]  # its trials on the front (Optuna's best_trials)
-    device: str  # the kind of its profile (cuda, cpu): the default tolerances of a comparison from it
+    device: str  # the device type of its profile (cuda, cpu): the default tolerances of a comparison from it
     terms: Terms | None = None  # what its figures at capacity hold under (its SLO, device, price)
 
     @classmethod
     def of(cls, opened: OpenedStudy) -> Night:
-        return cls(opened.name, opened.records, opened.front_numbers, opened.settings.device_kind, opened.terms)
+        return cls(opened.name, opened.records, opened.front_numbers, opened.settings.device_type, opened.terms)
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from autotune.units import format_bytes, format_duration
 
 if TYPE_CHECKING:
     from autotune.analysis.found import BestFound
-    from autotune.profiles import DetectedDevice, GpuProfile
+    from autotune.profiles import DetectedDevice, HardwareProfile
     from autotune.report.data import ParetoCard
     from autotune.search.dry_run import DryRun
     from autotune.search.events import SearchSummary
@@ -310,7 +310,7 @@ def _figure(metric: Metric, value: float | None) -> str:
 # ------------------------------------------------------------------------------------ gpus
 
 
-def print_gpus(profiles: Iterable[GpuProfile], found: list[tuple[int, DetectedDevice]]) -> None:
+def print_gpus(profiles: Iterable[HardwareProfile], found: list[tuple[int, DetectedDevice]]) -> None:
     """The hardware profiles, then each GPU detected here and the profile auto picks for it."""
     from autotune.profiles import GIB
 

@@ -75,7 +75,7 @@ def search(
     budget: Budget,
     space: SpacePath = None,
     study: SearchStudy = None,
-    storage: Storage = None,
+    storage_url: Storage = None,
     report: SearchReport = None,
     workload: Workload,
     seed: Seed = None,
@@ -110,7 +110,7 @@ def search(
         raise UserError("--json goes with --dry-run here; a search prints its trials and writes a report")
     printer = TrialPrinter(out)  # progress from the first second: the imports below take a while
     printer.progress("loading autotune's libraries (optuna, sqlalchemy)")
-    places = StorageSpec(study, storage, artifacts, patience_s=storage_patience_s)
+    places = StorageSpec(study, storage_url, artifacts, patience_s=storage_patience_s)
     request = _search_request(model, hardware, workload, budget, goal, places, space, seed, devices, warm_start)
     _run_search(request, report, artifacts, printer)
 
@@ -186,7 +186,7 @@ def _given(context: typer.Context, parameter: str) -> bool:
 def worker(
     *,
     study: Study,
-    storage: Annotated[str, typer.Option("--storage", help="The study's storage URL (shared by every worker).")],
+    storage_url: Annotated[str, typer.Option("--storage", help="The study's storage URL (shared by every worker).")],
     device: Device = None,
     budget: Budget,
     trust_remote_code: TrustRemoteCode = False,
@@ -199,7 +199,7 @@ def worker(
 
     Example: autotune worker --study qwen-h100 --storage postgresql://tuner@db/studies --device cuda:1
     """
-    places = StorageSpec(study, storage, artifacts, patience_s=storage_patience_s)
+    places = StorageSpec(study, storage_url, artifacts, patience_s=storage_patience_s)
     _join(WorkerRequest(places, device, budget, trust_remote_code))
 
 
@@ -228,7 +228,7 @@ def _join(request: WorkerRequest) -> None:
 def measure(
     *,
     model: Model,
-    settings: Annotated[
+    overrides: Annotated[
         list[str] | None, typer.Option("--set", help="knob=value; unset knobs keep the transformers defaults.")
     ] = None,
     hardware: Hardware,
@@ -242,14 +242,14 @@ def measure(
     Example: autotune measure --model demo --set dtype=bfloat16 --set attn_implementation=sdpa --json
     """
     from autotune.search.measure import measure as measure_configuration
-    from autotune.search.measure import parse_settings
+    from autotune.search.measure import parse_overrides
     from autotune.validate import check_measure_inputs
 
     request = SearchRequest(
         model, hardware, workload, budget=BudgetSpec(trial_timeout_s=trial_timeout_s), space_path=space
     )
     check_measure_inputs(request)
-    config, result = measure_configuration(request, parse_settings(settings or []))
+    config, result = measure_configuration(request, parse_overrides(overrides or []))
     print_measurement(model, workload, config, result, as_json)
     if not result.ok:
         raise typer.Exit(1)
@@ -295,7 +295,7 @@ def ceiling(
     min_seconds: _MinSeconds = 3.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list instead of lines.", metavar=FLAG)] = False,
     study: _CeilingStudy = None,
-    storage: _CeilingStorage = None,
+    storage_url: _CeilingStorage = None,
 ) -> None:
     """Measure the decode ceiling: a hand-written greedy loop on MODEL, a static cache and one compiled decode step.
 
@@ -310,13 +310,14 @@ def ceiling(
 
     if output_len < 2:
         raise UserError("--output-len must be at least 2: decode throughput needs two tokens")
-    if study and not storage:
+    if study and not storage_url:
         raise UserError("--study needs --storage")
     cuda = device.startswith("cuda")
     compile_mode = compile_mode or ("reduce-overhead" if cuda else "default")
     shape = (tuple(batch_sizes or [8]), input_len, output_len)
     hand_loop = CeilingSpec(dtype, compile_mode, *shape, warmup, min_iterations, min_seconds)
-    run = measure_ceilings(CeilingRequest(model, device, gpu or ("auto" if cuda else "cpu"), hand_loop, study, storage))
+    profile = gpu or ("auto" if cuda else "cpu")
+    run = measure_ceilings(CeilingRequest(model, device, profile, hand_loop, study, storage_url))
     if run.failure is not None:
         print_ceiling_failure(run.failure)
         raise typer.Exit(1)

@@ -36,8 +36,8 @@ def compare(
     *,
     study_a: Annotated[str, typer.Argument(metavar="STUDY_A", help="The earlier study (e.g. last night's).")],
     study_b: Annotated[str, typer.Argument(metavar="STUDY_B", help="The later study.")],
-    storage: Storage = None,
-    storage_b: Annotated[
+    storage_url: Storage = None,
+    storage_url_b: Annotated[
         str | None, typer.Option("--storage-b", help="Storage of STUDY_B.", show_default="--storage")
     ] = None,
     tolerances: ToleranceFlags,
@@ -57,10 +57,10 @@ def compare(
     Example: autotune compare night-1 night-2 --format markdown >> "$GITHUB_STEP_SUMMARY"
     """
     from autotune.analysis.compare import compare_stored
-    from autotune.study import default_storage
+    from autotune.study import default_storage_url
 
-    url_a = storage or default_storage(study_a)
-    url_b = storage_b or storage or default_storage(study_b)
+    url_a = storage_url or default_storage_url(study_a)
+    url_b = storage_url_b or storage_url or default_storage_url(study_b)
     comparison = compare_stored(study_a, url_a, study_b, url_b, tolerances)
     print_comparison(study_a, study_b, comparison, "json" if as_json else output.value)
     if comparison.regressed:
@@ -79,7 +79,7 @@ def history(
     studies_named: Annotated[
         str, typer.Option("--studies", help="Comma-separated study names or glob patterns: 'demo-cpu-2026-11-*'.")
     ],
-    storage: Annotated[
+    storage_url: Annotated[
         str | None,
         typer.Option(
             "--storage", help="Storage of every study.", show_default="each study's sqlite:///studies/<study>.db"
@@ -113,13 +113,13 @@ def history(
     if not names:
         raise UserError("--studies: name at least one study or pattern, e.g. 'demo-cpu-2026-11-*'")
     out_path = report_path(report_file, old_report_flag) or Path("reports/history.html")
-    nights, path = build_history(names, storage, out_path, tolerances, artifacts)
+    nights, path = build_history(names, storage_url, out_path, tolerances, artifacts)
     print_history(nights, path, "json" if as_json else output.value)
 
 
 def report(
     study: Study,
-    storage: Storage = None,
+    storage_url: Storage = None,
     report_file: Annotated[
         Path | None, typer.Option("--report", help="HTML report.", show_default="reports/<study>.html")
     ] = None,
@@ -127,10 +127,10 @@ def report(
 ) -> None:
     """Render the HTML report of a stored study again."""
     from autotune.report import build_report, default_report_path
-    from autotune.study import default_storage
+    from autotune.study import default_storage_url
 
     out_path = report_path(report_file, old_report_flag) or default_report_path(study)
-    path = build_report(study, storage or default_storage(study), out_path)
+    path = build_report(study, storage_url or default_storage_url(study), out_path)
     out.print(f"report: {path}")
 
 
@@ -143,7 +143,7 @@ class Format(str, Enum):
 
 def best(
     study: Study,
-    storage: Storage = None,
+    storage_url: Storage = None,
     max_memory: Annotated[
         str | None, typer.Option("--max-memory", help="Peak memory at most this: 20GB, 512MB (GB if bare).")
     ] = None,
@@ -171,11 +171,11 @@ def best(
     """
     from autotune.analysis.pick import goal_from_flags
     from autotune.report.best import best as pick_best
-    from autotune.study import default_storage
+    from autotune.study import default_storage_url
 
     asked = _asked_constraints(max_memory, max_kl, min_throughput, constraint or [])
     goal = goal_from_flags(maximize, minimize)
-    found = pick_best(study, storage or default_storage(study), asked, goal)
+    found = pick_best(study, storage_url or default_storage_url(study), asked, goal)
     print_best(found, Format.json.value if as_json else output.value)
 
 

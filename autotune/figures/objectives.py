@@ -69,7 +69,7 @@ def _objective_aliases() -> list[str]:
 
 
 def why_unavailable(
-    metric: Metric, workload: str, of_one_kind: Mapping[str, str], device_kind: str, has_energy_counter: bool
+    metric: Metric, workload: str, of_one_kind: Mapping[str, str], device_type: str, has_energy_counter: bool
 ) -> str | None:
     """Why trials of this study could not produce the figure, or None when they can.
 
@@ -79,7 +79,7 @@ def why_unavailable(
     if owner is not None and owner != workload:
         return f"{metric.name} is measured under --workload {owner} only (this study's workload is {workload})"
     if metric.name == ENERGY and not has_energy_counter:
-        where = "a CPU" if device_kind == "cpu" else "this GPU (NVML reports no energy counter)"
+        where = "a CPU" if device_type == "cpu" else "this GPU (NVML reports no energy counter)"
         return f"{metric.name} needs NVML's GPU energy counter, and {where} has none"
     return None
 
@@ -88,12 +88,12 @@ def check_available(
     objectives: Sequence[str],
     workload: str,
     of_one_kind: Mapping[str, str],
-    device_kind: str,
+    device_type: str,
     has_energy_counter: bool,
 ) -> None:
     """One UserError line for the first objective no trial of this study could produce."""
     for name in objectives:
-        reason = why_unavailable(METRICS[name], workload, of_one_kind, device_kind, has_energy_counter)
+        reason = why_unavailable(METRICS[name], workload, of_one_kind, device_type, has_energy_counter)
         if reason is not None:
             raise UserError(f"objective {reason}; choose other --objectives")
 

@@ -98,7 +98,7 @@ def deploy_card(record: TrialRecord, settings: StudySettings, baseline: TrialRec
         top1_loss=None if m.get(TOP1_AGREEMENT.name) is None else 1 - m[TOP1_AGREEMENT.name],
         perplexity_change=_perplexity_change(m, settings),
         # A CPU profile's peak bandwidth is nominal, not this machine's: a share of it would not be true.
-        roofline_fraction=m.get(ROOFLINE_FRACTION.name) if settings.device_kind != "cpu" else None,
+        roofline_fraction=m.get(ROOFLINE_FRACTION.name) if settings.device_type != "cpu" else None,
         achieved_bandwidth_gb_s=m.get(ACHIEVED_BANDWIDTH.name),
         cost_per_million_tokens_usd=m.get(COST_PER_MILLION_TOKENS.name),
         python=python_snippet(model_id, plan, device, settings.workload["output_len"], batch),

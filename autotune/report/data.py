@@ -104,7 +104,7 @@ class FailureGroup:
 @dataclass
 class ReportData:
     study_name: str
-    storage: str
+    storage_url: str
     settings: StudySettings
     trials: list[TrialRecord]  # launched trials, in order
     skipped: list[TrialRecord]
@@ -175,7 +175,7 @@ def report_data(opened: OpenedStudy) -> ReportData:
     baseline = _with_role(launched, "baseline")
     return ReportData(
         study_name=opened.name,
-        storage=studies.redact(opened.storage_url),
+        storage_url=studies.redact(opened.storage_url),
         settings=settings,
         trials=launched,
         skipped=[record for record in opened.records if not record.launched],

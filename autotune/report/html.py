@@ -80,7 +80,7 @@ def _header(data: ReportData) -> str:
         f"<p>Model <b>{escape(settings.model)}</b> on profile <b>{escape(settings.profile['name'])}</b> "
         f"({escape(settings.profile['description'])}); workload: {escape(describe_workload(settings.workload))}.</p>"
         f"<p>{len(data.trials)} trials ({counts or 'none'}), {len(data.skipped)} sampled configurations skipped "
-        f"before launch; {len(data.pareto)} on the Pareto front. Storage: <code>{escape(data.storage)}</code>. "
+        f"before launch; {len(data.pareto)} on the Pareto front. Storage: <code>{escape(data.storage_url)}</code>. "
         f"Generated {escape(data.generated_at)}.</p>{_constraints_line(data)}</header>"
     )
 

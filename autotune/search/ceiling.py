@@ -28,7 +28,7 @@ class CeilingRequest:
     gpu: str  # the hardware profile whose peak bandwidth the roofline is of
     hand_loop: CeilingSpec
     study: str | None = None  # store the figures with this study
-    storage: str | None = None
+    storage_url: str | None = None
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,6 @@ def _study_to_store_with(request: CeilingRequest) -> tuple[optuna.Study | None, 
     """The study named, and the device it searched on; UserError unless it exists and searched this model."""
     if request.study is None:
         return None, None
-    assert request.storage is not None
-    study = load_stored_study(request.storage, request.study)
+    assert request.storage_url is not None
+    study = load_stored_study(request.storage_url, request.study)
     return study, check_same_model(study, request.model)

@@ -16,7 +16,7 @@ from pathlib import Path
 from autotune.errors import UserError
 from autotune.figures.metrics import OBJECTIVES, Metric, objectives_named
 from autotune.paths import default_space_path
-from autotune.profiles import PROFILES, GpuProfile, resolve_hardware
+from autotune.profiles import PROFILES, HardwareProfile, resolve_hardware
 from autotune.search.durations import Durations
 from autotune.search.forecast import Forecaster
 from autotune.search.prepare import (
@@ -51,7 +51,7 @@ class PlannedTrial:
 
 @dataclass(frozen=True)
 class DryRun:
-    profile: GpuProfile
+    profile: HardwareProfile
     checkpoint: str  # the checkpoint dtype and where it was read, or that it was assumed
     baseline: Config
     trials: list[PlannedTrial]
@@ -73,7 +73,7 @@ def dry_run(request: SearchRequest) -> DryRun:
     reference = expected_reference(space, profile, workload, ASSUMED_ATTENTION)
     baseline = baseline_config(space, dtype, profile, workload, ASSUMED_ATTENTION)
     space = space.including(reference).including(baseline)
-    situation = Situation(space, baseline, profile.device_type, _objectives(request), workload)  # type: ignore[arg-type]
+    situation = Situation(space, baseline, profile.device_type, _objectives(request), workload)
     limit = request.budget.max_trials or PLANNED_AT_MOST
     trials, more = _plan(situation, reference, _skip(space, target), limit)
     probe = KINDS[workload].describe_probe(request.workload)
@@ -81,7 +81,7 @@ def dry_run(request: SearchRequest) -> DryRun:
     return DryRun(profile, checkpoint, baseline, trials, sampler_next=not more, probe=probe, notes=notes)
 
 
-def _profile(gpu: str, device: str | None) -> GpuProfile:
+def _profile(gpu: str, device: str | None) -> HardwareProfile:
     """The profile to plan for; a GPU profile needs no GPU here."""
     if gpu in PROFILES:
         return PROFILES[gpu]

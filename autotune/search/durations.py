@@ -55,7 +55,7 @@ Ended = tuple[Config, float]  # a trial that ran to its end (whatever its outcom
 
 
 class Durations:
-    """Expected and at-most durations of trials, from those that ended, for one baseline on one device kind."""
+    """Expected and at-most durations of trials, from those that ended, for one baseline on one device type."""
 
     def __init__(
         self,

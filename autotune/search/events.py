@@ -21,7 +21,7 @@ class SearchEvents(Protocol):
 @dataclass
 class SearchSummary:
     study_name: str
-    storage: str
+    storage_url: str
     launched: int
     stop_reason: str
     elapsed_s: float

@@ -30,7 +30,7 @@ class Finished:
 
 def finish(summary: SearchSummary, report: Path | None, artifacts: str | None) -> Finished:
     """Read the study back, write its report (default reports/<study>.html) and attach it to the study."""
-    data = report_data(OpenedStudy.open(summary.study_name, summary.storage))
+    data = report_data(OpenedStudy.open(summary.study_name, summary.storage_url))
     path = write_report(data, report or default_report_path(summary.study_name))
     return Finished(
         summary=summary,
@@ -39,5 +39,5 @@ def finish(summary: SearchSummary, report: Path | None, artifacts: str | None) -
         baseline=data.settings.prepared.baseline_config,
         empty_front_reason=data.empty_front_reason(),
         report=path,
-        artifacts=attach_report(summary.study_name, summary.storage, artifacts, path),
+        artifacts=attach_report(summary.study_name, summary.storage_url, artifacts, path),
     )

@@ -5,7 +5,7 @@ effect of each knob the configuration changes:
 
 - measured: the warm-up trial that made the same change to the baseline, when it ran;
 - else expected: the knob handlers' priors (`Knob.expect`, what the guides lead one to expect on this
-  device kind), shifted by what the knob's other values measured against their own priors.
+  device type), shifted by what the knob's other values measured against their own priors.
 
 Speed and memory effects multiply (they add on a log scale); KL adds. Each forecast carries how unsure
 it is, so the strategy can ask what a configuration could bring at best (`hopeful`), not only what it
@@ -121,7 +121,7 @@ def _default_expectation(name: str, device: DeviceType) -> Expectation:
 
 
 class Forecaster:
-    """Forecasts for configurations of one space, from one baseline, on one device kind."""
+    """Forecasts for configurations of one space, from one baseline, on one device type."""
 
     def __init__(
         self,
@@ -171,14 +171,14 @@ class Forecaster:
         figures = dict(anchor)
         for metric in self.objectives:
             value = anchor.get(metric.name)
-            kind = family(metric)
-            if value is None or kind is None:
+            metric_family = family(metric)
+            if value is None or metric_family is None:
                 continue
-            if kind == "speed":
+            if metric_family == "speed":
                 figures[metric.name] = value * math.exp(effect.speed + optimism)
-            elif kind == "time":
+            elif metric_family == "time":
                 figures[metric.name] = value * math.exp(-effect.speed - optimism)
-            elif kind == "memory":
+            elif metric_family == "memory":
                 figures[metric.name] = value * math.exp(effect.memory - optimism)
             else:
                 figures[metric.name] = max(value + effect.kl, 0.0) * math.exp(-optimism)

@@ -144,7 +144,7 @@ class TrialLoop:
         allowance = KINDS[workload.kind].probe_allowance_s(workload)  # a probe's longer courses
         device = self.session.profile.device_type
         baseline = self.session.prepared.baseline_config
-        return Durations(ended(records), baseline, device, allowance)  # type: ignore[arg-type]
+        return Durations(ended(records), baseline, device, allowance)
 
     def _next_trial(self, read: StudyRead, durations: Durations) -> Trial | None:
         """The next configuration to measure: queued (anchors, warm-up set, retries) or sampled; None when
@@ -209,7 +209,7 @@ class TrialLoop:
         return Situation(
             self.space,
             self.session.prepared.baseline_config,
-            self.session.profile.device_type,  # type: ignore[arg-type] - "cpu" or "cuda"
+            self.session.profile.device_type,
             self.session.settings.objective_metrics,
             self.request.workload.kind,
         )

@@ -18,9 +18,9 @@ from autotune.space.rules import why_not_installed
 from autotune.specs import SearchRequest
 
 
-def parse_settings(pairs: list[str]) -> dict[str, Value]:
+def parse_overrides(pairs: list[str]) -> dict[str, Value]:
     """`--set knob=value` pairs -> knob values, each checked by its knob's handler."""
-    settings: dict[str, Value] = {}
+    overrides: dict[str, Value] = {}
     for pair in pairs:
         name, separator, text = pair.partition("=")
         if not separator or not name or not text:
@@ -30,21 +30,21 @@ def parse_settings(pairs: list[str]) -> dict[str, Value]:
         value: Value = int(text) if text.isdigit() else text
         if not KNOBS[name].accepts(value):
             raise UserError(f"--set {pair!r}: knob {name} takes {KNOBS[name].describe_values()}")
-        settings[name] = value
-    return settings
+        overrides[name] = value
+    return overrides
 
 
-def measure(request: SearchRequest, settings: dict[str, Value]) -> tuple[Config, TaskResult]:
-    """Measure the baseline configuration with `settings` applied; return it and the trial's result."""
+def measure(request: SearchRequest, overrides: dict[str, Value]) -> tuple[Config, TaskResult]:
+    """Measure the baseline configuration with `overrides` applied; return it and the trial's result."""
     hardware = resolve_hardware(request.hardware.gpu, request.hardware.device)
-    for name, value in settings.items():
+    for name, value in overrides.items():
         reason = hardware.profile.why_not_value(name, value)
         if reason:
             raise UserError(f"{name}={value} cannot run on profile {hardware.profile.name}: {reason}")
         missing = why_not_installed(name, value)
         if missing:
             raise UserError(missing)
-    space = load_space(request.space_path or default_space_path()).including(settings)
+    space = load_space(request.space_path or default_space_path()).including(overrides)
     prompts_path = request.workload.prompts_path
     if prompts_path and not Path(prompts_path).is_file():
         raise UserError(f"prompts file {prompts_path} does not exist")
@@ -54,7 +54,7 @@ def measure(request: SearchRequest, settings: dict[str, Value]) -> tuple[Config,
         info = prepared.model_info
         attention = info["default_attn_implementation"]
         baseline = baseline_config(space, info["checkpoint_dtype"], hardware.profile, "throughput", attention)
-        config = _configuration(space.including(baseline), {**baseline, **settings}, settings)
+        config = _configuration(space.including(baseline), {**baseline, **overrides}, overrides)
         built = build_plan(config, plan_target(hardware.profile, request))
         if problem := rules.unmeasurable(built):
             raise UserError(f"{problem}; set other knobs")
@@ -65,11 +65,11 @@ def measure(request: SearchRequest, settings: dict[str, Value]) -> tuple[Config,
     return config, result
 
 
-def _configuration(space: SearchSpace, wanted: Config, settings: dict[str, Value]) -> Config:
-    """The configuration to measure; a setting that would be ignored or that a rule forbids is bad input."""
+def _configuration(space: SearchSpace, wanted: Config, overrides: dict[str, Value]) -> Config:
+    """The configuration to measure; an override that would be ignored or that a rule forbids is bad input."""
     declared = space.knob_names()
-    config = {**space.normalize(wanted), **{k: v for k, v in settings.items() if k not in declared}}
-    for name in settings:
+    config = {**space.normalize(wanted), **{k: v for k, v in overrides.items() if k not in declared}}
+    for name in overrides:
         if name in declared and name not in config:
             condition = " and ".join(f"{k} in {list(v)}" for k, v in space.knob(name).when.items())
             raise UserError(f"--set {name} applies only when {condition}; set those knobs too")

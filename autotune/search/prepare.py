@@ -13,7 +13,7 @@ from autotune.figures.metrics import PEAK_MEMORY
 from autotune.paths import demo_draft_path
 from autotune.process.results import Candidate, Outcome, TaskResult, TaskSpec
 from autotune.process.runner import Limits, run_in_worker
-from autotune.profiles import GpuProfile, ResolvedHardware
+from autotune.profiles import HardwareProfile, ResolvedHardware
 from autotune.search.events import SearchError
 from autotune.space import Config, SearchSpace, Target, build_plan, rules
 from autotune.space.knobs import AttentionKnob, DtypeKnob, WorkloadKnob, knob_defaults
@@ -123,7 +123,7 @@ def _prepare_error(model: str, result: TaskResult) -> Exception:
     return SearchError(f"preparing the reference failed ({result.outcome.value}): {result.message}")
 
 
-def _precise_dtypes(profile: GpuProfile) -> list[str]:
+def _precise_dtypes(profile: HardwareProfile) -> list[str]:
     return [dtype for dtype in DtypeKnob.by_precision if profile.why_not_value(DtypeKnob.name, dtype) is None]
 
 
@@ -143,12 +143,12 @@ def _with_defaults(space: SearchSpace, config: Config) -> Config:
     return space.including(full).normalize(full)
 
 
-def expected_reference(space: SearchSpace, profile: GpuProfile, workload: str, attention: str) -> Config:
+def expected_reference(space: SearchSpace, profile: HardwareProfile, workload: str, attention: str) -> Config:
     """The reference the prepare step picks when the most precise dtype fits in memory (its first candidate)."""
     return _with_defaults(space, {**_defaults(_precise_dtypes(profile)[0], workload), AttentionKnob.name: attention})
 
 
-def plan_target(profile: GpuProfile, request: SearchRequest) -> Target:
+def plan_target(profile: HardwareProfile, request: SearchRequest) -> Target:
     """What plans are built for: the profile's device type, the workload's shape (the requests its kind runs at once),
     the draft model."""
     workload = request.workload
@@ -161,7 +161,7 @@ def plan_target(profile: GpuProfile, request: SearchRequest) -> Target:
     )
 
 
-def runnable_space(declared: SearchSpace, profile: GpuProfile, target: Target) -> SearchSpace:
+def runnable_space(declared: SearchSpace, profile: HardwareProfile, target: Target) -> SearchSpace:
     """What a search samples: the values the profile can run, whose packages are installed here, that the
     workload would not only see refused."""
     hardware = declared.prune(profile.why_not_value).prune(rules.why_not_installed)
@@ -192,7 +192,7 @@ def _candidate(space: SearchSpace, config: Config, target: Target) -> Candidate:
 
 
 def baseline_config(
-    space: SearchSpace, checkpoint_dtype: str, profile: GpuProfile, workload: str, attention: str = "sdpa"
+    space: SearchSpace, checkpoint_dtype: str, profile: HardwareProfile, workload: str, attention: str = "sdpa"
 ) -> Config:
     """What from_pretrained + generate do with no arguments: the checkpoint's dtype, the attention
     transformers picks for the architecture (sdpa for most), dynamic cache."""

@@ -38,6 +38,7 @@ from autotune.search.interrupts import Interrupted, StudyPlace, deferred
 from autotune.search.loop import TrialLoop
 from autotune.search.prepare import Prepared, machine_notes, prepare
 from autotune.search.session import Checked, Session, check_search, check_worker, open_session
+from autotune.space.knobs import DeviceType
 from autotune.specs import BudgetSpec, SearchRequest, WorkerRequest
 from autotune.study.opened import OpenedStudy
 
@@ -67,7 +68,7 @@ def _check(request: SearchRequest, events: SearchEvents) -> Checked:
 
 def _with_best(summary: SearchSummary, study: optuna.Study) -> SearchSummary:
     """The summary, with when each objective's best figure was found."""
-    opened = OpenedStudy.of(study, summary.storage)
+    opened = OpenedStudy.of(study, summary.storage_url)
     found = best_found(opened.records, opened.settings.objective_metrics, opened.runs)
     return replace(summary, best=tuple(found))
 
@@ -146,7 +147,7 @@ def _run_on_devices(request: SearchRequest, events: SearchEvents) -> SearchSumma
     started = time.monotonic()
     deadline = request.budget.deadline(started)
     checked = _check(request, events)
-    _check_devices(request.devices, checked.profile.kind)
+    _check_devices(request.devices, checked.profile.device_type)
     with _study_named_on_interrupt(checked):
         prepared = _prepare(checked, deadline, events)  # builds the model and the reference once, for every worker here
         session = open_session(checked, prepared, events)
@@ -183,16 +184,16 @@ def _ended(exit_code: int) -> str:
     return f"ended with exit status {exit_code}"
 
 
-def _check_devices(devices: tuple[str, ...], kind: str) -> None:
+def _check_devices(devices: tuple[str, ...], device_type: DeviceType) -> None:
     for device in devices:
         if device == "cpu":
-            if kind == "cuda":
+            if device_type == "cuda":
                 raise UserError("--devices: cpu workers cannot run trials for a GPU profile; name GPU indices")
             continue
         if not device.isdigit():
             raise UserError(f"--devices {device!r}: give GPU indices such as 0,1,2,3 (or cpu for CPU workers)")
-        if kind != "cuda" or detect_gpu(int(device)) is None:
-            raise UserError(f"--devices {device}: no CUDA GPU {device} here for a {kind} profile")
+        if device_type != "cuda" or detect_gpu(int(device)) is None:
+            raise UserError(f"--devices {device}: no CUDA GPU {device} here for a {device_type} profile")
 
 
 def _shares(max_trials: int | None, workers: int) -> list[int | None]:

@@ -19,7 +19,7 @@ from autotune.errors import UserError
 from autotune.figures.constraints import Constraint, parse_constraints
 from autotune.figures.objectives import ENERGY, check_available
 from autotune.paths import default_space_path
-from autotune.profiles import GpuProfile, ResolvedHardware, hardware_for, has_energy_counter, resolve_hardware
+from autotune.profiles import HardwareProfile, ResolvedHardware, hardware_for, has_energy_counter, resolve_hardware
 from autotune.search import interrupts
 from autotune.search.events import SearchEvents
 from autotune.search.prepare import Prepared, plan_target, runnable_space
@@ -43,13 +43,13 @@ class Checked:
     space: SearchSpace
     name: str
     storage_url: str
-    storage: PatientStorage | None  # None: its SQLite file does not exist yet
+    patient_storage: PatientStorage | None  # None: its SQLite file does not exist yet
     existing: optuna.Study | None
     settings: StudySettings
     joining: bool = False  # a worker joining a study: it leaves the study's settings as they are
 
     @property
-    def profile(self) -> GpuProfile:
+    def profile(self) -> HardwareProfile:
         return self.hardware.profile
 
     @property
@@ -66,7 +66,7 @@ class Session:
     space: SearchSpace  # as the study stores it
     name: str
     storage_url: str
-    storage: PatientStorage
+    patient_storage: PatientStorage
     study: optuna.Study
     settings: StudySettings
     prepared: Prepared
@@ -79,7 +79,7 @@ class Session:
         return self.settings.feasibility
 
     @property
-    def profile(self) -> GpuProfile:
+    def profile(self) -> HardwareProfile:
         return self.hardware.profile
 
     @property
@@ -98,17 +98,18 @@ def open_session(checked: Checked, prepared: Prepared, events: SearchEvents) -> 
     """Create the study, or load it to resume; store what the report needs; recover interrupted trials; queue the
     anchors (and the front a warm start names)."""
     request = checked.request
-    storage = checked.storage or open_patient_storage(request, checked.storage_url, events)
-    study, space, settings = _create_or_load(checked, storage, prepared)
+    patient_storage = checked.patient_storage or open_patient_storage(request, checked.storage_url, events)
+    study, space, settings = _create_or_load(checked, patient_storage, prepared)
     artifact_store = artifacts.open_store(request.storage.artifacts, checked.storage_url)
     if not checked.joining:
         settings.prepared = prepared.facts()
         settings.space = space.to_json()
         studies.update_settings(study, settings)
-    claims = Claims(storage.engine, storage.get_study_id_from_name(checked.name), storage.patience)
+    study_id = patient_storage.get_study_id_from_name(checked.name)
+    claims = Claims(patient_storage.engine, study_id, patient_storage.patience)
     recovery = Recovery(study, claims, checked.workdir, _log_attacher(artifact_store, checked.workdir), events.note)
     session = Session(
-        request, checked.hardware, space, checked.name, checked.storage_url, storage, study, settings, prepared,
+        request, checked.hardware, space, checked.name, checked.storage_url, patient_storage, study, settings, prepared,
         claims=claims, artifact_store=artifact_store, recovery=recovery,
     )  # fmt: skip
     recovery()
@@ -120,7 +121,7 @@ def open_session(checked: Checked, prepared: Prepared, events: SearchEvents) -> 
 
 
 def _create_or_load(
-    checked: Checked, storage: PatientStorage, prepared: Prepared
+    checked: Checked, patient_storage: PatientStorage, prepared: Prepared
 ) -> tuple[optuna.Study, SearchSpace, StudySettings]:
     """The study, its space and its settings: a new study holds the reference and the baseline in its space; a study
     resumed or joined keeps the space it stores."""
@@ -130,12 +131,12 @@ def _create_or_load(
     if existing is None:
         space = checked.space.including(prepared.reference_config).including(prepared.baseline_config)
         settings.space = space.to_json()
-        study = studies.create_study(storage, name, settings, seed)
+        study = studies.create_study(patient_storage, name, settings, seed)
         if study is not None:
             return study, space, settings
-        existing = studies.load_existing(storage, name, seed)  # another search created it meanwhile: join it
+        existing = studies.load_existing(patient_storage, name, seed)  # another search created it meanwhile: join it
         settings.check_resumable(studies.wait_for_settings(existing), name)
-    study = studies.load_existing(storage, name, seed)
+    study = studies.load_existing(patient_storage, name, seed)
     return study, SearchSpace.from_json(studies.stored_settings(study).space), settings
 
 
@@ -162,9 +163,9 @@ def _say_opened(session: Session, events: SearchEvents) -> None:
 def open_patient_storage(request: SearchRequest, url: str, events: SearchEvents) -> PatientStorage:
     """The study's storage, waiting out an outage for --storage-patience, saying so in the search's notes, and
     ending a wait at its next try when a signal asks this process to stop."""
-    storage = studies.open_storage(url, request.storage.patience_s, events.note)
-    storage.patience.interrupted = interrupts.signalled
-    return storage
+    patient_storage = studies.open_storage(url, request.storage.patience_s, events.note)
+    patient_storage.patience.interrupted = interrupts.signalled
+    return patient_storage
 
 
 def check_search(request: SearchRequest, events: SearchEvents) -> Checked:
@@ -178,7 +179,7 @@ def check_search(request: SearchRequest, events: SearchEvents) -> Checked:
         events.note(line)
     _check_model_argument(request.model.id)
     name = request.storage.study_name or studies.default_study_name(request.model.id, hardware.profile.name)
-    url = request.storage.url or studies.default_storage(name, request.storage.studies_dir)
+    url = request.storage.url or studies.default_storage_url(name, request.storage.studies_dir)
     settings = StudySettings(
         model=request.model.id,
         revision=request.model.revision,
@@ -191,10 +192,10 @@ def check_search(request: SearchRequest, events: SearchEvents) -> Checked:
     )
     if request.objectives:
         settings.objectives = list(request.objectives)
-    storage, existing = None, None
+    patient_storage, existing = None, None
     if not studies.sqlite_file_missing(url):
-        storage = open_patient_storage(request, url, events)
-        existing = studies.find_study(storage, name)
+        patient_storage = open_patient_storage(request, url, events)
+        existing = studies.find_study(patient_storage, name)
         if existing is not None:
             stored = studies.stored_settings(existing)
             settings.objectives = settings.objectives if request.objectives else stored.objectives  # none given: keep
@@ -204,7 +205,7 @@ def check_search(request: SearchRequest, events: SearchEvents) -> Checked:
     if request.warm_start:
         find_warm_start(request, url)  # bad input now, before anything is written
     artifacts.check_location(request.storage.artifacts, url)  # bad input now, before anything is written
-    return Checked(request, hardware, space, name, url, storage, existing, settings)
+    return Checked(request, hardware, space, name, url, patient_storage, existing, settings)
 
 
 def uninstalled_notes(space: SearchSpace) -> list[str]:
@@ -227,15 +228,15 @@ def uninstalled_notes(space: SearchSpace) -> list[str]:
 def _check_objectives(settings: StudySettings, hardware: ResolvedHardware) -> None:
     """An objective this device or workload cannot measure is bad input, not a study of failed trials."""
     counter = ENERGY in settings.objectives and has_energy_counter(hardware.device)
-    device_kind = "cuda" if hardware.device.startswith("cuda") else "cpu"
-    kind = settings.workload.get("kind", "throughput")
-    check_available(settings.objectives, kind, metrics_of_one_kind(), device_kind, counter)
+    device_type = "cuda" if hardware.device.startswith("cuda") else "cpu"
+    workload_kind = settings.workload.get("kind", "throughput")
+    check_available(settings.objectives, workload_kind, metrics_of_one_kind(), device_type, counter)
 
 
 def find_warm_start(request: SearchRequest, url: str) -> optuna.Study:
     """The study named by --warm-start: in this study's storage, or in its own default SQLite file."""
     assert request.warm_start is not None
-    for candidate in (url, studies.default_storage(request.warm_start, request.storage.studies_dir)):
+    for candidate in (url, studies.default_storage_url(request.warm_start, request.storage.studies_dir)):
         if not studies.sqlite_file_missing(candidate):
             found = studies.find_study(studies.open_storage(candidate), request.warm_start)
             if found is not None:
@@ -249,14 +250,14 @@ def check_worker(worker: WorkerRequest, events: SearchEvents) -> tuple[Checked, 
     assert name is not None and url is not None
     study = studies.load_stored_study(url, name)
     stored = studies.stored_settings(study)
-    hardware = hardware_for(GpuProfile.from_json(stored.profile), worker.device)
+    hardware = hardware_for(HardwareProfile.from_json(stored.profile), worker.device)
     if hardware.note:
         events.note(hardware.note)
     _check_objectives(stored, hardware)
     space = SearchSpace.from_json(stored.space)
     request = _joined(worker, stored)
-    storage = open_patient_storage(request, url, events)
-    checked = Checked(request, hardware, space, name, url, storage, study, stored, joining=True)
+    patient_storage = open_patient_storage(request, url, events)
+    checked = Checked(request, hardware, space, name, url, patient_storage, study, stored, joining=True)
     artifacts.check_location(worker.storage.artifacts, url)
     return checked, stored.prepared.reference_config
 

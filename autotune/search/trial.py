@@ -122,7 +122,7 @@ class Trial:
             asked.set_user_attr(OWNER_ATTR, this_process())
             if self.session.request.run_id:
                 asked.set_user_attr("run_id", self.session.request.run_id)
-            self.session.storage.first_heartbeat(trial_id(asked))
+            self.session.patient_storage.first_heartbeat(trial_id(asked))
         self.config = space.suggest(asked)
 
     def claim(self) -> str | None:
@@ -172,7 +172,7 @@ class Trial:
     @cached_property
     def failed_trial(self) -> int | None:
         """The interrupted trial this one retries, when Optuna's retry callback queued it."""
-        return self.session.storage.get_trial(self.id).system_attrs.get("failed_trial")
+        return self.session.patient_storage.get_trial(self.id).system_attrs.get("failed_trial")
 
     # ----------------------------------------------------------------------------------------------- run
 
@@ -192,7 +192,7 @@ class Trial:
         limits = Limits(request.budget.trial_timeout_s, deadline)
         on_start = lambda pid: asked.set_user_attr("worker_pid", pid)  # noqa: E731 - which process measures it
         on_phase = lambda name: self.events.progress(f"trial #{asked.number}: {phases.label(name, built.compiles)}")  # noqa: E731
-        with Heartbeat(session.storage, self.id, HEARTBEAT_EVERY_S):
+        with Heartbeat(session.patient_storage, self.id, HEARTBEAT_EVERY_S):
             started = self.started = time.monotonic()
             result = run_in_worker(spec, workdir, limits, on_start=on_start, on_phase=on_phase)
             duration = time.monotonic() - started
@@ -201,7 +201,7 @@ class Trial:
 
     def record(self) -> TrialRecord:
         """The trial as stored now."""
-        return TrialRecord.from_frozen(self.session.storage.get_trial(self.id))
+        return TrialRecord.from_frozen(self.session.patient_storage.get_trial(self.id))
 
     # --------------------------------------------------------------------------------------------- store
 
@@ -228,7 +228,7 @@ class Trial:
                 self.study, self.asked, result, duration, session.constraints, session.settings.objective_metrics
             )
         except (UpdateFinishedTrialError, ValueError):  # ValueError: Optuna's "Cannot tell a FAIL trial"
-            if session.storage.get_trial(self.id).state == TrialState.RUNNING:
+            if session.patient_storage.get_trial(self.id).state == TrialState.RUNNING:
                 raise
             # this process stalled past the grace period, or its storage was unreachable that long, and another
             # one failed the trial as interrupted: the result goes to the retry that queued, if it still waits
@@ -249,8 +249,8 @@ class Trial:
         if not self.in_hand or self.asked is None:
             return
         self.in_hand = False
-        storage = self.session.storage
-        unfinished = storage.get_trial(self.id)  # as it was launched: what the retry copies
+        patient_storage = self.session.patient_storage
+        unfinished = patient_storage.get_trial(self.id)  # as it was launched: what the retry copies
         if unfinished.state != TrialState.RUNNING:  # skipped before the signal came
             return
         config = unfinished.user_attrs.get("config") or dict(unfinished.params)
@@ -263,7 +263,7 @@ class Trial:
         log = self.session.trial_workdir(self.number) / "worker.log"  # as recovery stores it after a SIGKILL
         artifacts.attach(self.session.artifact_store, self.asked, log, artifacts.LOG_MIMETYPE)
         studies.record_result(self.study, self.asked, result, time.monotonic() - self.started)
-        retry = storage.get_heartbeat_stale_trial_callback()
+        retry = patient_storage.get_heartbeat_stale_trial_callback()
         if retry is not None:
             retry(self.study, unfinished)
         self.session.claims.release(config_key(config), self.number)

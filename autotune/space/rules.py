@@ -26,7 +26,7 @@ from packaging.version import Version
 
 from autotune import extras
 from autotune.extras import Package
-from autotune.space.knobs import KNOBS, Needs, Requires, Target, Value
+from autotune.space.knobs import KNOBS, DeviceType, Needs, Requires, Target, Value
 from autotune.space.plan import Plan
 from autotune.workloads import DEFAULT_KIND, KINDS
 
@@ -34,10 +34,10 @@ CPU_RANKS_AT_MOST = 2  # tensor-parallel ranks on the cpu profile: enough to pro
 
 
 class Profile(Protocol):
-    """The hardware a study is for (autotune.profiles.GpuProfile)."""
+    """The hardware a study is for (autotune.profiles.HardwareProfile)."""
 
     name: str
-    kind: str  # "cuda" or "cpu"
+    device_type: DeviceType
     compute_capability: float | None
 
 
@@ -100,7 +100,7 @@ def needs_of(knob: str, value: Value) -> Needs:
 def hardware_problem(knob: str, value: Value, profile: Profile, host: Host) -> str | None:
     """Why this profile cannot run the value, or None; `host` answers for the machine the trials run on."""
     needs = needs_of(knob, value)
-    if profile.kind != "cuda":
+    if profile.device_type != "cuda":
         return _cpu_problem(needs, host)
     if needs.gpus > 1 and needs.gpus > host.visible_gpus():
         return f"{needs.why} (this machine has {host.visible_gpus()})"

@@ -12,10 +12,12 @@ from typing import Any
 
 from autotune.figures.metrics import OBJECTIVES
 from autotune.figures.quality import stored_path
+from autotune.profiles import STORED_DEVICE_TYPE
+from autotune.space.knobs import DeviceType
 from autotune.workloads import workload_as_run
 from autotune.workloads.capacity import Point, stop_of
 
-DEVICE_KIND = "cuda"  # profiles stored before they named their kind were all GPU profiles
+UNNAMED_DEVICE_TYPE: DeviceType = "cuda"  # profiles stored before they named their device type were all GPU profiles
 
 
 def workload(stored: Mapping[str, Any]) -> dict[str, Any]:
@@ -32,8 +34,14 @@ def workload(stored: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def profile(stored: Mapping[str, Any]) -> dict[str, Any]:
-    """A study's hardware profile with its kind (cuda, cpu): a profile stored without one is a GPU's."""
-    return {**stored, "kind": stored.get("kind") or DEVICE_KIND}
+    """A study's hardware profile (autotune.profiles.HardwareProfile.to_json) with its device type (cuda, cpu): a
+    profile stored without one is a GPU's."""
+    return {**stored, STORED_DEVICE_TYPE: stored.get(STORED_DEVICE_TYPE) or UNNAMED_DEVICE_TYPE}
+
+
+def device_type(stored: Mapping[str, Any]) -> DeviceType:
+    """The device type of a study's stored hardware profile: cuda or cpu."""
+    return profile(stored)[STORED_DEVICE_TYPE]
 
 
 def objectives(stored: list[str] | None) -> list[str]:

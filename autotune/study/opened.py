@@ -31,7 +31,7 @@ class Terms:
     @classmethod
     def of(cls, settings: StudySettings) -> Terms:
         workload = settings.workload_spec
-        device = "GPU" if settings.device_kind == "cuda" else "CPU"
+        device = "GPU" if settings.device_type == "cuda" else "CPU"
         return cls(slo_target(workload), workload.output_len, device, settings.profile.get("price_per_hour"))
 
 

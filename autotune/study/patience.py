@@ -40,7 +40,7 @@ LONGEST_WAIT_S = 10.0
 Result = TypeVar("Result")
 
 UNREACHABLE, LOCKED, FULL = "unreachable", "locked", "full"
-_WORDS = {  # what each kind of problem is called in the lines printed
+_WORDS = {  # what each cause of a problem is called in the lines printed
     UNREACHABLE: "cannot reach its database",
     LOCKED: "is locked by another process",
     FULL: "is on a full disk",
@@ -49,7 +49,7 @@ _WORDS = {  # what each kind of problem is called in the lines printed
 
 @dataclass(frozen=True)
 class Problem:
-    kind: str  # UNREACHABLE, LOCKED or FULL
+    cause: str  # UNREACHABLE, LOCKED or FULL
     detail: str  # the driver's first line, or which processes have a locked SQLite file open
 
 
@@ -100,7 +100,7 @@ class Patience:
             since = self.outage_since
         if first:
             self.say(
-                f"storage {self.where} {_WORDS[problem.kind]} ({problem.detail}); "
+                f"storage {self.where} {_WORDS[problem.cause]} ({problem.detail}); "
                 f"retrying for up to {format_duration(self.limit_s)} (--storage-patience)"
             )
         waited = time.monotonic() - since
@@ -113,7 +113,7 @@ class Patience:
             self.outage_since = None
         why = "stopped by a signal" if self.interrupted() else "gave up"
         raise StorageUnavailableError(
-            f"storage {self.where} {_WORDS[problem.kind]} ({problem.detail}); {why} after "
+            f"storage {self.where} {_WORDS[problem.cause]} ({problem.detail}); {why} after "
             f"{format_duration(waited)} (--storage-patience {format_duration(self.limit_s)})"
         )
 

@@ -83,7 +83,9 @@ class Heartbeat:
         self.thread.start()
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, error_type: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stopped.set()
         self.thread.join()
 

@@ -14,6 +14,7 @@ from autotune.errors import StudyMismatchError, UserError
 from autotune.figures.constraints import MEETS_SLO, Constraint, parse_constraints
 from autotune.figures.metrics import OBJECTIVES, PERPLEXITY, Metric, objectives_named
 from autotune.space import SearchSpace
+from autotune.space.knobs import DeviceType
 from autotune.specs import WorkloadSpec
 from autotune.study import migrations
 from autotune.study.optuna_internals import set_study_system_attr, study_system_attrs
@@ -118,9 +119,9 @@ class StudySettings:
         return WorkloadSpec.from_json(self.workload)
 
     @property
-    def device_kind(self) -> str:
-        """The kind of the study's hardware profile: cuda or cpu."""
-        return self.profile.get("kind") or migrations.DEVICE_KIND
+    def device_type(self) -> DeviceType:
+        """The device type of the study's hardware profile: cuda or cpu."""
+        return migrations.device_type(self.profile)
 
     def _bound(self, key: str) -> Any:
         """A binding setting as it compares: a workload as its trials run it (every field, each kind's own)."""

@@ -40,7 +40,7 @@ def default_study_name(model: str, profile: str) -> str:
     return f"{slug}-{profile}"
 
 
-def default_storage(study_name: str, studies_dir: Path = Path("studies")) -> str:
+def default_storage_url(study_name: str, studies_dir: Path = Path("studies")) -> str:
     return f"sqlite:///{studies_dir / study_name}.db"
 
 
@@ -67,7 +67,7 @@ def open_storage(
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     for attempt in range(SCHEMA_RACE_ATTEMPTS):
         try:
-            storage = PatientStorage(
+            patient_storage = PatientStorage(
                 driver_url,
                 engine_kwargs=_engine_arguments(url, patience_s),
                 heartbeat_interval=HEARTBEAT_INTERVAL_S,
@@ -82,8 +82,8 @@ def open_storage(
         except Exception as error:  # SQLAlchemy raises many kinds: a bad URL, a missing driver, a refused connection
             raise UserError(f"cannot open storage {redact(url)}: {_first_line(error)}; check --storage") from None
         sqlite_file = Path(url.removeprefix("sqlite:///")) if url.startswith("sqlite:///") else None
-        storage.patience = Patience(patience_s, redact(url), say or log.warning, sqlite_file)
-        return storage
+        patient_storage.patience = Patience(patience_s, redact(url), say or log.warning, sqlite_file)
+        return patient_storage
     raise UserError(f"cannot open storage {redact(url)}: its schema could not be created; check --storage")
 
 
@@ -156,14 +156,14 @@ def studies_named(names: list[str], url: str | None, studies_dir: Path = Path("s
     found: dict[str, str] = {}
     for name in names:
         if not any(char in name for char in "*?["):
-            found.setdefault(name, url or default_storage(name, studies_dir))
+            found.setdefault(name, url or default_storage_url(name, studies_dir))
             continue
         matches = _matching(name, url, studies_dir)
         if not matches:
             where = redact(url) if url else f"{studies_dir}/*.db"
             raise UserError(f"no study matches {name!r} in {where}; check --studies and --storage")
         for match in matches:
-            found.setdefault(match, url or default_storage(match, studies_dir))
+            found.setdefault(match, url or default_storage_url(match, studies_dir))
     return list(found.items())
 
 

@@ -103,7 +103,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--model", default="demo", help="demo or a model folder [demo]")
     parser.add_argument("--device", default="cpu")
     parser.add_argument(
-        "--set", dest="settings", action="append", default=[],
+        "--set", dest="overrides", action="append", default=[],
         help="knob=value over the stack (bfloat16, sdpa, static cache, compile reduce-overhead; default on CPU)",
     )  # fmt: skip
     parser.add_argument("--batch-size", type=int, default=8)
@@ -123,7 +123,7 @@ def build(args: argparse.Namespace) -> PaddedGeneration:
     path = str(ensure_demo_model(default_cache_dir())) if args.model == "demo" else args.model
     cuda = args.device.startswith("cuda")
     config: dict[str, Any] = {**STACK, "compile": "reduce-overhead" if cuda else "default"}
-    config |= dict(setting.split("=", 1) for setting in args.settings)
+    config |= dict(override.split("=", 1) for override in args.overrides)
     plan = Plan.from_json(build_plan(config, Target("cuda" if cuda else "cpu", requests=args.batch_size)).to_json())
     model = load_model(ModelSpec(args.model, path=path), plan, args.device)
     tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")

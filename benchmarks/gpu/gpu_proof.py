@@ -151,30 +151,30 @@ def resolve_model(args: argparse.Namespace, runner: Runner) -> str | None:
 # ---------------------------------------------------------------------------------------- planning
 
 
-def _existing_study(storage: str) -> optuna.Study | None:
+def _existing_study(url: str) -> optuna.Study | None:
     """The proof's study, if stored (an SQLite file that does not exist is not created)."""
-    if studies.sqlite_file_missing(storage):
+    if studies.sqlite_file_missing(url):
         return None
-    study = studies.find_study(studies.open_storage(storage), STUDY)
+    study = studies.find_study(studies.open_storage(url), STUDY)
     return study if study is not None and studies.has_settings(study) else None
 
 
 # ---------------------------------------------------------------------------------------- the steps
 
 
-def search_command(args: argparse.Namespace, model: str, storage: str) -> list[str]:
+def search_command(args: argparse.Namespace, model: str, url: str) -> list[str]:
     return autotune(
         "search", "--model", model, "--device", args.device, "--gpu", args.gpu, "--study", STUDY,
-        "--storage", storage, "--report", str(args.out / "report.html"), "--space", str(args.space),
+        "--storage", url, "--report", str(args.out / "report.html"), "--space", str(args.space),
         "--trial-timeout", args.trial_timeout, *_shape(args, "--batch-size"),
     )  # fmt: skip
 
 
 def measure_command(args: argparse.Namespace, model: str, config: Config) -> list[str]:
-    settings = [item for name, value in config.items() for item in ("--set", f"{name}={value}")]
+    overrides = [item for name, value in config.items() for item in ("--set", f"{name}={value}")]
     return autotune(
         "measure", "--model", model, "--device", args.device, "--gpu", args.gpu, "--space", str(args.space),
-        "--workload", "latency", "--trial-timeout", args.trial_timeout, *_shape(args), "--json", *settings,
+        "--workload", "latency", "--trial-timeout", args.trial_timeout, *_shape(args), "--json", *overrides,
     )  # fmt: skip
 
 
@@ -185,9 +185,9 @@ def _shape(args: argparse.Namespace, *extra: str) -> list[str]:
 
 def run_searches(args: argparse.Namespace, runner: Runner, model: str) -> list[Step]:
     """The plan the search makes before it runs (a dry run), then the search with the budget."""
-    storage = storage_url(args.out)
-    runner.run("plan", [*search_command(args, model, storage), "--dry-run", "--json"], args.out / "plan.json")
-    return [runner.run("search", [*search_command(args, model, storage), *_limits(parse_duration(args.budget))])]
+    url = storage_url(args.out)
+    runner.run("plan", [*search_command(args, model, url), "--dry-run", "--json"], args.out / "plan.json")
+    return [runner.run("search", [*search_command(args, model, url), *_limits(parse_duration(args.budget))])]
 
 
 def _limits(budget_s: float, trials: int | None = None) -> list[str]:
@@ -201,8 +201,8 @@ def storage_url(out: Path) -> str:
 def pick_and_measure(args: argparse.Namespace, runner: Runner, model: str) -> None:
     """The fastest configuration of the study, then batch-1 figures of it and of the baseline."""
     best_file = args.out / "best.json"
-    storage = storage_url(args.out)
-    runner.run("best", autotune("best", "--study", STUDY, "--storage", storage, "--format", "json"), best_file)
+    url = storage_url(args.out)
+    runner.run("best", autotune("best", "--study", STUDY, "--storage", url, "--format", "json"), best_file)
     best = load_json(best_file)
     if best is not None:
         runner.run("measure-best", measure_command(args, model, best["config"]), args.out / "measure-best.json")
@@ -216,15 +216,15 @@ def measure_ceiling(args: argparse.Namespace, runner: Runner, model: str) -> Non
     best = load_json(args.out / "best.json")
     dtype = best["config"].get("dtype", "bfloat16") if best else "bfloat16"
     batches = [flag for batch in sorted({1, args.batch_size}) for flag in ("--batch-size", str(batch))]
-    storage = storage_url(args.out)
+    url = storage_url(args.out)
     command = autotune(
         "ceiling", "--model", model, "--device", args.device, "--gpu", args.gpu, "--dtype", dtype, *batches,
-        *_shape(args), "--study", STUDY, "--storage", storage, "--json",
+        *_shape(args), "--study", STUDY, "--storage", url, "--json",
         *(["--compile", args.ceiling_compile] if args.ceiling_compile else []),
     )  # fmt: skip
     if runner.run("ceiling", command, args.out / "ceiling.json").code == 0:
         runner.run(
-            "report", autotune("report", "--study", STUDY, "--storage", storage, "--out", str(args.out / "report.html"))
+            "report", autotune("report", "--study", STUDY, "--storage", url, "--out", str(args.out / "report.html"))
         )
 
 

@@ -49,7 +49,7 @@ def test_conformance_measures_every_value_the_cpu_profile_runs_once() -> None:
 
 def test_on_a_gpu_profile_conformance_runs_every_value_that_profile_keeps_on_cuda() -> None:
     """`--gpu h100`: the CUDA values (flash attention, the forced sdpa kernels, bitsandbytes, CUDA graphs) join the
-    cases, each on the profile's device kind, with their own expected file."""
+    cases, each on the profile's device type, with their own expected file."""
     on_gpu = cases(DEFAULT_SPACE, "h100")
     runnable = load_space(DEFAULT_SPACE).prune(PROFILES["h100"].why_not_value)
     for spec in runnable.knobs:

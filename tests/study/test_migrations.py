@@ -67,7 +67,7 @@ def test_the_capacity_study_of_8b80113_shows_the_sentences_it_stored(tmp_path: P
     for record in probed:
         assert record.capacity.found() == stored[record.number]["said"]
         assert record.capacity.stopped == Stop(4, LARGEST)
-    assert opened.settings.device_kind == "cpu" and opened.terms.device == "CPU"
+    assert opened.settings.device_type == "cpu" and opened.terms.device == "CPU"
     assert opened.front and {record.number for record in opened.front} == opened.front_numbers
 
 

@@ -23,14 +23,14 @@ class Needs:
     cuda: bool = False
     min_compute_capability: float | None = None
     below_compute_capability: float | None = None
-    gpus: int = 1  # how many GPUs of the profile's kind it runs on (tensor parallelism)
+    gpus: int = 1  # how many GPUs of the profile's type it runs on (tensor parallelism)
     bf16_matmuls: bool = False  # on a CPU: fp32_precision=bf16 must change this machine's float32 matmuls (it asks)
     why: str = ""
 
 
 @dataclass(frozen=True)
 class Expectation:
-    """What the guides lead one to expect of a knob value on one device kind, against the knob's transformers
+    """What the guides lead one to expect of a knob value on one device type, against the knob's transformers
     default (or, for a knob whose default depends on the model, against a fixed value the handler names).
 
     A prior, not a figure: what a trial measures always wins over it. Factors multiply; `kl` adds.
@@ -125,7 +125,7 @@ class Knob:
         return bool(self.memory_ranks)
 
     def expect(self, value: Value, device: DeviceType) -> Expectation:
-        """What the guides lead one to expect of this value on this device kind (a prior; see Expectation)."""
+        """What the guides lead one to expect of this value on this device type (a prior; see Expectation)."""
         return NEUTRAL
 
     def duration_group(self, value: Value | None) -> object:

@@ -68,8 +68,8 @@ class QuantizationKnob(Knob):
         [gpu-one, optims], the rest of the peak unchanged. None is expected to be faster [h100, cpu]."""
         if value == "none":
             return Expectation(spread=0.2)
-        backend, _, kind = str(value).partition("-")
-        memory, kl = (0.35, 1e-2) if "4" in kind else (0.55, 1e-3)  # 4bit, int4
+        backend, _, scheme = str(value).partition("-")
+        memory, kl = (0.35, 1e-2) if "4" in scheme else (0.55, 1e-3)  # 4bit, int4
         speed = _QUANTIZED_SPEED[device].get(backend, 0.5)
         # Quantizing while loading takes time. quanto-int4 on a CPU: still warming up after 34 s where a plain trial
         # took 4 s (the 3-minute demo search, 2026-11-25); int8 weights took about a plain trial's time [cpu].
@@ -79,21 +79,21 @@ class QuantizationKnob(Knob):
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         if value == "none":
             return
-        backend, _, kind = str(value).partition("-")
+        backend, _, scheme = str(value).partition("-")
         if backend == "bnb":
-            plan.load["quantization_config"] = _bitsandbytes_config(kind, plan)
+            plan.load["quantization_config"] = _bitsandbytes_config(scheme, plan)
             plan.serve_flags += ["--quantization", str(value)]
             return
         if backend == "torchao":
-            config = Call("transformers.TorchAoConfig", {"quant_type": _TORCHAO_CONFIGS[kind]})
+            config = Call("transformers.TorchAoConfig", {"quant_type": _TORCHAO_CONFIGS[scheme]})
         else:
-            config = Call("transformers.QuantoConfig", {"weights": kind})
+            config = Call("transformers.QuantoConfig", {"weights": scheme})
         plan.load["quantization_config"] = config
         plan.not_servable.append(f"quantization={value} (serve --quantization takes bnb-4bit or bnb-8bit only)")
 
 
-def _bitsandbytes_config(kind: str, plan: Plan) -> Call:
-    if kind == "8bit":
+def _bitsandbytes_config(scheme: str, plan: Plan) -> Call:
+    if scheme == "8bit":
         return Call("transformers.BitsAndBytesConfig", {"load_in_8bit": True})
     compute_dtype = plan.load.get("dtype", Ref("torch.float32"))
     kwargs: dict[str, Any] = {"load_in_4bit": True, "bnb_4bit_quant_type": "nf4"}
