@@ -201,6 +201,7 @@ class ForkServer:
 
     def __init__(self) -> None:
         self.process: subprocess.Popen | None = None
+        self.pending = b""  # what the server wrote past the last whole line read
         self.disabled = os.environ.get("AUTOTUNE_FORK_SERVER", "1") == "0"
 
     def launch(self, spec_path: Path, result_path: Path, log_path: Path) -> ForkedWorker | None:
@@ -210,7 +211,7 @@ class ForkServer:
         request = {"spec": str(spec_path), "result": str(result_path), "log": str(log_path),
                    "env": _worker_environment()}  # fmt: skip
         try:
-            self.process.stdin.write(json.dumps(request) + "\n")
+            self.process.stdin.write((json.dumps(request) + "\n").encode())
             self.process.stdin.flush()
         except OSError:
             self._stop()
@@ -224,15 +225,23 @@ class ForkServer:
         return ForkedWorker(self, reply["pid"])
 
     def read(self, timeout: float | None) -> dict | None:
-        """The server's next message; {"lost": True} if it died; None if nothing came within `timeout`."""
+        """The server's next message; {"lost": True} if it died; None if nothing came within `timeout`.
+
+        Lines are split here from what the pipe gave: a buffered reader would keep a second message (a fast task's
+        status, written right after its pid) where select() cannot see it, and the wait for it would never end."""
         assert self.process is not None and self.process.stdout is not None
-        ready, _, _ = select.select([self.process.stdout], [], [], timeout)
-        if not ready:
-            return None
-        line = self.process.stdout.readline()
-        if not line:
-            self._stop()
-            return {"lost": True}
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while b"\n" not in self.pending:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select([self.process.stdout], [], [], left)
+            if not ready:
+                return None
+            chunk = os.read(self.process.stdout.fileno(), 65536)
+            if not chunk:
+                self._stop()
+                return {"lost": True}
+            self.pending += chunk
+        line, self.pending = self.pending.split(b"\n", 1)
         return json.loads(line)
 
     def _running(self) -> bool:
@@ -246,11 +255,11 @@ class ForkServer:
                 stderr=subprocess.DEVNULL,
                 start_new_session=True,  # Ctrl-C in the terminal is the study's to handle, not the server's
                 env=_worker_environment(),
-                text=True,
             )
         except OSError:
             self.disabled = True
             return False
+        self.pending = b""
         ready = self.read(self.START_TIMEOUT_S)
         if not ready or not ready.get("ready"):
             log.warning("the fork server did not start; spawning workers instead")

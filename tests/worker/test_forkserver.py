@@ -6,6 +6,8 @@ What a worker's failure becomes is in test_runner.py; here, what happens to the 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
@@ -124,3 +126,17 @@ def test_a_task_on_a_gpu_is_spawned_never_forked(tmp_path, server):
     result = run_in_worker(spec, tmp_path / "w", Limits(120), on_start=parents_of_workers(parents))
     assert result.outcome == Outcome.ERROR
     assert parents == [os.getpid()], "the GPU task was forked by the server"
+
+
+def test_a_status_the_server_wrote_with_the_pid_is_read_at_once():
+    """A fast task's two messages ({"pid"}, then its status) can come in one read of the pipe. A buffered reader kept
+    the second where select() could not see it: the runner then waited for it forever (a .ci/run hung 47 minutes on
+    test_an_allocation_that_cannot_be_served_is_an_oom). Here a real process writes both at once."""
+    both = 'import sys; sys.stdout.write(\'{"pid": 7}\\n{"pid": 7, "status": 256}\\n\'); sys.stdout.flush(); input()'
+    own = ForkServer()
+    own.process = subprocess.Popen([sys.executable, "-c", both], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert own.read(30) == {"pid": 7}
+        assert runner.ForkedWorker(own, 7).wait(timeout=5) == 1  # exit status 1: 256 as a wait status
+    finally:
+        own._stop()
