@@ -193,11 +193,10 @@ class TrialLoop:
         if read.waiting:
             return
         taken = set(read.measured) | set(read.awaiting_retry)
-        complete = {config_key(r.config): (r.config, r.metrics) for r in read.records if r.outcome == Outcome.OK}
         skip = lambda c: self._never_run(c, history)  # noqa: E731
         left = self.deadline - time.monotonic() if self.deadline is not None else None
         passed_over = lambda planned, at_most: self._pass_over(planned.why, at_most, left)  # noqa: E731
-        planned = next_queued(self.situation, self.warm_up, complete, taken, skip, durations, left, passed_over)
+        planned = next_queued(self.situation, self.warm_up, read.complete, taken, skip, durations, left, passed_over)
         if planned is not None:
             self.study.enqueue_trial(planned.config, user_attrs={"roles": [planned.why]})
 

@@ -68,6 +68,13 @@ class StudyRead:
         """Configurations of interrupted trials whose retry is queued or running -> the interrupted trial."""
         return studies.awaiting_retry(self)  # type: ignore[arg-type] - read as the study was
 
+    @cached_property
+    def complete(self) -> dict[str, tuple[Config, dict[str, float]]]:
+        """Configurations of the trials told complete -> (configuration, figures). A trial whose outcome is stored
+        but not yet its figures is not one: another process is storing it (a worker planning its next trial once met
+        a kept result half stored: KeyError 'throughput_tok_s')."""
+        return {config_key(r.config): (r.config, r.metrics) for r in self.records if r.complete}
+
     @property
     def waiting(self) -> bool:
         """Whether a trial waits in the queue."""

@@ -27,6 +27,20 @@ def test_the_study_read_once_answers_as_the_study_it_was_read_from(tmp_path):
     assert read.history() == [(0, measured, "ok"), (interrupted, fakes.BASELINE, "crashed")]
 
 
+def test_a_trial_whose_outcome_is_stored_before_its_figures_is_not_yet_complete(tmp_path):
+    """Another process stores a result one attribute at a time: a read between its outcome and its figures sees an
+    "ok" trial, still running, without figures; planning from it met KeyError 'throughput_tok_s'."""
+    study, _ = fakes.new_study(tmp_path / "s.db")
+    measured = fakes.config("float16")
+    fakes.add_complete(study, measured, fakes.metrics(100.0, 1.0, 0.01, 0.99, 10.1))
+    storing = study.ask()
+    storing.set_user_attr("config", fakes.BASELINE)
+    storing.set_user_attr("outcome", Outcome.OK.value)  # record_result's first write; the figures come later
+    read = StudyRead(study.get_trials(deepcopy=False))
+    assert [(r.outcome, bool(r.metrics)) for r in read.records] == [("ok", True), ("ok", False)]
+    assert read.complete == {config_key(measured): (measured, fakes.metrics(100.0, 1.0, 0.01, 0.99, 10.1))}
+
+
 WORDS = "RuntimeError: the tokenizer's cache is not supported for this vocabulary"
 
 
