@@ -45,6 +45,7 @@ from autotune.errors import UserError
 from autotune.figures.objectives import SearchGoal, search_goal
 from autotune.search import interrupts
 from autotune.specs import BudgetSpec, HardwareSpec, ModelSpec, SearchRequest, StorageSpec, WorkerRequest, WorkloadSpec
+from autotune.workloads.base import MIN_SECONDS
 
 # `search`'s own flags
 SearchStudy = Annotated[str | None, typer.Option("--study", help="Study name.", show_default="<model>-<profile>")]
@@ -276,7 +277,7 @@ _BatchSizes = Annotated[
 ]
 _Warmup = Annotated[int, typer.Option("--warmup", help="Untimed calls first (the first compiles).")]
 _MinIterations = Annotated[int, typer.Option("--min-iterations", help="Timed calls at least.")]
-_MinSeconds = Annotated[float, typer.Option("--min-seconds", help="Seconds of timed calls at least.")]
+_MinSeconds = Annotated[float, typer.Option(MIN_SECONDS.name, help="Seconds of timed calls at least.")]
 _CeilingStudy = Annotated[str | None, typer.Option("--study", help="Also store the figures with this study.")]
 _CeilingStorage = Annotated[str | None, typer.Option("--storage", help="The study's storage URL (with --study).")]
 

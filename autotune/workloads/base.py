@@ -45,6 +45,16 @@ SLO = Flag(
     "meets it at no batch (throughput) or load (serve) is off the front.",
 )
 
+# How long a trial times its generations (WorkloadSpec.min_seconds), a flag of the kinds that time it in a loop.
+MIN_SECONDS = Flag(
+    "--min-seconds",
+    "Seconds of timed generations at least, per trial (per batch size of a capacity probe): less fits more "
+    "trials in a budget, with noisier speed figures.",
+    value_type=float,
+    min_value=0,
+    show_default=f"{WorkloadSpec.min_seconds:g}",
+)
+
 # What the objectives of each family call for on most kinds (an objective's family: autotune/search/forecast.py).
 GENERATION_AIMS: Mapping[str, tuple[str, ...]] = {"speed": ("throughput",), "time": ("latency",), "memory": ("memory",)}
 
@@ -84,8 +94,11 @@ class WorkloadKind:
 
     def options(self, given: Mapping[str, Any]) -> dict[str, Any]:
         """The spec fields of this kind's own flags (`given`: flag -> value, None where not given): the SLO where it
-        takes --slo; a kind with more flags adds their fields."""
-        return {"slo": parse_slo(given.get(SLO.name) or "")} if SLO in self.flags else {}
+        takes --slo, the timing's length where it takes --min-seconds; a kind with more flags adds their fields."""
+        fields: dict[str, Any] = {"slo": parse_slo(given.get(SLO.name) or "")} if SLO in self.flags else {}
+        if MIN_SECONDS in self.flags and given.get(MIN_SECONDS.name) is not None:
+            fields["min_seconds"] = given[MIN_SECONDS.name]
+        return fields
 
     def probe_allowance_s(self, spec: WorkloadSpec) -> float:
         """Seconds a trial may take beyond an alike one that ended, because its capacity probe may take a longer course

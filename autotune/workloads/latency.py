@@ -7,13 +7,14 @@ from dataclasses import replace
 from typing import ClassVar
 
 from autotune.specs import WorkloadSpec
-from autotune.workloads.base import WorkloadKind, register
+from autotune.workloads.base import MIN_SECONDS, WorkloadKind, register
 
 
 @register
 class Latency(WorkloadKind):
     name = "latency"
     help = "one prompt at a time"
+    flags = (MIN_SECONDS,)
     aims: ClassVar[Mapping[str, tuple[str, ...]]] = {"speed": ("latency",), "time": ("latency",), "memory": ("memory",)}
 
     def requests(self, spec: WorkloadSpec) -> int:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from autotune.figures.slo import describe_slo
 from autotune.specs import WorkloadSpec
-from autotune.workloads.base import SLO, WorkloadKind, register
+from autotune.workloads.base import MIN_SECONDS, SLO, WorkloadKind, register
 
 
 @register
 class Throughput(WorkloadKind):
     name = "throughput"
     help = "a batch of prompts at once (--batch-size); with a range, the largest batch within --slo and the memory"
-    flags = (SLO,)
+    flags = (SLO, MIN_SECONDS)
     probes = "batch"
 
     def describe_probe(self, spec: WorkloadSpec) -> str | None:

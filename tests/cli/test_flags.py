@@ -72,6 +72,12 @@ def test_defaults_are_those_written_once_in_the_groups():
     assert workload == WorkloadSpec()
 
 
+def test_min_seconds_sets_how_long_a_trial_times_generate_under_the_kinds_that_time_it():
+    assert _workload(["--min-seconds", "0.5"]).min_seconds == 0.5
+    assert _workload(["--workload", "latency", "--min-seconds", "0"]).min_seconds == 0
+    assert _workload([]).min_seconds == WorkloadSpec.min_seconds
+
+
 def test_one_batch_size_pins_the_batch_as_before_and_a_range_is_a_probes():
     """--batch-size 8 stores the very workload studies stored before capacity existed: a resumed study binds."""
     pinned = _workload(["--batch-size", "8"])

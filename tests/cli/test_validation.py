@@ -60,6 +60,11 @@ CASES = [
     ),
     (["search", *DEMO, "--workload", "serve", "--load", "rate=8-2"], "a range is its lowest and highest level"),
     (["search", *DEMO, "--workload", "serve", "--slo-share", "120%"], "--slo-share '120%' must be above 0%"),
+    (
+        ["search", *DEMO, "--workload", "serve", "--min-seconds", "1"],
+        "--min-seconds applies only to --workload throughput or latency",
+    ),
+    (["search", *DEMO, "--min-seconds", "-1"], "--min-seconds"),
     (["search", *DEMO, "--price", "-1"], "--price"),
     (["search", *DEMO, "--trial-timeout", "0s"], "--trial-timeout must be longer than zero"),
     (["search", *DEMO, "--seed", "x"], "--seed"),
