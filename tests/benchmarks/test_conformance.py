@@ -13,7 +13,7 @@ from autotune.profiles import PROFILES
 from autotune.space import load_space
 from autotune.space.rules import depends_on_version
 from tests.benchmarks import tool
-from tests.conftest import REPO, run_cli
+from tests.conftest import BRIEF, REPO, run_cli
 
 conformance = tool("conformance/conformance.py")
 Expected = conformance.Expected
@@ -170,7 +170,7 @@ def test_measure_on_a_space_without_the_checkpoint_dtype_measures_the_defaults(
     space = tmp_path / "space.yaml"
     space.write_text("knobs:\n  dtype: [float32]\n  attn_implementation: [sdpa]\n")
     args = ["measure", "--model", "demo", "--device", "cpu", "--space", str(space), "--batch-size", "1",
-            "--input-len", "16", "--output-len", "8", "--json"]  # fmt: skip
+            "--input-len", "16", "--output-len", "8", "--json", *BRIEF]  # fmt: skip
     completed = run_cli(args, tmp_path, cli_env)
     assert completed.returncode == 0, completed.stderr[-2000:]
     document = json.loads(completed.stdout.strip().splitlines()[-1])

@@ -18,14 +18,14 @@ import sqlalchemy
 
 from autotune.study import records
 from autotune.worker.demo_model import ensure_demo_model
-from tests.conftest import REPO
+from tests.conftest import BRIEF, REPO
 from tests.postgres import _as_server_user, _binary, _free_port
 from tests.slurm import SlurmCluster, job_ended, slurm_cluster, step_of  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.slow
 
 SCRIPT = REPO / "deploy" / "slurm" / "autotune-workers.sbatch"
-SMALL = "--batch-size 2 --input-len 16 --output-len 8"
+SMALL = f"--batch-size 2 --input-len 16 --output-len 8 {' '.join(BRIEF)}"
 # Each worker's second trial stalls 30 s while loading, so the cancel surely lands while a trial runs; the
 # study's first trial (the creating search's only one) does not.
 SECOND_TRIAL_STALLS = json.dumps({"1": {"phase": "load", "kind": "stall"}})

@@ -20,6 +20,7 @@ from autotune.process.results import ModelSpec, Outcome, WorkloadSpec
 from autotune.space import Target, build_plan
 from autotune.study import exclusions, open_storage, records
 from autotune.worker.demo_model import ensure_demo_model
+from tests.conftest import BRIEF
 from tests.tiny_models import ARCHITECTURES, build_tiny_model
 
 pytestmark = pytest.mark.slow
@@ -77,7 +78,7 @@ def test_a_short_search_runs_and_excludes_a_refused_attention(tiny_model: Path, 
     model_type = tiny_model.name
     workdir = tiny_model.parent
     (workdir / "space.yaml").write_text(SPACE)
-    shape = ["--batch-size", "2", "--input-len", "16", "--output-len", "8"]
+    shape = ["--batch-size", "2", "--input-len", "16", "--output-len", "8", *BRIEF]
     command = [sys.executable, "-m", "autotune", "search", "--model", str(tiny_model), "--gpu", "cpu",
                "--space", "space.yaml", "--trials", "3", "--study", model_type, *shape]  # fmt: skip
     completed = subprocess.run(command, cwd=workdir, env=cli_env, capture_output=True, text=True, timeout=900)

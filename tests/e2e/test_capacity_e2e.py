@@ -21,12 +21,12 @@ import pytest
 from autotune.report.data import collect
 from autotune.study import records
 from tests.browser import open_page
-from tests.conftest import REPO, run_cli
+from tests.conftest import BRIEF, REPO, run_cli
 
 pytestmark = pytest.mark.slow
 
 STUDY = "probe"
-SHAPE = ["--input-len", "64", "--output-len", "16", "--batch-size", "1,2,4,512"]
+SHAPE = ["--input-len", "64", "--output-len", "16", "--batch-size", "1,2,4,512", *BRIEF]
 ARGS = ["search", "--model", "demo", "--gpu", "cpu", "--trials", "2", "--study", STUDY, *SHAPE,
         "--slo", "itl_p95<=10s", "--constraint", "memory<=60MB"]  # fmt: skip
 OOM_FROM_BATCH_2 = {"dtype=bfloat16": {"phase": "measure", "kind": "oom", "batch": 2}}

@@ -21,11 +21,12 @@ import sqlalchemy
 
 from autotune.study import records
 from autotune.worker.demo_model import ensure_demo_model
+from tests.conftest import BRIEF
 from tests.postgres import postgres_url  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.slow
 
-SMALL = ["--batch-size", "4", "--input-len", "64", "--output-len", "32"]
+SMALL = ["--batch-size", "4", "--input-len", "64", "--output-len", "32", *BRIEF]
 
 
 @pytest.fixture

@@ -19,11 +19,11 @@ import pytest
 
 from autotune.study import open_storage, records
 from autotune.worker.demo_model import ensure_demo_model
-from tests.conftest import EIGHT_CONFIGURATIONS, announced, running_trial, start_search, wait_for
+from tests.conftest import BRIEF, EIGHT_CONFIGURATIONS, announced, running_trial, start_search, wait_for
 
 pytestmark = pytest.mark.slow
 
-SMALL = ["--model", "demo", "--gpu", "cpu", "--batch-size", "2", "--input-len", "32", "--output-len", "16"]
+SMALL = ["--model", "demo", "--gpu", "cpu", "--batch-size", "2", "--input-len", "32", "--output-len", "16", *BRIEF]
 # What the hanging trial waits for. A normal trial of SMALL takes about 5 s with the fork server on an idle 2-core
 # machine, yet a trial of a larger workload (4 x 64 -> 32) was seen past 25 s at a load average of 5 here.
 TRIAL_TIMEOUT = "25s"

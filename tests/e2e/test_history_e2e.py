@@ -25,14 +25,14 @@ import pytest
 
 from autotune.worker.demo_model import ensure_demo_model
 from tests.browser import open_page
-from tests.conftest import REPO, run_cli
+from tests.conftest import BRIEF, REPO, run_cli
 
 pytestmark = pytest.mark.slow
 
 NIGHTS = ("2026-11-01", "2026-11-02", "2026-11-03", "2026-11-04")
 SLOW_NIGHT = "2026-11-03"
 PREFIX = "demo-cpu"
-SMALLEST = "--batch-size 1 --input-len 8 --output-len 4"
+SMALLEST = f"--batch-size 1 --input-len 8 --output-len 4 {' '.join(BRIEF)}"
 NIGHTLY = REPO / "deploy" / "nightly.sh"
 ROWS_JS = "[...document.querySelectorAll('#nights tbody tr')].map(r => r.className + ' ' + r.cells[0].innerText)"
 

@@ -21,11 +21,11 @@ import pytest
 
 from autotune.study import open_storage, records
 from autotune.worker.demo_model import ensure_demo_model
-from tests.conftest import announced
+from tests.conftest import BRIEF, announced
 
 pytestmark = pytest.mark.slow
 
-SMALL = ["--model", "demo", "--gpu", "cpu", "--batch-size", "2", "--input-len", "32", "--output-len", "16"]
+SMALL = ["--model", "demo", "--gpu", "cpu", "--batch-size", "2", "--input-len", "32", "--output-len", "16", *BRIEF]
 # Hangs while loading, which every launched trial reaches (a configuration may fail before it measures).
 HANG_THIRD = json.dumps({"2": {"phase": "load", "kind": "hang"}})
 HANG_FIRST = json.dumps({"0": {"phase": "load", "kind": "hang"}})

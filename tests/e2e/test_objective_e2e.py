@@ -13,13 +13,13 @@ import pytest
 
 from autotune.study import load_stored_study, stored_settings
 from tests.cli.test_cli import assert_one_line_error
-from tests.conftest import run_cli
+from tests.conftest import BRIEF, run_cli
 
 pytestmark = pytest.mark.slow
 
 # The small workload: what is under test is which objectives are stored and plotted, not the workload's shape.
 SEARCH = ["search", "--model", "demo", "--gpu", "cpu", "--trials", "3", "--study", "latency-demo",
-          "--input-len", "32", "--output-len", "16"]  # fmt: skip
+          "--input-len", "32", "--output-len", "16", *BRIEF]  # fmt: skip
 
 
 def _figure_layout(html: str, div_id: str) -> dict:

@@ -22,7 +22,7 @@ from autotune.figures.constraints import parse_constraints
 from autotune.figures.objectives import QUALITY_KEPT
 from autotune.figures.quality import DECODE
 from autotune.study import TrialRecord, records, stored_settings
-from tests.conftest import REPO, run_cli
+from tests.conftest import BRIEF, REPO, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -50,7 +50,7 @@ def searched(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> tuple
     env["AUTOTUNE_INJECT_FAULTS"] = json.dumps(FAULT)
     args = ["search", "--model", "demo", "--gpu", "cpu", "--objective", "throughput", "--space", "space.yaml"]
     completed = run_cli(
-        [*args, "--study", STUDY, "--trials", "9", "--input-len", "32", "--output-len", "32"], workdir, env
+        [*args, "--study", STUDY, "--trials", "9", "--input-len", "32", "--output-len", "32", *BRIEF], workdir, env
     )
     assert completed.returncode == 0, completed.stdout + completed.stderr
     study = optuna.load_study(study_name=STUDY, storage=f"sqlite:///{workdir}/studies/{STUDY}.db")

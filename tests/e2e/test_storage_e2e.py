@@ -29,13 +29,13 @@ from autotune.extras import installed
 from autotune.study import records
 from autotune.study.kept import KEPT_NAME
 from autotune.worker.demo_model import ensure_demo_model
-from tests.conftest import EIGHT_CONFIGURATIONS, announced
+from tests.conftest import BRIEF, EIGHT_CONFIGURATIONS, announced
 from tests.disks import fill, small_disk
 from tests.postgres import PostgresServer, postgres_server  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.slow
 
-SMALL = ["--batch-size", "2", "--input-len", "32", "--output-len", "16"]
+SMALL = ["--batch-size", "2", "--input-len", "32", "--output-len", "16", *BRIEF]
 OUTAGE = "cannot reach its database"
 
 

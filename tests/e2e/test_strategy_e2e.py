@@ -6,7 +6,7 @@ import optuna
 import pytest
 
 from autotune.study import records
-from tests.conftest import run_cli
+from tests.conftest import BRIEF, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -17,7 +17,7 @@ ORDER = ("reference", "baseline", "warm-up", "composed", "predicted to extend th
 def test_a_search_runs_its_plan_in_order_and_measures_each_configuration_once(tmp_path, cli_env):
     (tmp_path / "space.yaml").write_text(SPACE)
     args = ["search", "--model", "demo", "--gpu", "cpu", "--space", "space.yaml", "--study", "two-knobs",
-            "--trials", "6", "--batch-size", "2", "--input-len", "32", "--output-len", "16"]  # fmt: skip
+            "--trials", "6", "--batch-size", "2", "--input-len", "32", "--output-len", "16", *BRIEF]  # fmt: skip
     completed = run_cli(args, tmp_path, cli_env)
     assert completed.returncode == 0, completed.stdout + completed.stderr
     study = optuna.load_study(study_name="two-knobs", storage=f"sqlite:///{tmp_path}/studies/two-knobs.db")

@@ -19,7 +19,7 @@ from autotune.search.dry_run import dry_run
 from autotune.search.prepare import runnable_space
 from autotune.space import Call, Target, build_plan, load_space, rules
 from autotune.specs import BudgetSpec, HardwareSpec, ModelSpec, SearchRequest
-from tests.conftest import run_cli
+from tests.conftest import BRIEF, run_cli
 
 FLOAT32 = {"dtype": "float32", "attn_implementation": "sdpa", "quantization": "none", "batching": "generate"}
 SPACE = load_space(PACKAGED_SPACE)
@@ -115,8 +115,8 @@ def test_bf16_runs_and_moves_the_quality_figures_where_this_cpu_says_it_changes_
     answers, and the command does what follows from the answer."""
     monkeypatch.setenv("AUTOTUNE_CACHE_DIR", cli_env["AUTOTUNE_CACHE_DIR"])  # its answer kept where the CLI's is
     changes = profiles.bf16_changes_fp32_matmuls()
-    args = ["measure", "--model", "demo", "--device", "cpu", "--batch-size", "2", "--input-len", "32",
-            "--output-len", "16", "--set", "dtype=float32", "--set", "fp32_precision=bf16", "--json"]  # fmt: skip
+    args = ["measure", "--model", "demo", "--device", "cpu", "--batch-size", "2", "--input-len", "32", "--output-len",
+            "16", "--set", "dtype=float32", "--set", "fp32_precision=bf16", "--json", *BRIEF]  # fmt: skip
     completed = run_cli(args, tmp_path, cli_env)
     dry = run_cli(["search", "--model", "demo", "--gpu", "cpu", "--dry-run", "--trials", "2",
                    "--space", str(space_listing_bf16(tmp_path))], tmp_path, cli_env)  # fmt: skip

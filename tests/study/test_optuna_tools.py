@@ -30,10 +30,10 @@ from autotune.study.claims import OWNER_ATTR, Claims, this_process
 from autotune.study.optuna_internals import study_id
 from autotune.study.recovery import recover_interrupted
 from autotune.worker.demo_model import ensure_demo_model
-from tests.conftest import running_trial, start_search, wait_for
+from tests.conftest import BRIEF, running_trial, start_search, wait_for
 from tests.fakes import BASELINE, new_study, settings
 
-SMALL = ["--model", "demo", "--gpu", "cpu", "--batch-size", "4", "--input-len", "64", "--output-len", "32"]
+SMALL = ["--model", "demo", "--gpu", "cpu", "--batch-size", "4", "--input-len", "64", "--output-len", "32", *BRIEF]
 
 
 def test_a_new_study_names_its_objectives_with_units_and_keeps_its_attributes_short(tmp_path):

@@ -226,9 +226,9 @@ def test_broken_outputs():
 def _measure(args: list[str], workdir, env) -> tuple[int, dict]:
     import json
 
-    from tests.conftest import run_cli
+    from tests.conftest import BRIEF, run_cli
 
-    completed = run_cli(["measure", "--gpu", "cpu", "--json", *args], workdir, env, timeout=600)
+    completed = run_cli(["measure", "--gpu", "cpu", "--json", *BRIEF, *args], workdir, env, timeout=600)
     assert completed.stdout.strip(), completed.stderr
     return completed.returncode, json.loads(completed.stdout)
 
