@@ -25,8 +25,10 @@ CACHE := $(CURDIR)/.cache/autotune
 
 # Two test processes, one per core (-n 2), each test module in one of them (its module fixtures: a Slurm cluster, four
 # nights); every torch process with one thread: two with a thread per core each slow each other several times over.
+# Every test's time stays in .cache/test-times.xml (JUnit XML): per file, what a run spent where.
 test: $(STAMP)
-	AUTOTUNE_TEST_CACHE_DIR=$(CACHE) OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25
+	AUTOTUNE_TEST_CACHE_DIR=$(CACHE) OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25 \
+		--junitxml=.cache/test-times.xml
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
