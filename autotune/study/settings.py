@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -153,9 +153,10 @@ class StudySettings:
         for key in self.BINDING:
             if self._bound(key) != stored._bound(key):
                 label = {"space_fingerprint": "search space"}.get(key, key)
+                was, now = _differing(stored._bound(key), self._bound(key))
                 raise StudyMismatchError(
-                    f"study {name!r} was created with another {label} ({_short(getattr(stored, key))}, "
-                    f"now {_short(getattr(self, key))}); pass --study NEW_NAME to start a new study"
+                    f"study {name!r} was created with another {label} ({was}, now {now}); "
+                    "pass --study NEW_NAME to start a new study"
                 )
         if self.profile["name"] != stored.profile["name"]:
             raise StudyMismatchError(
@@ -171,6 +172,14 @@ class StudySettings:
                 "--constraint flags or none to keep them, pass --study NEW_NAME to search with others, "
                 "or apply them afterwards with `autotune best`"
             )
+
+
+def _differing(stored: Any, given: Any) -> tuple[str, str]:
+    """Two values of a setting, short: of two mappings (a workload), only the fields whose values differ."""
+    if isinstance(stored, Mapping) and isinstance(given, Mapping):
+        fields = [field for field in {**stored, **given} if stored.get(field) != given.get(field)]
+        stored, given = ({field: values.get(field) for field in fields} for values in (stored, given))
+    return _short(stored), _short(given)
 
 
 def _short(value: Any) -> str:

@@ -119,7 +119,7 @@ def _plant_study(tmp_path: Path, **changes) -> str:
     settings = StudySettings("demo", None, PROFILES["cpu"].to_json(), space.fingerprint(), space.to_json(),
                              WorkloadSpec().__dict__, QualitySpec().__dict__)  # fmt: skip
     for key, value in changes.items():
-        setattr(settings, key, value)
+        setattr(settings, key, {**getattr(settings, key), **value} if isinstance(value, dict) else value)
     url = f"sqlite:///{tmp_path}/studies/demo-cpu.db"
     (tmp_path / "studies").mkdir()
     study = optuna.create_study(study_name="demo-cpu", storage=url, directions=["maximize", "minimize", "minimize"])
@@ -129,7 +129,12 @@ def _plant_study(tmp_path: Path, **changes) -> str:
 
 @pytest.mark.parametrize(
     ("changes", "message"),
-    [({"model": "another/model"}, "created with another model"), ({"space_fingerprint": "0" * 16}, "search space")],
+    [
+        ({"model": "another/model"}, "created with another model"),
+        ({"space_fingerprint": "0" * 16}, "search space"),
+        # of a workload, only what differs: a shortened dict of every field hid it
+        ({"workload": {"min_seconds": 1.0}}, "another workload ({'min_seconds': 1.0}, now {'min_seconds': 3.0})"),
+    ],
 )
 def test_an_existing_study_with_other_settings_is_refused(tmp_path: Path, cli_env, changes, message):
     _plant_study(tmp_path, **changes)
