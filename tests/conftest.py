@@ -70,7 +70,10 @@ def pytest_configure(config: pytest.Config) -> None:
     waits for a build that the first test needing the cache would otherwise start (minutes on a fresh clone)."""
     global _background_build
     configured = os.environ.get("AUTOTUNE_TEST_CACHE_DIR")
-    if hasattr(config, "workerinput") or not config.getoption("numprocesses", None) or not configured:
+    if hasattr(config, "workerinput") or not config.getoption("numprocesses", None):
+        return
+    config.option.loadscopereorder = False  # modules in the collected order (below), not by their number of tests
+    if not configured:
         return
     cache = Path(configured).resolve()
     if (cache / ".built").exists():
@@ -81,7 +84,6 @@ def pytest_configure(config: pytest.Config) -> None:
         _background_build = subprocess.Popen(command, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
                                              start_new_session=True)  # fmt: skip
     os.environ[BUILDING_BESIDE] = "1"  # the test processes, started after this hook, inherit it
-    config.option.loadscopereorder = False  # modules in the collected order (below), not by their number of tests
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -97,10 +99,18 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         _background_build.wait()
 
 
+def _module(item: pytest.Item) -> str:
+    return item.nodeid.split("::")[0]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if os.environ.get(BUILDING_BESIDE):
-        waiting = {item.nodeid.split("::")[0] for item in items if "cache_dir" in item.fixturenames}
-        items.sort(key=lambda item: item.nodeid.split("::")[0] in waiting)  # stable: file order kept within each
+    """The order the two test processes take modules in: those that wait for the demo model's build last while it runs
+    beside them, and modules with slow tests first, so that the run ends on short modules in both processes (ordered
+    by their number of tests, a one-test module of minutes ran last while the other process had nothing left)."""
+    building = os.environ.get(BUILDING_BESIDE)
+    waiting = {_module(item) for item in items if building and "cache_dir" in item.fixturenames}
+    slow = {_module(item) for item in items if "slow" in item.keywords}
+    items.sort(key=lambda item: (_module(item) in waiting, _module(item) not in slow))  # stable: file order kept
     if not any("gpu" in item.keywords for item in items) or _cuda_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
