@@ -166,7 +166,7 @@ def search_command(args: argparse.Namespace, model: str, url: str) -> list[str]:
     return autotune(
         "search", "--model", model, "--device", args.device, "--gpu", args.gpu, "--study", STUDY,
         "--storage", url, "--report", str(args.out / "report.html"), "--space", str(args.space),
-        "--trial-timeout", args.trial_timeout, *_shape(args, "--batch-size"),
+        "--trial-timeout", args.trial_timeout, *_shape(args, "--batch-size"), *_timing(args),
     )  # fmt: skip
 
 
@@ -174,13 +174,18 @@ def measure_command(args: argparse.Namespace, model: str, config: Config) -> lis
     overrides = [item for name, value in config.items() for item in ("--set", f"{name}={value}")]
     return autotune(
         "measure", "--model", model, "--device", args.device, "--gpu", args.gpu, "--space", str(args.space),
-        "--workload", "latency", "--trial-timeout", args.trial_timeout, *_shape(args), "--json", *overrides,
+        "--workload", "latency", "--trial-timeout", args.trial_timeout, *_shape(args), *_timing(args), "--json",
+        *overrides,
     )  # fmt: skip
 
 
 def _shape(args: argparse.Namespace, *extra: str) -> list[str]:
     flags = {"--batch-size": args.batch_size, "--input-len": args.input_len, "--output-len": args.output_len}
     return [item for flag in (*extra, "--input-len", "--output-len") for item in (flag, str(flags[flag]))]
+
+
+def _timing(args: argparse.Namespace) -> list[str]:
+    return ["--min-seconds", str(args.min_seconds)] if args.min_seconds is not None else []
 
 
 def run_searches(args: argparse.Namespace, runner: Runner, model: str) -> list[Step]:
@@ -219,7 +224,7 @@ def measure_ceiling(args: argparse.Namespace, runner: Runner, model: str) -> Non
     url = storage_url(args.out)
     command = autotune(
         "ceiling", "--model", model, "--device", args.device, "--gpu", args.gpu, "--dtype", dtype, *batches,
-        *_shape(args), "--study", STUDY, "--storage", url, "--json",
+        *_shape(args), *_timing(args), "--study", STUDY, "--storage", url, "--json",
         *(["--compile", args.ceiling_compile] if args.ceiling_compile else []),
     )  # fmt: skip
     if runner.run("ceiling", command, args.out / "ceiling.json").code == 0:
@@ -684,6 +689,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=8, help="prompts per generation in the search [8]")
     parser.add_argument("--input-len", type=int, default=128, help="tokens per prompt [128]")
     parser.add_argument("--output-len", type=int, default=64, help="tokens generated per prompt [64]")
+    parser.add_argument("--min-seconds", type=float, help="seconds each figure is timed for [autotune's default]")
     parser.add_argument("--ceiling-compile", help="the hand loop's compile mode [autotune ceiling's default]")
     args = parser.parse_args(argv)
     args.gpu = args.gpu or ("cpu" if args.device == "cpu" else "auto")

@@ -12,7 +12,7 @@ import pytest
 from autotune.profiles import PROFILES
 from autotune.space import load_space
 from tests.benchmarks import tool
-from tests.conftest import REPO
+from tests.conftest import BRIEF, REPO
 
 OUTCOME_WORDS = tool("gpu/gpu_proof.py").OUTCOME_WORDS
 
@@ -64,7 +64,7 @@ def test_gpu_proof_on_the_demo_model(tmp_path: Path, cli_env: dict[str, str]) ->
     out = tmp_path / "proof"
     command = [sys.executable, str(REPO / "benchmarks" / "gpu" / "gpu_proof.py"), "--model", "demo", "--device", "cpu",
                "--out", str(out), "--budget", "1m", "--space", str(space),
-               "--batch-size", "2", "--input-len", "32", "--output-len", "16"]  # fmt: skip
+               "--batch-size", "2", "--input-len", "32", "--output-len", "16", *BRIEF]  # fmt: skip
     completed = subprocess.run(command, cwd=tmp_path, env=cli_env, capture_output=True, text=True, timeout=900)
     assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-4000:]
     for name in ("SUMMARY.md", "study.db", "report.html", "commands.log", "best.json", "plan.json", "search.log"):
