@@ -12,6 +12,7 @@ Protocol (JSON lines): the runner writes {"spec", "result", "log", "env"}; the s
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -74,7 +75,12 @@ def _send(message: dict) -> None:
 
 def main() -> None:
     die_with_parent()
+    # Importing torch and transformers makes millions of objects that live as long as the process: collecting them as
+    # they come took 1 s of the 7.8 s of CPU the preload took. Frozen, the children's collections never scan them.
+    gc.disable()
     _preload()
+    gc.freeze()
+    gc.enable()
     _send({"ready": True, "pid": os.getpid()})
     for line in sys.stdin:
         request = {**json.loads(line), "server": os.getpid()}
