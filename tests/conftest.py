@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -20,10 +21,12 @@ from pathlib import Path
 from typing import TypeVar
 
 import optuna
+import psutil
 import pytest
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.process import phases
+from autotune.process.life import TEMPLATE_VARIABLE, child_environment
 from autotune.study import TrialRecord, open_storage, records
 
 REPO = Path(__file__).resolve().parents[1]
@@ -117,6 +120,34 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fork_template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A fork template per test process (autotune.worker.forkserver): each autotune command a test starts forks its
+    fork server from it, ready at once, instead of importing torch and transformers anew (about 5 s of CPU, a hundred
+    times a run). It runs in the environment cli_env gives; a command in another (or without AUTOTUNE_FORK_TEMPLATE)
+    starts a server of its own, as a user's command does. Its log: fork-template.log in the process's basetemp."""
+    if os.environ.get(TEMPLATE_VARIABLE):  # one the developer runs
+        yield os.environ[TEMPLATE_VARIABLE]
+        return
+    folder = Path(tempfile.mkdtemp(prefix="autotune-fork-"))  # short: a socket's path has at most 107 bytes
+    address = str(folder / "template")
+    command = [sys.executable, "-m", "autotune.worker.forkserver", "--template", address]
+    saved = dict(os.environ)
+    os.environ["PYTHONPATH"] = str(REPO)  # what cli_env gives the commands, here for every process the tests start
+    with (tmp_path_factory.getbasetemp() / "fork-template.log").open("w") as log:
+        template = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    env=child_environment(dict(os.environ)), start_new_session=True)  # fmt: skip
+    os.environ[TEMPLATE_VARIABLE] = address
+    try:
+        yield address
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        template.kill()
+        template.wait()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -362,6 +393,15 @@ def start_search(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+
+
+def processes_of(command_pid: int, worker_pid: int) -> list[int]:
+    """A command's processes while its trial runs: its descendants, the trial's worker and the fork server that forked
+    it (the command's child, or forked by a fork template and then not its descendant)."""
+    pids = [child.pid for child in psutil.Process(command_pid).children(recursive=True)]
+    with contextlib.suppress(psutil.Error):
+        pids.append(psutil.Process(worker_pid).ppid())
+    return sorted({*pids, worker_pid})
 
 
 def running_trial(workdir: Path, study_name: str = DEMO_STUDY) -> FrozenTrial | None:

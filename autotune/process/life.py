@@ -12,6 +12,7 @@ import os
 import signal
 
 PARENT_PID_VARIABLE = "AUTOTUNE_PARENT_PID"
+TEMPLATE_VARIABLE = "AUTOTUNE_FORK_TEMPLATE"  # the socket of a fork template (autotune.worker.forkserver) to fork from
 _PR_SET_PDEATHSIG = 1
 
 
@@ -39,3 +40,13 @@ def die_with_parent(expected_parent: int | None = None) -> None:
 def child_environment(environment: dict[str, str]) -> dict[str, str]:
     """`environment` with this process named as the parent its child must die with."""
     return {**environment, PARENT_PID_VARIABLE: str(os.getpid())}
+
+
+def worker_environment(environment: dict[str, str]) -> dict[str, str]:
+    """`environment` as a worker runs in it: quiet libraries, unbuffered output."""
+    quiet = {
+        "TOKENIZERS_PARALLELISM": "false",
+        "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+        "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1",
+    }
+    return {**quiet, **environment, "PYTHONUNBUFFERED": "1"}

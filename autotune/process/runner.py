@@ -13,6 +13,7 @@ import os
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -22,8 +23,9 @@ from pathlib import Path
 
 import psutil
 
+import autotune
 from autotune.process import phases
-from autotune.process.life import child_environment
+from autotune.process.life import TEMPLATE_VARIABLE, child_environment, worker_environment
 from autotune.process.results import Outcome, TaskResult, TaskSpec, write_json_atomically
 from autotune.units import format_bytes, format_duration
 
@@ -200,7 +202,7 @@ class ForkServer:
     START_TIMEOUT_S = 120.0
 
     def __init__(self) -> None:
-        self.process: subprocess.Popen | None = None
+        self.process: subprocess.Popen | TemplateServer | None = None
         self.pending = b""  # what the server wrote past the last whole line read
         self.disabled = os.environ.get("AUTOTUNE_FORK_SERVER", "1") == "0"
 
@@ -247,16 +249,8 @@ class ForkServer:
     def _running(self) -> bool:
         if self.process is not None and self.process.poll() is None:
             return True
-        try:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "autotune.worker.forkserver"],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,  # Ctrl-C in the terminal is the study's to handle, not the server's
-                env=_worker_environment(),
-            )
-        except OSError:
+        self.process = self._from_template() or self._started()
+        if self.process is None:
             self.disabled = True
             return False
         self.pending = b""
@@ -268,6 +262,49 @@ class ForkServer:
             return False
         return True
 
+    def _started(self) -> subprocess.Popen | None:
+        try:
+            return subprocess.Popen(
+                [sys.executable, "-m", "autotune.worker.forkserver"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,  # Ctrl-C in the terminal is the study's to handle, not the server's
+                env=_worker_environment(),
+            )
+        except OSError:
+            return None
+
+    def _from_template(self) -> TemplateServer | None:
+        """A fork server forked by the fork template AUTOTUNE_FORK_TEMPLATE names, if one runs and agrees to."""
+        address = os.environ.get(TEMPLATE_VARIABLE)
+        if not address or not hasattr(os, "pidfd_open"):  # a server not its child is watched through a pidfd
+            return None
+        server_in, runner_out = os.pipe()
+        runner_in, server_out = os.pipe()
+        request = {"env": _worker_environment(), "cwd": str(Path.cwd()), "executable": sys.executable,
+                   "package": str(Path(autotune.__file__).parent)}  # fmt: skip
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as connection:
+                connection.settimeout(self.START_TIMEOUT_S)
+                connection.connect(address)
+                socket.send_fds(connection, [json.dumps(request).encode()], [server_in, server_out])
+                reply = json.loads(connection.recv(65536) or b"{}")
+        except (OSError, ValueError) as error:
+            reply = {"refused": f"no fork template answers at {address} ({error})"}
+        finally:
+            os.close(server_in)
+            os.close(server_out)
+        try:
+            if "pid" in reply:
+                return TemplateServer(reply["pid"], runner_out, runner_in)
+        except OSError as error:  # it died at once
+            reply = {"refused": f"the server {reply['pid']} the template forked is gone ({error})"}
+        log.info("starting a fork server of its own: %s", reply.get("refused", reply))
+        os.close(runner_in)
+        os.close(runner_out)
+        return None
+
     def _stop(self) -> None:
         if self.process is not None:
             with contextlib.suppress(ProcessLookupError):
@@ -276,16 +313,42 @@ class ForkServer:
         self.process = None
 
 
+class TemplateServer:
+    """A fork server the fork template forked for this process, seen through the same stdin, stdout, poll, kill and
+    wait as a Popen; not this process's child, so through a pidfd."""
+
+    def __init__(self, pid: int, stdin: int, stdout: int) -> None:
+        self.pid = pid
+        self.pidfd = os.pidfd_open(pid)  # first: if it fails, the caller still owns the pipes
+        self.stdin = os.fdopen(stdin, "wb")
+        self.stdout = os.fdopen(stdout, "rb", buffering=0)
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None and select.select([self.pidfd], [], [], 0)[0]:
+            self.returncode = -1  # ended; its status is its parent's, the template's, to read
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+
+    def wait(self) -> int:
+        select.select([self.pidfd], [], [])
+        self.poll()
+        for each in (self.stdin, self.stdout):
+            with contextlib.suppress(OSError):
+                each.close()
+        with contextlib.suppress(OSError):
+            os.close(self.pidfd)
+        return -1
+
+
 FORK_SERVER = ForkServer()
 
 
 def _worker_environment() -> dict[str, str]:
-    env = child_environment(dict(os.environ))
-    env.setdefault("TOKENIZERS_PARALLELISM", "false")
-    env.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    env.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
+    return child_environment(worker_environment(dict(os.environ)))
 
 
 def _wait(

@@ -19,7 +19,15 @@ import pytest
 
 from autotune.study import open_storage, records
 from autotune.worker.demo_model import ensure_demo_model
-from tests.conftest import BRIEF, EIGHT_CONFIGURATIONS, announced, running_trial, start_search, wait_for
+from tests.conftest import (
+    BRIEF,
+    EIGHT_CONFIGURATIONS,
+    announced,
+    processes_of,
+    running_trial,
+    start_search,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -135,7 +143,7 @@ def test_a_killed_search_resumes_and_retries_the_interrupted_trial_once(tmp_path
 
     trial = wait_for(third_trial_running, process, "the search never reached its third trial")
     # The worker measuring the trial, and the fork server that forked it: both must die with the search.
-    workers = [trial.user_attrs["worker_pid"], *(child.pid for child in psutil.Process(process.pid).children())]
+    workers = processes_of(process.pid, trial.user_attrs["worker_pid"])
     before = {r.number: r for r in launched(load(tmp_path)) if r.complete}
     interrupted = next(t for t in load(tmp_path).get_trials(deepcopy=False) if t.state.name == "RUNNING")
 

@@ -21,7 +21,7 @@ import pytest
 
 from autotune.study import open_storage, records
 from autotune.worker.demo_model import ensure_demo_model
-from tests.conftest import BRIEF, announced
+from tests.conftest import BRIEF, announced, processes_of
 
 pytestmark = pytest.mark.slow
 
@@ -63,7 +63,7 @@ def _hanging_trial(url: str, database: Path, process: subprocess.Popen, after: i
 def _interrupt(process: subprocess.Popen, signum: int, url: str, database: Path, after: int):
     """Signal the process mid-trial; return the trial and the process's output once it and its workers ended."""
     trial = _hanging_trial(url, database, process, after)
-    pids = [trial.user_attrs["worker_pid"], *(child.pid for child in psutil.Process(process.pid).children())]
+    pids = processes_of(process.pid, trial.user_attrs["worker_pid"])
     process.send_signal(signum)
     stdout, stderr = process.communicate(timeout=120)
     gone_by = time.monotonic() + 15

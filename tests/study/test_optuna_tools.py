@@ -30,7 +30,7 @@ from autotune.study.claims import OWNER_ATTR, Claims, this_process
 from autotune.study.optuna_internals import study_id
 from autotune.study.recovery import recover_interrupted
 from autotune.worker.demo_model import ensure_demo_model
-from tests.conftest import BRIEF, running_trial, start_search, wait_for
+from tests.conftest import BRIEF, processes_of, running_trial, start_search, wait_for
 from tests.fakes import BASELINE, new_study, settings
 
 SMALL = ["--model", "demo", "--gpu", "cpu", "--batch-size", "4", "--input-len", "64", "--output-len", "32", *BRIEF]
@@ -150,7 +150,7 @@ def _interrupted_search(workdir: Path, env: dict[str, str]) -> int:
         return log.exists() and b"autotune phase: load" in log.read_bytes()
 
     wait_for(loading, process, "the fourth trial never reached its hang", poll_s=0.3)
-    workers = [child.pid for child in psutil.Process(process.pid).children(recursive=True)]
+    workers = processes_of(process.pid, trial.user_attrs["worker_pid"])
     process.send_signal(signal.SIGKILL)
     process.wait()
     for pid in workers:

@@ -10,13 +10,17 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import psutil
 import pytest
 
 from autotune.process import runner
+from autotune.process.life import TEMPLATE_VARIABLE
 from autotune.process.results import Outcome
-from autotune.process.runner import ForkServer, Limits, run_in_worker
+from autotune.process.runner import ForkServer, Limits, TemplateServer, run_in_worker
+from autotune.worker.forkserver import import_time_difference
+from tests.conftest import REPO
 from tests.process.test_runner import faulty_spec
 
 pytestmark = pytest.mark.slow  # the server imports torch and transformers once: tens of seconds here
@@ -28,6 +32,7 @@ def server() -> Iterator[ForkServer]:
     own = ForkServer()
     own.disabled = False  # whatever AUTOTUNE_FORK_SERVER says: this is what is under test
     with pytest.MonkeyPatch.context() as patch:
+        patch.delenv(TEMPLATE_VARIABLE, raising=False)  # a server of its own, the command's child (the template: below)
         patch.setattr(runner, "FORK_SERVER", own)
         assert own._running(), "the fork server did not start"
         yield own
@@ -37,6 +42,13 @@ def server() -> Iterator[ForkServer]:
 def parents_of_workers(parents: list[int]):
     """An on_start that records the parent of each worker the runner starts."""
     return lambda pid: parents.append(psutil.Process(pid).ppid())
+
+
+def running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def group_members(pgid: int) -> list[int]:
@@ -140,3 +152,84 @@ def test_a_status_the_server_wrote_with_the_pid_is_read_at_once():
         assert runner.ForkedWorker(own, 7).wait(timeout=5) == 1  # exit status 1: 256 as a wait status
     finally:
         own._stop()
+
+
+# ------------------------------------------------------------------ servers forked from a fork template
+
+
+def test_a_fork_template_hands_a_command_a_server_whose_tasks_it_forks(tmp_path, fork_template, monkeypatch):
+    monkeypatch.setenv(TEMPLATE_VARIABLE, fork_template)  # the module's server fixture may have removed it
+    own = ForkServer()
+    own.disabled = False
+    monkeypatch.setattr(runner, "FORK_SERVER", own)
+    try:
+        assert own._running(), "no fork server"
+        assert isinstance(own.process, TemplateServer), "the server was not forked by the template"
+        server = psutil.Process(own.process.pid)
+        assert fork_template in psutil.Process(server.ppid()).cmdline()  # the template's child, not this process's
+        assert Path(server.cwd()) == Path.cwd()  # the command's folder, not the template's
+        parents: list[int] = []
+        spec = faulty_spec(tmp_path, "raise", phase="start")
+        result = run_in_worker(spec, tmp_path / "w", Limits(120), on_start=parents_of_workers(parents))
+        assert result.outcome == Outcome.ERROR and "injected failure" in result.message
+        assert parents == [server.pid]
+    finally:
+        own._stop()
+    assert not running(server.pid)
+
+
+def test_a_command_whose_libraries_would_read_another_environment_starts_a_server_of_its_own(
+    fork_template, monkeypatch
+):
+    monkeypatch.setenv(TEMPLATE_VARIABLE, fork_template)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "not what the template has")
+    own = ForkServer()
+    own.disabled = False
+    try:
+        assert own._running(), "no fork server"
+        assert isinstance(own.process, subprocess.Popen), "the template forked a server for another environment"
+    finally:
+        own._stop()
+
+
+def test_only_what_the_libraries_read_when_imported_must_agree():
+    ours = {"OMP_NUM_THREADS": "1", "HF_HOME": "/a", "AUTOTUNE_CACHE_DIR": "/x", "PYTHONPATH": "/repo"}
+    assert import_time_difference({**ours, "AUTOTUNE_CACHE_DIR": "/y", "PYTEST_CURRENT_TEST": "t"}, ours) is None
+    assert import_time_difference({**ours, "OMP_NUM_THREADS": "2"}, ours) == "OMP_NUM_THREADS"
+    assert import_time_difference({k: v for k, v in ours.items() if k != "PYTHONPATH"}, ours) == "PYTHONPATH"
+    assert import_time_difference({**ours, "TORCHINDUCTOR_CACHE_DIR": "/c"}, ours) == "TORCHINDUCTOR_CACHE_DIR"
+
+
+COMMAND = """
+import sys, time
+from pathlib import Path
+from autotune.process import runner
+from autotune.process.runner import Limits, run_in_worker
+from tests.conftest import REPO
+from tests.process.test_runner import faulty_spec
+work = Path(sys.argv[1])
+run_in_worker(faulty_spec(work, "hang_with_child", phase="start"), work / "w", Limits(600),
+              on_start=lambda pid: print(runner.FORK_SERVER.process.pid, pid, flush=True))
+"""
+
+
+def test_a_server_forked_from_the_template_ends_with_its_command_and_so_does_the_task(tmp_path, fork_template):
+    """Not the command's child, the server cannot die with it by the kernel's word: it sees its pipe close."""
+    command = subprocess.Popen(
+        [sys.executable, "-c", COMMAND, str(tmp_path)], stdout=subprocess.PIPE, text=True, cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO), TEMPLATE_VARIABLE: fork_template},
+    )  # fmt: skip
+    server_pid, worker_pid = map(int, command.stdout.readline().split())
+    try:
+        assert fork_template in psutil.Process(psutil.Process(server_pid).ppid()).cmdline()
+        deadline = time.monotonic() + 60
+        while len(group_members(worker_pid)) < 2:  # the hanging task and the child it starts
+            assert time.monotonic() < deadline, "the task never started its child"
+            time.sleep(0.1)
+    finally:
+        command.kill()
+        command.wait()
+    gone_by = time.monotonic() + 10
+    while group_members(worker_pid) or running(server_pid):
+        assert time.monotonic() < gone_by, "the server or its task outlived the command"
+        time.sleep(0.1)
