@@ -111,8 +111,8 @@ class Runner:
 
 def _env() -> dict[str, str]:
     """The children find autotune from this checkout, and print as they go."""
-    paths = [str(REPO), os.environ.get("PYTHONPATH", "")]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p), "PYTHONUNBUFFERED": "1"}
+    given = [path for path in os.environ.get("PYTHONPATH", "").split(os.pathsep) if path and path != str(REPO)]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), *given]), "PYTHONUNBUFFERED": "1"}
 
 
 def _stream(command: list[str], sink: Any, label: str, cwd: Path) -> int:
