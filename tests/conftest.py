@@ -139,6 +139,9 @@ def fork_template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with (tmp_path_factory.getbasetemp() / "fork-template.log").open("w") as log:
         template = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                     env=child_environment(dict(os.environ)), start_new_session=True)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not Path(address).exists() and template.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)  # it listens before it imports: a command that connects then waits for the imports
     os.environ[TEMPLATE_VARIABLE] = address
     try:
         yield address
