@@ -25,12 +25,13 @@ from tests.tiny_models import ARCHITECTURES, build_tiny_model
 
 pytestmark = pytest.mark.slow
 
-SPACE = "knobs:\n  dtype: [float32]\n  attn_implementation: [sdpa, eager, flex_attention]\n"
 ATTENTIONS = ("sdpa", "eager", "flex_attention")
 WORKLOAD = WorkloadSpec(batch_size=2, input_len=16, output_len=8)
 REFUSAL = "does not support an attention implementation"
-# A full search on two families: one that refuses sdpa (the baseline's usual attention), one that refuses flex.
-SEARCHED = ("gemma2", "gpt2")
+# A full search on two families: one that refuses sdpa (the baseline's usual attention), one that refuses flex and runs
+# the other two. gemma2's flex_attention trial compiled flex's kernels for a minute of CPU on a cold cache, and showed
+# nothing gpt2's eager trial does not: gemma2 searches the two others.
+SEARCHED = {"gemma2": ("sdpa", "eager"), "gpt2": ATTENTIONS}
 
 
 @pytest.fixture
@@ -73,11 +74,14 @@ def test_every_architecture_loads_with_each_attention_it_takes_and_generates(tin
     assert [len(tokens) for tokens in generated] == [WORKLOAD.output_len] * WORKLOAD.batch_size
 
 
-@pytest.mark.parametrize("tiny_model", SEARCHED, indirect=True)
+@pytest.mark.parametrize("tiny_model", list(SEARCHED), indirect=True)
 def test_a_short_search_runs_and_excludes_a_refused_attention(tiny_model: Path, cli_env):
     model_type = tiny_model.name
     workdir = tiny_model.parent
-    (workdir / "space.yaml").write_text(SPACE)
+    attentions = SEARCHED[model_type]
+    (workdir / "space.yaml").write_text(
+        f"knobs:\n  dtype: [float32]\n  attn_implementation: [{', '.join(attentions)}]\n"
+    )
     shape = ["--batch-size", "2", "--input-len", "16", "--output-len", "8", *BRIEF]
     command = [sys.executable, "-m", "autotune", "search", "--model", str(tiny_model), "--gpu", "cpu",
                "--space", "space.yaml", "--trials", "3", "--study", model_type, *shape]  # fmt: skip
@@ -88,7 +92,7 @@ def test_a_short_search_runs_and_excludes_a_refused_attention(tiny_model: Path, 
         study_name=model_type, storage=open_storage(f"sqlite:///{workdir}/studies/{model_type}.db")
     )
     runs = [record for record in records(study) if record.launched]
-    assert len(runs) == 3
+    assert len(runs) == len(attentions)  # the space's every value once, within the 3 trials asked
     anchor = runs[0]
     assert anchor.complete and {"reference", "baseline"} <= set(anchor.roles), anchor.message
     assert anchor.config["attn_implementation"] == _default_attention(tiny_model)
@@ -102,7 +106,7 @@ def test_a_short_search_runs_and_excludes_a_refused_attention(tiny_model: Path, 
         refused[value] = record.number
     assert refused, f"{model_type} refuses an attention, yet no trial was refused"
     assert set(refused) == set(exclusions(study).get("attn_implementation", {}))
-    assert {record.config["attn_implementation"] for record in runs} == set(ATTENTIONS)
+    assert {record.config["attn_implementation"] for record in runs} == set(attentions)
 
 
 def _default_attention(model: Path) -> str:
