@@ -30,6 +30,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import NoReturn
 
 import autotune
 from autotune.process.life import die_with_parent, worker_environment
@@ -192,9 +193,7 @@ def template(address: str) -> None:
     """Import once, then fork a ready fork server for each command that connects to `address` (runner.py)."""
     die_with_parent()
     os.environ.update(worker_environment(dict(os.environ)))  # what a command's fork server runs in (runner.py)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    listener.bind(address)
-    listener.listen(64)  # a command connecting while the imports run waits for them, as for a server of its own
+    listener = _listen(address)
     given = dict(os.environ)
     _import_frozen()
     imported = {name: value for name, value in os.environ.items() if given.get(name) != value}  # set by an import
@@ -206,6 +205,32 @@ def template(address: str) -> None:
             _hand_out(listener, connection, given, imported)
 
 
+def _listen(address: str) -> socket.socket:
+    """A socket listening at `address`; a file a dead template left there is replaced, a live template's is not."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as probe:
+        try:
+            probe.connect(address)
+        except OSError:
+            pass
+        else:
+            _refuse(f"another template listens on {address}")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            if Path(address).is_socket():
+                Path(address).unlink()
+        listener.bind(address)
+    except OSError as error:
+        _refuse(f"cannot listen on {address}: {error.strerror}")
+    listener.listen(64)  # a command connecting while the imports run waits for them, as for a server of its own
+    return listener
+
+
+def _refuse(reason: str) -> NoReturn:
+    print(f"autotune fork template: {reason}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def _hand_out(
     listener: socket.socket, connection: socket.socket, given: dict[str, str], imported: dict[str, str]
 ) -> None:
@@ -214,8 +239,12 @@ def _hand_out(
         message, fds, _, _ = socket.recv_fds(connection, MAX_REQUEST_BYTES, 2)
     except OSError:
         return
+    if not message:  # a probe (a template starting at the same address), not a command
+        for fd in fds:
+            os.close(fd)
+        return
     try:
-        request = json.loads(message or b"{}")
+        request = json.loads(message)
         refusal = _refusal(request, given) if len(fds) == 2 else "the command sent no pipes"
         if refusal is not None:
             print(

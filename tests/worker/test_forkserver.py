@@ -6,6 +6,7 @@ What a worker's failure becomes is in test_runner.py; here, what happens to the 
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -233,3 +234,39 @@ def test_a_server_forked_from_the_template_ends_with_its_command_and_so_does_the
     while group_members(worker_pid) or running(server_pid):
         assert time.monotonic() < gone_by, "the server or its task outlived the command"
         time.sleep(0.1)
+
+
+def _template(address: Path) -> subprocess.Popen:
+    command = [sys.executable, "-m", "autotune.worker.forkserver", "--template", str(address)]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+
+
+def test_a_template_cannot_take_an_address_in_use_or_unusable_and_says_so_in_one_line(tmp_path, fork_template):
+    for address, reason in [(fork_template, "another template listens on"),
+                            (tmp_path / "no-such-folder" / "socket", "cannot listen on")]:  # fmt: skip
+        refused = _template(Path(address))
+        _, stderr = refused.communicate(timeout=60)
+        assert refused.returncode == 2 and stderr.splitlines() == [stderr.strip()] and reason in stderr, stderr
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as probe:
+        probe.connect(fork_template)  # the live template still listens
+
+
+def test_a_template_takes_the_address_a_dead_one_left(tmp_path):
+    address = tmp_path / "socket"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as dead:
+        dead.bind(str(address))  # its file stays, nothing listens
+    started = _template(address)
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # it listens before it imports
+            with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as probe:
+                try:
+                    probe.connect(str(address))
+                    break
+                except OSError:
+                    assert started.poll() is None, started.communicate()
+                    assert time.monotonic() < deadline, "the template never listened"
+                    time.sleep(0.05)
+    finally:
+        started.kill()
+        started.wait()
