@@ -29,6 +29,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
@@ -61,28 +62,37 @@ def _import_frozen() -> None:
     gc.enable()
 
 
-def _child(request: dict, born: float) -> None:
-    """In the forked process: become a session leader, log to the trial's file, run the task, exit."""
-    from autotune.worker.__main__ import run
-
+def _end_after(who: str, body: Callable[[], None]) -> NoReturn:
+    """In a forked process: run `body`, then end here whatever happens (status 0 only if it returned)."""
     code = 1
     try:
-        os.setsid()
-        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
-        os.environ.update(request.get("env", {}))
-        die_with_parent(expected_parent=int(request["server"]))
-        run(Path(request["spec"]), Path(request["result"]), born)
+        body()
         code = 0
-    except BaseException as error:  # whatever happens, this process must end here
-        print(f"autotune worker: {type(error).__name__}: {error}", file=sys.stderr)
+    except BaseException as error:
+        print(f"{who}: {type(error).__name__}: {error}", file=sys.stderr)
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+
+
+def _child(request: dict, born: float) -> NoReturn:
+    """In the forked process: become a session leader, log to the trial's file, run the task, exit."""
+    _end_after("autotune worker", lambda: _run_task(request, born))
+
+
+def _run_task(request: dict, born: float) -> None:
+    from autotune.worker.__main__ import run
+
+    os.setsid()
+    log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.environ.update(request.get("env", {}))
+    die_with_parent(expected_parent=int(request["server"]))
+    run(Path(request["spec"]), Path(request["result"]), born)
 
 
 def unsafe_to_fork() -> str | None:
@@ -268,30 +278,25 @@ def _hand_out(
             os.close(fd)
 
 
-def _become_server(request: dict, imported: dict[str, str], fds: list[int], sockets: list[socket.socket]) -> None:
+def _become_server(request: dict, imported: dict[str, str], fds: list[int], sockets: list[socket.socket]) -> NoReturn:
     """In the forked process: the command's fork server, with its environment, folder and pipes."""
-    code = 1
-    try:
-        for each in sockets:
-            each.close()
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        os.setsid()
-        os.dup2(fds[0], 0)
-        os.dup2(fds[1], 1)
-        for fd in fds:
-            os.close(fd)  # only 0 and 1 stay: a task forked later must not hold the command's pipes
-        os.chdir(request["cwd"])
-        os.environ.clear()
-        os.environ.update({**request["env"], **imported})
-        _send({"ready": True, "pid": os.getpid()})
-        _serve(Requests())
-        code = 0
-    except BaseException as error:  # whatever happens, this process must end here
-        print(f"autotune fork server: {type(error).__name__}: {error}", file=sys.stderr)
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+    _end_after("autotune fork server", lambda: _serve_command(request, imported, fds, sockets))
+
+
+def _serve_command(request: dict, imported: dict[str, str], fds: list[int], sockets: list[socket.socket]) -> None:
+    for each in sockets:
+        each.close()
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    os.setsid()
+    os.dup2(fds[0], 0)
+    os.dup2(fds[1], 1)
+    for fd in fds:
+        os.close(fd)  # only 0 and 1 stay: a task forked later must not hold the command's pipes
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update({**request["env"], **imported})
+    _send({"ready": True, "pid": os.getpid()})
+    _serve(Requests())
 
 
 if __name__ == "__main__":
