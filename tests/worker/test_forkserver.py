@@ -157,7 +157,11 @@ def test_a_status_the_server_wrote_with_the_pid_is_read_at_once():
 
 # ------------------------------------------------------------------ servers forked from a fork template
 
+# A command watches a server it did not start through a pidfd (Linux 5.3): without one it starts its own.
+needs_pidfd = pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="no os.pidfd_open (Linux 5.3 or later)")
 
+
+@needs_pidfd
 def test_a_fork_template_hands_a_command_a_server_whose_tasks_it_forks(tmp_path, fork_template, monkeypatch):
     monkeypatch.setenv(TEMPLATE_VARIABLE, fork_template)  # the module's server fixture may have removed it
     own = ForkServer()
@@ -214,6 +218,7 @@ run_in_worker(faulty_spec(work, "hang_with_child", phase="start"), work / "w", L
 """
 
 
+@needs_pidfd
 def test_a_server_forked_from_the_template_ends_with_its_command_and_so_does_the_task(tmp_path, fork_template):
     """Not the command's child, the server cannot die with it by the kernel's word: it sees its pipe close."""
     command = subprocess.Popen(
