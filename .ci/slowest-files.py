@@ -12,9 +12,14 @@ from collections import Counter
 
 
 def main(path: str = ".cache/test-times.xml", shown: str = "15") -> None:
+    try:
+        cases = list(ElementTree.parse(path).iter("testcase"))
+    except (OSError, ElementTree.ParseError) as error:  # a run that died while pytest wrote it (a full disk, a kill)
+        print(f"== slowest test files: {path} could not be read ({error})")
+        return
     per_file: Counter[str] = Counter()
     tests: Counter[str] = Counter()
-    for case in ElementTree.parse(path).iter("testcase"):
+    for case in cases:
         name = _file(case.get("classname", ""))
         per_file[name] += float(case.get("time", 0))
         tests[name] += 1
