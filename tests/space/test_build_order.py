@@ -29,30 +29,37 @@ def registry_in_order(names: list[str]) -> Iterator[None]:
         KNOBS.update(original)
 
 
-def unordered(plan: Plan) -> tuple:
-    """The plan, with the entries independent knobs append to its lists (serve flags, contexts, not-servable
-    notes) taken as sets: only their written order follows the registry, never what runs."""
-    flags: list[tuple[str, ...]] = []
-    for token in plan.serve_flags:
-        if token.startswith("--"):
-            flags.append((token,))
-        else:
-            flags[-1] += (token,)
-    return (
-        plan.load,
-        plan.generate,
-        plan.batching,
-        plan.continuous,
-        plan.workload,
-        sorted(flags),
-        sorted(plan.not_servable),
-        sorted(map(repr, plan.contexts)),
+def same_plan(plan: Plan, other: Plan) -> bool:
+    """Equal, but for the order of the entries independent knobs append to the plan's lists (serve flags, contexts,
+    not-servable notes): only their written order follows the registry, never what runs."""
+    return plan == other or (
+        (plan.load, plan.generate, plan.batching, plan.continuous, plan.workload, plan.worker_hooks)
+        == (other.load, other.generate, other.batching, other.continuous, other.workload, other.worker_hooks)
+        and _same_items(_flag_groups(plan.serve_flags), _flag_groups(other.serve_flags))
+        and _same_items(plan.contexts, other.contexts)
+        and sorted(plan.not_servable) == sorted(other.not_servable)
     )
 
 
-def same_plan(plan: Plan, other: Plan) -> bool:
-    """Equal, or equal but for the order of what independent knobs append (compared only then: it costs more)."""
-    return plan == other or unordered(plan) == unordered(other)
+def _flag_groups(tokens: list[str]) -> list[tuple[str, ...]]:
+    """`transformers serve` flags, each with its values: ["--a", "1", "--b"] -> [("--a", "1"), ("--b",)]."""
+    groups: list[tuple[str, ...]] = []
+    for token in tokens:
+        if token.startswith("--"):
+            groups.append((token,))
+        else:
+            groups[-1] += (token,)
+    return groups
+
+
+def _same_items(items: list, others: list) -> bool:
+    """The same entries, each as often, in any order (entries need not be hashable: contexts hold dicts)."""
+    rest = list(others)
+    for item in items:
+        if item not in rest:
+            return False
+        rest.remove(item)
+    return not rest
 
 
 @pytest.fixture(scope="module")
