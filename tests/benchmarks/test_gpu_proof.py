@@ -64,7 +64,7 @@ def test_gpu_proof_on_the_demo_model(tmp_path: Path, cli_env: dict[str, str]) ->
     out = tmp_path / "proof"
     command = [sys.executable, str(REPO / "benchmarks" / "gpu" / "gpu_proof.py"), "--model", "demo", "--device", "cpu",
                "--out", str(out), "--budget", "1m", "--space", str(space),
-               "--batch-size", "2", "--input-len", "32", "--output-len", "16", *BRIEF]  # fmt: skip
+               "--batch-size", "1", "--input-len", "32", "--output-len", "16", *BRIEF]  # fmt: skip
     completed = subprocess.run(command, cwd=tmp_path, env=cli_env, capture_output=True, text=True, timeout=900)
     assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-4000:]
     for name in ("SUMMARY.md", "study.db", "report.html", "commands.log", "best.json", "plan.json", "search.log"):
@@ -90,15 +90,11 @@ def test_gpu_proof_on_the_demo_model(tmp_path: Path, cli_env: dict[str, str]) ->
     assert f"trial #{best['trial']}" in summary
     assert "torch" in summary and "transformers" in summary and "bitsandbytes" in summary
     assert "Memory-bandwidth roofline share at batch 1" in summary
-    # The hand-written loop (autotune ceiling, compiled) at both batches, stored, in the summary and report.
-    assert sorted(figure["batch_size"] for figure in json.loads((out / "ceiling.json").read_text())) == [1, 2]
-    for batch in (2, 1):
-        line = next(
-            line
-            for line in summary.splitlines()
-            if f"hand-written decode loop (autotune ceiling), batch {batch}:" in line
-        )
-        assert "cannot be computed" not in line and "x (" in line and "compile default" in line, line
+    # The hand-written loop (autotune ceiling, compiled), stored, in the summary and report; once, as the search ran at
+    # batch 1 (each batch compiles anew: 19 s more on a cold cache; tests/search/test_ceiling.py runs two, uncompiled).
+    assert [figure["batch_size"] for figure in json.loads((out / "ceiling.json").read_text())] == [1]
+    line = next(line for line in summary.splitlines() if "decode loop (autotune ceiling), batch 1:" in line)
+    assert "cannot be computed" not in line and "x (" in line and "compile default" in line, line
     assert '<section id="ceiling">' in (out / "report.html").read_text()
 
 
