@@ -3,8 +3,8 @@
 # .gpukit/ (wheels and the demo model, built by ../shared/tools/gpukit/make-kit.sh --with-plotly) carried.
 # Installs the wheels into the machine's own python, records versions, runs benchmarks/gpu/gpu_proof.py and
 # leaves SUMMARY.md, the log and a tarball of the proof folder under $OUT.
-# PHASE: demo | llama | resume-llama | conformance | quant | headroom | settings | eight-b | quality.  Each phase is self-contained: a fresh
-# machine forgets everything.
+# PHASE: demo | llama | resume-llama | conformance | quant | headroom | settings | eight-b | quality | fork-preload.
+# Each phase is self-contained: a fresh machine forgets everything.
 # Every phase first records `autotune gpus` (what autotune detects on the card) in $OUT/gpus.txt.
 # conformance: benchmarks/conformance/conformance.py for the card's profile, every value it does not prune (BUDGET:
 # per case), its table written case by case to $OUT/conformance-<profile>.md.
@@ -17,6 +17,9 @@
 # quant: conformance of the torchao, optimum-quanto and hqq values (the kit built with --with-quant), BUDGET per case.
 # eight-b: a model of Llama-3-8B's shape (random weights, bf16), a capacity search of BUDGET (batch 1-64 within
 # itl_p95<=30ms), then the hand loop at batch 1 and 8 stored with that study ($OUT/llama-8b.db).
+# fork-preload (seconds; not run on a GPU yet): whether importing what a trial imports before its memory baseline
+# (FIRST_CALL_MODULES: torchao, scipy, the quantizers) leaves CUDA untouched in the fork server on a CUDA build of torch:
+# where it does, the server can preload them there too, as it does on a CPU build (docs/measurement.md).
 # settings: the same model at batch 1 (not run on a GPU yet; about 7 minutes, estimated):
 # benchmarks/decode/generate_settings.py (what each setting transformers offers does to the decode step,
 # reduce-overhead) and benchmarks/decode/decode_profile.py (generate()'s step against the hand loop's under
@@ -88,6 +91,19 @@ case $P in
       --batch-size 1 --rounds 10 2>&1 | tee "$OUT/settings-b1.log"
     python3 benchmarks/decode/decode_profile.py --model "$folder" --device cuda --dtype bfloat16 --compile reduce-overhead \
       --batch-size 1 --calls 3 --paired 10 --top 40 2>&1 | tee "$OUT/profile-b1.log" ;;
+  fork-preload)
+    python3 - <<'PY' 2>&1 | tee "$OUT/fork-preload.txt"
+import time
+from autotune.worker import forkserver
+from autotune.worker.loading import FIRST_CALL_MODULES, import_first_call_modules
+forkserver._preload()
+before = forkserver.unsafe_to_fork()
+started = time.perf_counter()
+import_first_call_modules()
+print(f"first-call modules {FIRST_CALL_MODULES}: imported in {time.perf_counter() - started:.2f} s; "
+      f"unsafe to fork before: {before}; after: {forkserver.unsafe_to_fork()}")
+PY
+    ;;
   resume-llama) mkdir -p /tmp/proof-llama-1b && tar xzf reports/gpu/incoming/proof-llama-1b.tgz -C /tmp && proof llama-1b /tmp/proof-llama-1b "$B" ;;
   *) echo "unknown phase $P" >&2; exit 2 ;;
 esac
