@@ -26,9 +26,10 @@ pytestmark = pytest.mark.slow
 
 SCRIPT = REPO / "deploy" / "slurm" / "autotune-workers.sbatch"
 SMALL = f"--batch-size 2 --input-len 16 --output-len 8 {' '.join(BRIEF)}"
-# Each worker's second trial stalls 30 s while loading, so the cancel surely lands while a trial runs; the
-# study's first trial (the creating search's only one) does not.
-SECOND_TRIAL_STALLS = json.dumps({"1": {"phase": "load", "kind": "stall"}})
+# Each worker's second trial stalls while loading, so the cancel surely lands while a trial runs; the study's first
+# trial (the creating search's only one) does not. The stalls end once the cancelled worker has left its step (the
+# test then writes RELEASE) instead of lasting their 30 s, which the other worker used to wait out.
+RELEASE = "release-the-stalls"
 WAIT_S = 900
 
 
@@ -50,7 +51,7 @@ def submit(cluster: SlurmCluster, folder: Path, cache_dir: Path) -> str:
         "AUTOTUNE_SEARCH": f"--model demo --gpu cpu {SMALL}",
         "AUTOTUNE_DEVICE": "cpu",
         "AUTOTUNE_TRIALS": "3",
-        "AUTOTUNE_INJECT_FAULTS": SECOND_TRIAL_STALLS,
+        "AUTOTUNE_INJECT_FAULTS": json.dumps({"1": {"phase": "load", "kind": "stall", "until": str(folder / RELEASE)}}),
     }
     command = ["sbatch", "--parsable", "--ntasks=2", "--cpus-per-task=1", "--time=30", f"--chdir={folder}",
                f"--output={folder}/job.out", str(SCRIPT)]  # fmt: skip
@@ -110,6 +111,8 @@ def test_two_workers_one_cancelled_mid_trial_lose_no_trial(slurm_cluster, job_fo
     victim = doomed.user_attrs["owner"]["pid"]
     subprocess.run(["scancel", step], env=slurm_cluster.env, check=True)
     print(f"$ scancel {step}   # the worker (pid {victim}) running trial #{doomed.number}, mid-trial")
+    wait_for(lambda: step_of(slurm_cluster, job, victim) is None, f"the worker of step {step} to end")
+    (job_folder / RELEASE).touch()
     wait_for(lambda: job_ended(slurm_cluster, job), f"job {job} to end")
 
     output = (job_folder / "job.out").read_text()
