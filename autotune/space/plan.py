@@ -41,9 +41,15 @@ class Call:
 
 
 def _check_path(path: str) -> None:
+    if path in _CHECKED_PATHS:  # plans name the same few paths again and again
+        return
     module = path.split(".", 1)[0]
     if module not in ALLOWED_MODULES or "." not in path:
         raise ValueError(f"plan may only reference torch.*, transformers.* or torchao.* names, got {path!r}")
+    _CHECKED_PATHS.add(path)
+
+
+_CHECKED_PATHS: set[str] = set()
 
 
 @dataclass

@@ -200,17 +200,18 @@ def build_order(knobs: dict[str, Knob]) -> list[str]:
 def build_plan(config: dict[str, Value], target: Target) -> Plan:
     """Apply the knobs of a configuration, in build order, to a plan of the target's workload."""
     plan = Plan(workload=target.workload)
-    for name in _current_build_order(tuple(KNOBS.items())):
+    for name, knob in _current_build_order(tuple(KNOBS.items())):
         if name in config:
-            KNOBS[name].apply(config[name], plan, target)
+            knob.apply(config[name], plan, target)
     return plan
 
 
 @functools.lru_cache(maxsize=8)
-def _current_build_order(registered: tuple[tuple[str, Knob], ...]) -> tuple[str, ...]:
+def _current_build_order(registered: tuple[tuple[str, Knob], ...]) -> tuple[tuple[str, Knob], ...]:
     """build_order of the registry as it is now, keyed by its names and handlers (tests reorder the registry): a key
     hashed in C, since every plan asks."""
-    return tuple(build_order(dict(registered)))
+    knobs = dict(registered)
+    return tuple((name, knobs[name]) for name in build_order(knobs))
 
 
 # ------------------------------------------------------------------------------------------------- recipes
