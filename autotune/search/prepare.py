@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -69,7 +71,7 @@ def prepare(
     if on_phase is not None:
         on_phase("spawn")
     result = run_in_worker(
-        spec, workdir / "prepare", Limits(request.budget.trial_timeout_s, deadline), on_phase=on_phase
+        spec, prepare_folder(workdir), Limits(request.budget.trial_timeout_s, deadline), on_phase=on_phase
     )
     if not result.ok:
         raise _prepare_error(request.model.id, result)
@@ -84,6 +86,13 @@ def prepare(
     return Prepared(
         model, info, result.environment, config, found.path, found.greedy_path, found.perplexity, baseline, hardware
     )
+
+
+def prepare_folder(workdir: Path) -> Path:
+    """This process's folder for its prepare task's files. Workers on one study share the study's folder (several on
+    one machine with --devices, or on several over a shared file system), and each prepares for itself: in one
+    folder, the second to start deleted the first one's result before the first read it."""
+    return workdir / f"prepare-{socket.gethostname()}-{os.getpid()}"
 
 
 def _prepare_task(

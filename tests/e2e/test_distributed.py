@@ -148,6 +148,10 @@ def test_one_worker_per_device_shares_the_study(tmp_path, env):
     assert len({t.user_attrs["owner"]["pid"] for t in study.get_trials(deepcopy=False) if t.number in
                 {r.number for r in run}}) == 2  # fmt: skip
     assert "report: reports/devices.html" in completed.stdout
+    # The search (which created the study) and each worker prepared in a folder of their own: in one, the second
+    # worker to start deleted the first one's result before the first read it ("exited with status 0 without a result").
+    prepared = list((tmp_path / "studies" / "devices").glob("prepare-*"))
+    assert len(prepared) == 3 and all((folder / "result.json").is_file() for folder in prepared), prepared
 
 
 def test_devices_must_exist(tmp_path, env):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -104,7 +105,8 @@ def test_interrupts_record_the_trial_and_an_interrupted_configuration_is_retried
     assert [t.system_attrs.get("failed_trial") for t in waiting] == [first.number]
     # The trial files live beside the study's storage, never under the working folder's studies/.
     assert not (cwd / "studies").exists()
-    assert (elsewhere / "demo-cpu" / "prepare").is_dir()
+    prepared = [folder.name for folder in (elsewhere / "demo-cpu").glob("prepare-*")]
+    assert prepared == [f"prepare-{socket.gethostname()}-{search.pid}"]
     # Its log is stored with it, as for a trial recovered after a SIGKILL.
     frozen = study.get_trials(deepcopy=False)[first.number]
     (log,) = optuna.artifacts.get_all_artifact_meta(frozen, storage=open_storage(url))
