@@ -38,8 +38,9 @@ from autotune.process.life import die_with_parent, worker_environment
 
 # Variables the imported libraries (and Python itself) read once, when imported: a server forked from a template keeps
 # the template's values of these, so it serves a command only where they agree.
-IMPORT_TIME_VARIABLES = ("PYTHON", "LD_", "OMP_", "MKL_", "KMP_", "TORCH", "PYTORCH_", "CUDA_", "NVIDIA_", "HF_",
-                         "HUGGINGFACE_", "TRANSFORMERS_", "TOKENIZERS_", "BNB_", "XDG_", "HOME")  # fmt: skip
+IMPORT_TIME_VARIABLES = ("PYTHON", "LD_", "OMP_", "MKL_", "KMP_", "OPENBLAS_", "GOTO_", "TORCH", "PYTORCH_",
+                         "CUDA_", "NVIDIA_", "HF_", "HUGGINGFACE_", "TRANSFORMERS_", "TOKENIZERS_", "BNB_", "XDG_",
+                         "HOME")  # fmt: skip
 MAX_REQUEST_BYTES = 1 << 20
 
 

@@ -203,6 +203,8 @@ def test_only_what_the_libraries_read_when_imported_must_agree():
     assert import_time_difference({**ours, "OMP_NUM_THREADS": "2"}, ours) == "OMP_NUM_THREADS"
     assert import_time_difference({k: v for k, v in ours.items() if k != "PYTHONPATH"}, ours) == "PYTHONPATH"
     assert import_time_difference({**ours, "TORCHINDUCTOR_CACHE_DIR": "/c"}, ours) == "TORCHINDUCTOR_CACHE_DIR"
+    # numpy's and scipy's OpenBLAS size their thread pools when loaded (scipy is in the preload of a CPU build)
+    assert import_time_difference({**ours, "OPENBLAS_NUM_THREADS": "1"}, ours) == "OPENBLAS_NUM_THREADS"
 
 
 COMMAND = """
