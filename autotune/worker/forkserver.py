@@ -45,7 +45,8 @@ MAX_REQUEST_BYTES = 1 << 20
 
 
 def _preload() -> None:
-    """Import what every trial imports, without running anything (no CUDA, no thread pools)."""
+    """Import what every trial imports, without running anything (no CUDA, no torch thread pool; the OpenBLAS pools
+    numpy and scipy start when loaded shut down at a fork and start again in the child)."""
     import torch
     import transformers  # noqa: F401
     from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401
@@ -54,8 +55,8 @@ def _preload() -> None:
     import autotune.worker.tasks  # noqa: F401
 
     if not torch.backends.cuda.is_built():
-        # What a trial imports before its memory baseline (0.6 s of every trial's load on 2 cores): torchao and
-        # scipy among them, which only a torch built without CUDA is sure not to have initialise a GPU.
+        # What a trial imports before its memory baseline (0.6 s of every trial's load on 2 cores), torchao and scipy
+        # among them: only where torch has no CUDA is it sure that importing them initialises no GPU.
         from autotune.worker.loading import import_first_call_modules
 
         import_first_call_modules()
