@@ -262,9 +262,9 @@ def _warning_to_stderr(message, category, filename, lineno, file=None, line=None
     sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
 
 
-# Where what a test checks is not a speed figure's precision, its trials time their generations for half a second
-# at least, not three (--min-seconds): the same paths, a shorter timed loop.
-BRIEF = ["--min-seconds", "0.5"]
+# Where what a test checks is not a speed figure's precision, its trials time their generations for a fifth of a second
+# at least, not three (--min-seconds), and five calls at least as always: the same paths, a shorter timed loop.
+BRIEF = ["--min-seconds", "0.2"]
 
 # ------------------------------------------------------------------ the one real search of the suite
 
