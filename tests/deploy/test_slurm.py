@@ -25,7 +25,9 @@ from tests.slurm import SlurmCluster, job_ended, slurm_cluster, step_of  # noqa:
 pytestmark = pytest.mark.slow
 
 SCRIPT = REPO / "deploy" / "slurm" / "autotune-workers.sbatch"
-SMALL = f"--batch-size 2 --input-len 16 --output-len 8 {' '.join(BRIEF)}"
+# The shape of the other end-to-end searches (tests/e2e): torch.compile's cache, shared by the run, holds the compiled
+# recipe's step for it once, where a shape of its own compiled anew inside a step of one CPU (about 45 s of CPU).
+SMALL = f"--batch-size 2 --input-len 32 --output-len 16 {' '.join(BRIEF)}"
 # Each worker's second trial stalls while loading, so the cancel surely lands while a trial runs; the study's first
 # trial (the creating search's only one) does not. The stalls end once the cancelled worker has left its step (the
 # test then writes RELEASE) instead of lasting their 30 s, which the other worker used to wait out.
