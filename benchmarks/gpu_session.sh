@@ -3,7 +3,8 @@
 # .gpukit/ (wheels and the demo model, built by ../shared/tools/gpukit/make-kit.sh --with-plotly) carried.
 # Installs the wheels into the machine's own python, records versions, runs benchmarks/gpu/gpu_proof.py and
 # leaves SUMMARY.md, the log and a tarball of the proof folder under $OUT.
-# PHASE: demo | llama | resume-llama | conformance | quant | headroom | settings | eight-b | quality | fork-preload.
+# PHASE: demo | llama | resume-llama | conformance | quant | headroom | settings | eight-b | quality | quality-caches |
+# fork-preload.
 # Each phase is self-contained: a fresh machine forgets everything.
 # Every phase first records `autotune gpus` (what autotune detects on the card) in $OUT/gpus.txt.
 # conformance: benchmarks/conformance/conformance.py for the card's profile, every value it does not prune (BUDGET:
@@ -12,14 +13,16 @@
 # of static cache + compile reduce-overhead, set against each other by benchmarks/gpu/headroom.py; then (unless
 # BUDGET is lean) benchmarks/decode/timer_check.py (autotune's clock, the synchronizing clock it replaced, and a plain
 # generate() timed only around the call).
-# quality: benchmarks/quality/quality_paths.py on the 1.1B Llama (not run on a GPU yet): compile reduce-overhead (CUDA
-# graphs), continuous batching, the offloaded and quantized caches, each figure on the prefill and on the decoding path.
+# quality: benchmarks/quality/quality_paths.py on the 1.1B Llama (cut on an H100 after two rows: README of
+# reports/gpu/2026-11-27-h100): float32, bfloat16, compile
+# reduce-overhead (CUDA graphs) and continuous batching, each figure on the prefill and on the decoding path;
+# quality-caches: the same for the static cache compiled or not, the offloaded and the quantized caches.
 # quant: conformance of the torchao, optimum-quanto and hqq values (the kit built with --with-quant), BUDGET per case.
 # eight-b: a model of Llama-3-8B's shape (random weights, bf16), a capacity search of BUDGET (batch 1-64 within
 # itl_p95<=30ms), then the hand loop at batch 1 and 8 stored with that study ($OUT/llama-8b.db).
-# fork-preload (seconds; not run on a GPU yet): whether importing what a trial imports before its memory baseline
-# (FIRST_CALL_MODULES: torchao, scipy, the quantizers) leaves CUDA untouched in the fork server on a CUDA build of torch:
-# where it does, the server can preload them there too, as it does on a CPU build (docs/measurement.md).
+# fork-preload (seconds): whether importing what a trial imports before its memory baseline (FIRST_CALL_MODULES:
+# torchao, scipy, the quantizers) leaves CUDA untouched in the fork server on a CUDA build of torch: it did not on an
+# H100 (reports/gpu/2026-11-27-h100), so the server preloads them on a CPU build only (docs/measurement.md).
 # settings: the same model at batch 1 (not run on a GPU yet; about 7 minutes, estimated):
 # benchmarks/decode/generate_settings.py (what each setting transformers offers does to the decode step,
 # reduce-overhead) and benchmarks/decode/decode_profile.py (generate()'s step against the hand loop's under
@@ -73,7 +76,11 @@ case $P in
   quality)  # issue 46 on the 1.1B Llama: the prefill figure against the decoding path's, CUDA graphs and batching
     folder=$(python3 benchmarks/gpu/llama_1b.py --device cuda | tail -1)
     python3 benchmarks/quality/quality_paths.py --device cuda --model "$folder" --out "$OUT/quality-paths-cuda.md" \
-      --only float32 --only bfloat16 --only "static cache" --only offloaded --only "quantized cache" --only continuous 2>&1 ;;
+      --only float32 --only bfloat16 --only "static cache, compile reduce-overhead" --only continuous 2>&1 ;;
+  quality-caches)  # the same table for the other caches
+    folder=$(python3 benchmarks/gpu/llama_1b.py --device cuda | tail -1)
+    python3 benchmarks/quality/quality_paths.py --device cuda --model "$folder" --out "$OUT/quality-paths-cuda-caches.md" \
+      --only "static cache, compile off" --only "static cache, compile default" --only offloaded --only "quantized cache" 2>&1 ;;
   eight-b)  # Llama-3-8B's shape, random weights: a capacity search within a per-token target, then the hand loop
     out=/tmp/llama-8b; [ "$(df --output=avail -k /dev/shm | tail -1)" -gt 40000000 ] && out=/dev/shm/llama-8b  # 16 GB
     folder=$(timeout 240 python3 benchmarks/gpu/llama_1b.py --device cuda --shape 8b --train-steps 0 --out $out | tail -1)
