@@ -6,12 +6,21 @@ already built, then waits on it forever, so every later trial of that library ha
 a trial killed while quanto_cpp compiled, then quantization=quanto-int4 timing out at 5 minutes). Here the build runs
 under an fcntl lock, which the kernel releases when its holder dies: whoever holds it and finds torch's lock file
 knows that no autotune process is building, so the file is stale and is removed before building.
+
+torch runs the first `ninja` on PATH, and ninja 1.11 and 1.13 log a command under different hashes: each takes what
+the other built for another command and compiles it all again (80 core-seconds for quanto_cpp on 2 cores). A search
+run from an activated venv (its bin, with the ninja package optimum-quanto requires, first on PATH) and one run
+without it, or two trials launched with different PATHs, rebuilt it in turn (seen in CI: three builds in one venv).
+The build runs the ninja of this Python's environment, where the ninja package is installed, whatever PATH says.
 """
 
 from __future__ import annotations
 
 import fcntl
+import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +44,26 @@ def build_guarded(extension: Any) -> None:
     """`extension.lib` (which builds or loads it) under the guard, after removing a lock file a dead builder left."""
     build = Path(extension.build_directory)
     build.mkdir(parents=True, exist_ok=True)
-    with (build.parent / GUARD).open("w") as guard:
+    with (build.parent / GUARD).open("w") as guard, ninja_of_this_environment():
         fcntl.flock(guard, fcntl.LOCK_EX)
         (build / TORCH_LOCK).unlink(missing_ok=True)
         extension.lib  # noqa: B018 - the property builds or loads the library
+
+
+@contextmanager
+def ninja_of_this_environment() -> Iterator[None]:
+    """The ninja package's binary first on PATH for the block, where the package is installed."""
+    try:
+        import ninja
+    except ImportError:
+        yield
+        return
+    path = os.environ.get("PATH")
+    os.environ["PATH"] = os.pathsep.join(filter(None, [ninja.BIN_DIR, path]))
+    try:
+        yield
+    finally:
+        if path is None:
+            os.environ.pop("PATH", None)
+        else:
+            os.environ["PATH"] = path

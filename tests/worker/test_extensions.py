@@ -6,6 +6,7 @@ and more to compile (they include torch/extension.h), which the cache fixture al
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -47,12 +48,13 @@ def _sources_with_a_stale_lock(tmp_path: Path) -> Path:
     return root
 
 
-def _build(root: Path, how: str, timeout: float) -> subprocess.CompletedProcess:
+def _build(root: Path, how: str, timeout: float, path: str) -> subprocess.CompletedProcess:
     command = [sys.executable, "-c", BUILD, str(root), how]
-    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    env = {**os.environ, "PATH": path}
+    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
 
 
-def test_torchs_build_waits_on_a_stale_lock_and_the_guarded_build_removes_it(tmp_path):
+def test_torchs_build_waits_on_a_stale_lock_and_the_guarded_build_removes_it_and_builds_once(tmp_path):
     root = _sources_with_a_stale_lock(tmp_path)
     plain = subprocess.Popen([sys.executable, "-c", BUILD, str(root), "plain"], cwd=REPO, stdout=subprocess.PIPE,
                              stderr=subprocess.DEVNULL, text=True)  # fmt: skip
@@ -64,7 +66,15 @@ def test_torchs_build_waits_on_a_stale_lock_and_the_guarded_build_removes_it(tmp
     finally:
         plain.kill()
         plain.wait()
-    built = _build(root, "guarded", timeout=600)
+    venv_bin = str(Path(sys.executable).parent)
+    without_venv = os.pathsep.join(part for part in os.environ["PATH"].split(os.pathsep) if part != venv_bin)
+    built = _build(root, "guarded", timeout=600, path=without_venv)
     assert built.returncode == 0, built.stderr
     assert built.stdout.strip().splitlines() == ["building", "built: unpack"]
     assert not (root / "build" / "lock").exists() and list((root / "build").glob("quanto_cpp*.so"))
+    # ninja 1.11 (a system's) and 1.13 (the ninja package's) log a command under different hashes, so a build by one
+    # after the other compiled it all again: the guarded build runs this environment's, whatever PATH says
+    compiled_at = (root / "build" / "unpack.o").stat().st_mtime_ns
+    again = _build(root, "guarded", timeout=600, path=venv_bin + os.pathsep + without_venv)
+    assert again.returncode == 0, again.stderr
+    assert (root / "build" / "unpack.o").stat().st_mtime_ns == compiled_at, "compiled again under another PATH"
