@@ -27,6 +27,14 @@ from tests.postgres import postgres_url  # noqa: F401 - a fixture
 pytestmark = pytest.mark.slow
 
 SMALL = ["--batch-size", "4", "--input-len", "64", "--output-len", "32", *BRIEF]
+# Twelve configurations that each run in a few seconds: the workers' test is about sharing a study, a kill and cut
+# connections, and the default space sent them into compiled, quantized and tensor-parallel trials of a minute or more.
+CHEAP_SPACE = """
+knobs:
+  dtype: [float32, bfloat16, float16]
+  attn_implementation: [sdpa, eager]
+  execution_mode: [no_grad, inference_mode]
+"""
 
 
 @pytest.fixture
@@ -70,8 +78,9 @@ def test_three_workers_share_a_postgresql_study_and_survive_one_killed_and_their
     release,
     postgres_url,  # noqa: F811
 ):
+    (tmp_path / "space.yaml").write_text(CHEAP_SPACE)
     created = cli(["search", "--model", "demo", "--gpu", "cpu", "--study", "shared", "--storage", postgres_url,
-                   "--trials", "1", *SMALL], tmp_path, env)  # fmt: skip
+                   "--space", "space.yaml", "--trials", "1", *SMALL], tmp_path, env)  # fmt: skip
     assert created.returncode == 0, created.stdout + created.stderr
     command = [sys.executable, "-m", "autotune", "worker", "--study", "shared", "--storage", postgres_url,
                "--trials", "3", "--device", "cpu"]  # fmt: skip
