@@ -25,9 +25,17 @@ from tests.slurm import SlurmCluster, job_ended, slurm_cluster, step_of  # noqa:
 pytestmark = pytest.mark.slow
 
 SCRIPT = REPO / "deploy" / "slurm" / "autotune-workers.sbatch"
-# The shape of the other end-to-end searches (tests/e2e): torch.compile's cache, shared by the run, holds the compiled
-# recipe's step for it once, where a shape of its own compiled anew inside a step of one CPU (about 45 s of CPU).
+# The workload shape of the other end-to-end searches (tests/e2e).
 SMALL = f"--batch-size 2 --input-len 32 --output-len 16 {' '.join(BRIEF)}"
+# Twelve configurations that each run in seconds (the job's folder holds the file): the test is about the job script,
+# a cancelled step and the trial it ran; the default space sent the workers into compiled trials, compiled anew in a
+# step of one CPU when no other test had compiled that shape first (107 core-s with an empty inductor cache, 43 now).
+CHEAP_SPACE = """
+knobs:
+  dtype: [float32, bfloat16, float16]
+  attn_implementation: [sdpa, eager]
+  execution_mode: [no_grad, inference_mode]
+"""
 # Each worker's second trial stalls while loading, so the cancel surely lands while a trial runs; the study's first
 # trial (the creating search's only one) does not. The stalls end once the cancelled worker has left its step (the
 # test then writes RELEASE) instead of lasting their 30 s, which the other worker used to wait out.
@@ -45,12 +53,13 @@ def job_folder() -> Iterator[Path]:
 
 
 def submit(cluster: SlurmCluster, folder: Path, cache_dir: Path) -> str:
+    (folder / "space.yaml").write_text(CHEAP_SPACE)
     env = {
         **cluster.env,
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
         "AUTOTUNE_CACHE_DIR": str(cache_dir),
         "AUTOTUNE_STUDY": "slurm",
-        "AUTOTUNE_SEARCH": f"--model demo --gpu cpu {SMALL}",
+        "AUTOTUNE_SEARCH": f"--model demo --gpu cpu --space space.yaml {SMALL}",
         "AUTOTUNE_DEVICE": "cpu",
         "AUTOTUNE_TRIALS": "3",
         "AUTOTUNE_INJECT_FAULTS": json.dumps({"1": {"phase": "load", "kind": "stall", "until": str(folder / RELEASE)}}),
