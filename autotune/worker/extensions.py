@@ -11,7 +11,9 @@ torch runs the first `ninja` on PATH, and ninja 1.11 and 1.13 log a command unde
 the other built for another command and compiles it all again (80 core-seconds for quanto_cpp on 2 cores). A search
 run from an activated venv (its bin, with the ninja package optimum-quanto requires, first on PATH) and one run
 without it, or two trials launched with different PATHs, rebuilt it in turn (seen in CI: three builds in one venv).
-The build runs the ninja of this Python's environment, where the ninja package is installed, whatever PATH says.
+A trial's process puts the ninja of this Python's environment, where the ninja package is installed, first on its
+PATH before anything can build (a build quanto starts by itself, unguarded, as a quantized KV cache of another backend
+did, included), and the guarded build does so too.
 """
 
 from __future__ import annotations
@@ -19,8 +21,6 @@ from __future__ import annotations
 import fcntl
 import os
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,9 @@ GUARD = ".autotune-build.lock"
 
 
 def build_library_extensions(device: str) -> None:
-    """Build, or load when built, the extension optimum-quanto uses on this device, if quanto is in use."""
+    """Build, or load when built, the extension optimum-quanto uses on this device, if quanto is in use; either way,
+    any later build of this process runs this environment's ninja."""
+    put_this_environments_ninja_first()
     if "optimum.quanto" not in sys.modules:
         return
     from optimum.quanto.library.extensions import get_extension, is_extension_available
@@ -44,26 +46,20 @@ def build_guarded(extension: Any) -> None:
     """`extension.lib` (which builds or loads it) under the guard, after removing a lock file a dead builder left."""
     build = Path(extension.build_directory)
     build.mkdir(parents=True, exist_ok=True)
-    with (build.parent / GUARD).open("w") as guard, ninja_of_this_environment():
+    put_this_environments_ninja_first()
+    with (build.parent / GUARD).open("w") as guard:
         fcntl.flock(guard, fcntl.LOCK_EX)
         (build / TORCH_LOCK).unlink(missing_ok=True)
         extension.lib  # noqa: B018 - the property builds or loads the library
 
 
-@contextmanager
-def ninja_of_this_environment() -> Iterator[None]:
-    """The ninja package's binary first on PATH for the block, where the package is installed."""
+def put_this_environments_ninja_first() -> None:
+    """The ninja package's binary first on this process's PATH (its children inherit it), where the package is
+    installed."""
     try:
         import ninja
     except ImportError:
-        yield
         return
-    path = os.environ.get("PATH")
-    os.environ["PATH"] = os.pathsep.join(filter(None, [ninja.BIN_DIR, path]))
-    try:
-        yield
-    finally:
-        if path is None:
-            os.environ.pop("PATH", None)
-        else:
-            os.environ["PATH"] = path
+    path = os.environ.get("PATH", "")
+    if path.split(os.pathsep)[0] != ninja.BIN_DIR:
+        os.environ["PATH"] = os.pathsep.join(filter(None, [ninja.BIN_DIR, path]))
