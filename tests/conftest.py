@@ -266,6 +266,16 @@ def _warning_to_stderr(message, category, filename, lineno, file=None, line=None
 # at least, not three (--min-seconds), and five calls at least as always: the same paths, a shorter timed loop.
 BRIEF = ["--min-seconds", "0.2"]
 
+# Twelve configurations whose trials each run in seconds, for the tests whose subject is not the space (workers sharing
+# a study, a Slurm job): the default space sends a search into compiled, quantized and tensor-parallel trials of a
+# minute or more.
+CHEAP_SPACE = """
+knobs:
+  dtype: [float32, bfloat16, float16]
+  attn_implementation: [sdpa, eager]
+  execution_mode: [no_grad, inference_mode]
+"""
+
 # ------------------------------------------------------------------ the one real search of the suite
 
 DEMO_STUDY = "demo-cpu"

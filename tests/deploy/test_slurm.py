@@ -18,7 +18,7 @@ import sqlalchemy
 
 from autotune.study import records
 from autotune.worker.demo_model import ensure_demo_model
-from tests.conftest import BRIEF, REPO
+from tests.conftest import BRIEF, CHEAP_SPACE, REPO
 from tests.postgres import _as_server_user, _binary, _free_port
 from tests.slurm import SlurmCluster, job_ended, slurm_cluster, step_of  # noqa: F401 - a fixture
 
@@ -27,15 +27,6 @@ pytestmark = pytest.mark.slow
 SCRIPT = REPO / "deploy" / "slurm" / "autotune-workers.sbatch"
 # The workload shape of the other end-to-end searches (tests/e2e).
 SMALL = f"--batch-size 2 --input-len 32 --output-len 16 {' '.join(BRIEF)}"
-# Twelve configurations that each run in seconds (the job's folder holds the file): the test is about the job script,
-# a cancelled step and the trial it ran; the default space sent the workers into compiled trials, compiled anew in a
-# step of one CPU when no other test had compiled that shape first (107 core-s with an empty inductor cache, 43 now).
-CHEAP_SPACE = """
-knobs:
-  dtype: [float32, bfloat16, float16]
-  attn_implementation: [sdpa, eager]
-  execution_mode: [no_grad, inference_mode]
-"""
 # Each worker's second trial stalls while loading, so the cancel surely lands while a trial runs; the study's first
 # trial (the creating search's only one) does not. The stalls end once the cancelled worker has left its step (the
 # test then writes RELEASE) instead of lasting their 30 s, which the other worker used to wait out.
@@ -53,6 +44,7 @@ def job_folder() -> Iterator[Path]:
 
 
 def submit(cluster: SlurmCluster, folder: Path, cache_dir: Path) -> str:
+    # the default space's compiled trials compiled anew in a one-CPU step when no other test had compiled that shape
     (folder / "space.yaml").write_text(CHEAP_SPACE)
     env = {
         **cluster.env,

@@ -21,20 +21,12 @@ import sqlalchemy
 
 from autotune.study import records
 from autotune.worker.demo_model import ensure_demo_model
-from tests.conftest import BRIEF
+from tests.conftest import BRIEF, CHEAP_SPACE
 from tests.postgres import postgres_url  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.slow
 
 SMALL = ["--batch-size", "4", "--input-len", "64", "--output-len", "32", *BRIEF]
-# Twelve configurations that each run in a few seconds: the workers' test is about sharing a study, a kill and cut
-# connections, and the default space sent them into compiled, quantized and tensor-parallel trials of a minute or more.
-CHEAP_SPACE = """
-knobs:
-  dtype: [float32, bfloat16, float16]
-  attn_implementation: [sdpa, eager]
-  execution_mode: [no_grad, inference_mode]
-"""
 
 
 @pytest.fixture
