@@ -276,6 +276,13 @@ knobs:
   execution_mode: [no_grad, inference_mode]
 """
 
+
+def cheap_space(folder: Path) -> list[str]:
+    """CHEAP_SPACE written in `folder` as space.yaml, and the `--space` flag that names it (relative to `folder`)."""
+    (folder / "space.yaml").write_text(CHEAP_SPACE)
+    return ["--space", "space.yaml"]
+
+
 # ------------------------------------------------------------------ the one real search of the suite
 
 DEMO_STUDY = "demo-cpu"

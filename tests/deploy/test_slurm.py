@@ -18,7 +18,7 @@ import sqlalchemy
 
 from autotune.study import records
 from autotune.worker.demo_model import ensure_demo_model
-from tests.conftest import BRIEF, CHEAP_SPACE, REPO
+from tests.conftest import BRIEF, REPO, cheap_space
 from tests.postgres import _as_server_user, _binary, _free_port
 from tests.slurm import SlurmCluster, job_ended, slurm_cluster, step_of  # noqa: F401 - a fixture
 
@@ -44,14 +44,13 @@ def job_folder() -> Iterator[Path]:
 
 
 def submit(cluster: SlurmCluster, folder: Path, cache_dir: Path) -> str:
-    # the default space's compiled trials compiled anew in a one-CPU step when no other test had compiled that shape
-    (folder / "space.yaml").write_text(CHEAP_SPACE)
+    # cheap_space: the default space's compiled trials compiled anew in a one-CPU step when no test had compiled them
     env = {
         **cluster.env,
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
         "AUTOTUNE_CACHE_DIR": str(cache_dir),
         "AUTOTUNE_STUDY": "slurm",
-        "AUTOTUNE_SEARCH": f"--model demo --gpu cpu --space space.yaml {SMALL}",
+        "AUTOTUNE_SEARCH": f"--model demo --gpu cpu {' '.join(cheap_space(folder))} {SMALL}",
         "AUTOTUNE_DEVICE": "cpu",
         "AUTOTUNE_TRIALS": "3",
         "AUTOTUNE_INJECT_FAULTS": json.dumps({"1": {"phase": "load", "kind": "stall", "until": str(folder / RELEASE)}}),

@@ -21,12 +21,14 @@ import sqlalchemy
 
 from autotune.study import records
 from autotune.worker.demo_model import ensure_demo_model
-from tests.conftest import BRIEF, CHEAP_SPACE
+from tests.conftest import BRIEF, cheap_space
 from tests.postgres import postgres_url  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.slow
 
 SMALL = ["--batch-size", "4", "--input-len", "64", "--output-len", "32", *BRIEF]
+# The searches take cheap_space: what these tests check is the sharing of a study, not the space (the default one sent
+# their workers into compiled and tensor-parallel trials, a minute each).
 
 
 @pytest.fixture
@@ -54,13 +56,6 @@ def cli(args: list[str], workdir: Path, env: dict[str, str]) -> subprocess.Compl
                           text=True, timeout=1200)  # fmt: skip
 
 
-def cheap(folder: Path) -> list[str]:
-    """`--space` of twelve configurations that each run in seconds: what these tests check is the sharing of a study,
-    not the space (the default one sent their workers into compiled and tensor-parallel trials, a minute each)."""
-    (folder / "space.yaml").write_text(CHEAP_SPACE)
-    return ["--space", "space.yaml"]
-
-
 def measured_keys(study: optuna.Study) -> list[str]:
     """Configurations of trials that ran to an outcome of their own (not interrupted, not stopped)."""
     return [
@@ -78,7 +73,7 @@ def test_three_workers_share_a_postgresql_study_and_survive_one_killed_and_their
     postgres_url,  # noqa: F811
 ):
     created = cli(["search", "--model", "demo", "--gpu", "cpu", "--study", "shared", "--storage", postgres_url,
-                   *cheap(tmp_path), "--trials", "1", *SMALL], tmp_path, env)  # fmt: skip
+                   *cheap_space(tmp_path), "--trials", "1", *SMALL], tmp_path, env)  # fmt: skip
     assert created.returncode == 0, created.stdout + created.stderr
     command = [sys.executable, "-m", "autotune", "worker", "--study", "shared", "--storage", postgres_url,
                "--trials", "3", "--device", "cpu"]  # fmt: skip
@@ -145,7 +140,7 @@ def _terminate_backends(url: str, pids: list[int]) -> list[int]:
 
 def test_one_worker_per_device_shares_the_study(tmp_path, env):
     completed = cli(["search", "--model", "demo", "--gpu", "cpu", "--study", "devices", "--devices", "cpu,cpu",
-                     "--trials", "4", *cheap(tmp_path), *SMALL], tmp_path, env)  # fmt: skip
+                     "--trials", "4", *cheap_space(tmp_path), *SMALL], tmp_path, env)  # fmt: skip
     assert completed.returncode == 0, completed.stdout + completed.stderr
     assert "[worker 0, cpu]" in completed.stdout and "[worker 1, cpu]" in completed.stdout
     study = optuna.load_study(study_name="devices", storage=f"sqlite:///{tmp_path}/studies/devices.db")
@@ -168,13 +163,14 @@ def test_devices_must_exist(tmp_path, env):
 
 def test_warm_start_measures_the_previous_front_first(tmp_path, env):
     first = cli(["search", "--model", "demo", "--gpu", "cpu", "--study", "night-1", "--trials", "4", "--seed", "1",
-                 *cheap(tmp_path), *SMALL], tmp_path, env)  # fmt: skip
+                 *cheap_space(tmp_path), *SMALL], tmp_path, env)  # fmt: skip
     assert first.returncode == 0, first.stdout + first.stderr
     previous = optuna.load_study(study_name="night-1", storage=f"sqlite:///{tmp_path}/studies/night-1.db")
     front = {json.dumps(r.config, sort_keys=True) for r in records(previous) if r.number in
              {t.number for t in previous.best_trials}}  # fmt: skip
     second = cli(["search", "--model", "demo", "--gpu", "cpu", "--study", "night-2", "--warm-start", "night-1",
-                  "--trials", str(len(front) + 2), "--seed", "2", *cheap(tmp_path), *SMALL], tmp_path, env)  # fmt: skip
+                  "--trials", str(len(front) + 2), "--seed", "2", *cheap_space(tmp_path), *SMALL],
+                 tmp_path, env)  # fmt: skip
     assert second.returncode == 0, second.stdout + second.stderr
     assert "warm start:" in second.stdout
     tonight = optuna.load_study(study_name="night-2", storage=f"sqlite:///{tmp_path}/studies/night-2.db")
@@ -184,9 +180,9 @@ def test_warm_start_measures_the_previous_front_first(tmp_path, env):
 
 def test_a_worker_killed_mid_trial_fails_the_search_and_leaves_no_trial_running(tmp_path, stalling_env, release):
     search = subprocess.Popen([sys.executable, "-m", "autotune", "search", "--model", "demo", "--gpu", "cpu",
-                               "--study", "dies", "--devices", "cpu,cpu", "--trials", "4", *cheap(tmp_path), *SMALL],
-                              cwd=tmp_path,
-                              env=stalling_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+                               "--study", "dies", "--devices", "cpu,cpu", "--trials", "4", *cheap_space(tmp_path),
+                               *SMALL], cwd=tmp_path, env=stalling_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)  # fmt: skip
     victim = _owner_of_a_measured_trial(tmp_path / "studies" / "dies.db", "dies", deadline_s=600)
     os.kill(victim, signal.SIGKILL)
     release.touch()
