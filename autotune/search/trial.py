@@ -37,7 +37,7 @@ from autotune.search.prepare import plan_target, trial_spec
 from autotune.search.session import Session
 from autotune.space import Config, SearchSpace, build_plan, config_key
 from autotune.study import TrialRecord, artifacts, kept
-from autotune.study.claims import OWNER_ATTR, claim_configuration, this_process
+from autotune.study.claims import OWNER_ATTR, WORKER_PID_ATTR, claim_configuration, this_process
 from autotune.study.optuna_internals import trial_id
 from autotune.study.recovery import Heartbeat
 
@@ -197,7 +197,7 @@ class Trial:
             spec.fault = fault
         workdir = session.trial_workdir(self.number)
         limits = Limits(request.budget.trial_timeout_s, deadline)
-        on_start = lambda pid: asked.set_user_attr("worker_pid", pid)  # noqa: E731 - which process measures it
+        on_start = lambda pid: asked.set_user_attr(WORKER_PID_ATTR, pid)  # noqa: E731 - which process measures it
         on_phase = lambda name: self.events.progress(f"trial #{asked.number}: {phases.label(name, built.compiles)}")  # noqa: E731
         with Heartbeat(session.patient_storage, self.id, HEARTBEAT_EVERY_S):
             started = self.started = time.monotonic()

@@ -108,7 +108,8 @@ class Claims:
             )
 
 
-OWNER_ATTR = "owner"
+OWNER_ATTR = "owner"  # the process that took the trial (this_process)
+WORKER_PID_ATTR = "worker_pid"  # the trial worker it launched
 
 
 def this_process() -> dict[str, Any]:

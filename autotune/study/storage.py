@@ -19,6 +19,7 @@ from optuna.trial import FrozenTrial
 
 from autotune.errors import UserError
 from autotune.extras import installed, why_storage_missing
+from autotune.study.claims import OWNER_ATTR, WORKER_PID_ATTR
 from autotune.study.patience import DEFAULT_PATIENCE_S, Patience, PatientStorage
 from autotune.study.records import FAIL_REASON_ATTR, MAX_INTERRUPTIONS
 from autotune.study.settings import StudySettings, name_metrics, update_settings
@@ -111,12 +112,18 @@ def with_installed_driver(url: str) -> str:
     return url
 
 
+# What a retry does not take from the trial it retries: its failure, and the processes that ran it. A retry popped by a
+# worker that had not written itself as owner yet carried the dead owner, and another worker's recovery failed it.
+NOT_RETRIED_ATTRS = (FAIL_REASON_ATTR, OWNER_ATTR, WORKER_PID_ATTR)
+
+
 class RetryInterrupted(RetryHeartbeatStaleTrialCallback):
-    """Optuna's retry, without the interrupted trial's failure reason and log (it copies every attribute)."""
+    """Optuna's retry, without the interrupted trial's failure reason, log and processes (it copies every
+    attribute)."""
 
     def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
         trial = copy.copy(trial)
-        trial.user_attrs = {key: value for key, value in trial.user_attrs.items() if key != FAIL_REASON_ATTR}
+        trial.user_attrs = {key: value for key, value in trial.user_attrs.items() if key not in NOT_RETRIED_ATTRS}
         trial.system_attrs = {
             key: value for key, value in trial.system_attrs.items() if not key.startswith("artifacts:")
         }

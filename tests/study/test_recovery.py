@@ -63,6 +63,27 @@ def test_a_dead_processs_trial_is_failed_its_configuration_given_back_and_queued
     assert retry.state == TrialState.WAITING and retry.user_attrs["config"] == BASELINE
 
 
+def test_a_popped_retry_is_not_failed_as_the_dead_process_s_trial_before_its_new_owner_is_written(tmp_path):
+    """A retry carries the interrupted trial's attributes, but not the process that ran it: a worker pops it (RUNNING)
+    and writes itself as its owner a moment later; meanwhile another worker's recovery took the copied owner, dead,
+    for the retry's and failed it (seen in a fresh-clone .ci/run: the popping worker's next write raised
+    UpdateFinishedTrialError and the worker exited with a traceback)."""
+    new_study(tmp_path / "s.db")
+    study, claims = reopened(tmp_path / "s.db")
+    number = start_trial(study, claims, dead_owner())
+    study._storage.set_trial_user_attr(study.trials[number]._trial_id, "worker_pid", 1)  # its trial worker's
+    study, claims = reopened(tmp_path / "s.db")
+    recover_interrupted(study, claims)
+    (retry,) = retries_of(study, number)
+    assert OWNER_ATTR not in retry.user_attrs and "worker_pid" not in retry.user_attrs
+
+    popped = study.ask()  # a worker takes the retry; its owner is not written yet
+    assert popped.number == retry.number
+    study, claims = reopened(tmp_path / "s.db")
+    recover_interrupted(study, claims)  # another worker's, on the same host
+    assert study.get_trials(deepcopy=False)[popped.number].state == TrialState.RUNNING
+
+
 def test_recovering_again_queues_no_second_retry(tmp_path):
     new_study(tmp_path / "s.db")
     study, claims = reopened(tmp_path / "s.db")
