@@ -4,7 +4,7 @@
 # Installs the wheels into the machine's own python, records versions, runs benchmarks/gpu/gpu_proof.py and
 # leaves SUMMARY.md, the log and a tarball of the proof folder under $OUT.
 # PHASE: demo | llama | resume-llama | conformance | quant | headroom | settings | eight-b | quality | quality-caches |
-# fork-preload.
+# loops | fork-preload.
 # Each phase is self-contained: a fresh machine forgets everything.
 # Every phase first records `autotune gpus` (what autotune detects on the card) in $OUT/gpus.txt.
 # conformance: benchmarks/conformance/conformance.py for the card's profile, every value it does not prune (BUDGET:
@@ -20,6 +20,11 @@
 # quant: conformance of the torchao, optimum-quanto and hqq values (the kit built with --with-quant), BUDGET per case.
 # eight-b: a model of Llama-3-8B's shape (random weights, bf16), a capacity search of BUDGET (batch 1-64 within
 # itl_p95<=30ms), then the hand loop at batch 1 and 8 stored with that study ($OUT/llama-8b.db).
+# loops (issue 59): per decoding loop (decode_loop), the decode step against the hand loop at batch 1 and 8, bf16,
+# static cache, compile reduce-overhead, paired in one process, device-timed (CUDA events), with the host reads per token
+# (benchmarks/decode/decode_profile.py: hand, generate, autotune, autotune+deferred-stop, autotune+fused-step); BUDGET:
+# 1b, 8b or both (the 1.1B first; the 8B shape's random bf16 weights: its tokens mean little). About 3 compiles per
+# batch (the hand loop's, generate()'s forward shared by three ways, the fused step's): each run cut at 170 s.
 # fork-preload (seconds): whether importing what a trial imports before its memory baseline (FIRST_CALL_MODULES:
 # torchao, scipy, the quantizers) leaves CUDA untouched in the fork server on a CUDA build of torch: it did not on an
 # H100 (reports/gpu/2026-11-27-h100), so the server preloads them on a CPU build only (docs/measurement.md).
@@ -98,6 +103,19 @@ case $P in
       --batch-size 1 --rounds 10 2>&1 | tee "$OUT/settings-b1.log"
     python3 benchmarks/decode/decode_profile.py --model "$folder" --device cuda --dtype bfloat16 --compile reduce-overhead \
       --batch-size 1 --calls 3 --paired 10 --top 40 2>&1 | tee "$OUT/profile-b1.log" ;;
+  loops)
+    shapes=(1b 8b); [ "$B" = 1b ] && shapes=(1b); [ "$B" = 8b ] && shapes=(8b)
+    for shape in "${shapes[@]}"; do
+      if [ "$shape" = 8b ]; then
+        folder=$(timeout 240 python3 benchmarks/gpu/llama_1b.py --device cuda --shape 8b --train-steps 0 --out /tmp/llama-8b | tail -1)
+      else
+        folder=$(python3 benchmarks/gpu/llama_1b.py --device cuda 2>"$OUT/build.log" | tail -1)
+      fi
+      for b in 1 8; do
+        timeout 170 python3 benchmarks/decode/decode_profile.py --model "$folder" --device cuda --dtype bfloat16 \
+          --compile reduce-overhead --batch-size $b --calls 1 --paired 5 --top 25 2>&1 | tee "$OUT/loops-$shape-b$b.log"
+      done
+    done ;;
   fork-preload)
     python3 - <<'PY' 2>&1 | tee "$OUT/fork-preload.txt"
 import time

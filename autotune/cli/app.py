@@ -1,5 +1,5 @@
 """Command line: thin commands over the library (search_commands.py: search, worker, measure; study_commands.py:
-compare, history, report, best, gpus). Bad input ends as one line on stderr and exit status 2."""
+compare, history, report, best, gpus, loop). Bad input ends as one line on stderr and exit status 2."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ for command in (
     study_commands.best,
     search_commands.ceiling,
     study_commands.gpus,
+    study_commands.loop,
 ):
     app.command()(command)
 app.command(hidden=True)(search_commands.join)

@@ -202,3 +202,26 @@ def gpus() -> None:
     from autotune.profiles import PROFILES, detect_gpus
 
     print_gpus(PROFILES.values(), detect_gpus())
+
+
+def loop(
+    name: Annotated[str, typer.Argument(metavar="NAME", help="The decoding loop: fused-step or deferred-stop.")],
+    out_folder: Annotated[
+        Path | None, typer.Option("--out", help="The folder to write.", show_default="./autotune-NAME")
+    ] = None,
+) -> None:
+    """Write one of autotune's decoding loops (the decode_loop knob) as a folder to keep beside your code.
+
+    generate(..., custom_generate=FOLDER, trust_remote_code=True) then runs it in place of generate()'s own loop: the
+    Python a configuration with decode_loop prints expects it there.
+
+    Example: autotune loop fused-step --out ./autotune-fused-step
+    """
+    from autotune.report.loop_folder import default_folder, write_loop_folder
+
+    folder = str(out_folder) if out_folder is not None else default_folder(name)
+    entry = write_loop_folder(name, Path(folder))
+    out.print(
+        f"wrote {entry}: generate(..., custom_generate={folder!r}, trust_remote_code=True) runs "
+        f"decode_loop={name} in place of generate()'s own loop"
+    )

@@ -65,6 +65,9 @@ class Plan:
     contexts: list[Call] = field(default_factory=list)  # context managers generate() runs inside, outermost first
     workload: str | None = None  # the workload kind that measures it; None in plans stored before it was here
     worker_hooks: dict[str, str] = field(default_factory=dict)  # knob -> the worker module it needs (worker/hooks.py)
+    # generate()'s decoding loop replaced by one of autotune's (worker/decode_loops.py) through custom_generate; None:
+    # generate()'s own
+    decode_loop: str | None = None
 
     @property
     def quantized_kv_cache(self) -> bool:
@@ -77,16 +80,21 @@ class Plan:
 
     def to_json(self) -> dict[str, Any]:
         hooks = {"worker_hooks": dict(self.worker_hooks)} if self.worker_hooks else {}
-        return hooks | {
-            "contexts": encode(self.contexts),
-            "load": encode(self.load),
-            "generate": encode(self.generate),
-            "batching": self.batching,
-            "continuous": encode(self.continuous),
-            "serve_flags": list(self.serve_flags),
-            "not_servable": list(self.not_servable),
-            "workload": self.workload,
-        }
+        loop = {"decode_loop": self.decode_loop} if self.decode_loop else {}
+        return (
+            hooks
+            | loop
+            | {
+                "contexts": encode(self.contexts),
+                "load": encode(self.load),
+                "generate": encode(self.generate),
+                "batching": self.batching,
+                "continuous": encode(self.continuous),
+                "serve_flags": list(self.serve_flags),
+                "not_servable": list(self.not_servable),
+                "workload": self.workload,
+            }
+        )
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Plan:
@@ -100,6 +108,7 @@ class Plan:
             contexts=decode(data["contexts"]) if "contexts" in data else _contexts_before_they_were_general(data),
             workload=data.get("workload"),
             worker_hooks=dict(data.get("worker_hooks", {})),
+            decode_loop=data.get("decode_loop"),
         )
 
 

@@ -117,6 +117,8 @@ def _cpu_problem(needs: Needs, host: Host) -> str | None:
         return f"the cpu profile runs at most {CPU_RANKS_AT_MOST} gloo ranks (they share this host's cores)"
     if needs.cuda:
         return f"needs a CUDA GPU ({needs.why})"
+    if needs.device_runs_ahead:
+        return f"changes nothing on a CPU: {needs.why}"
     if needs.bf16_matmuls and not host.bf16_changes_fp32_matmuls():
         return needs.why
     return None  # compute capabilities concern GPUs only
@@ -204,10 +206,27 @@ def plan_problem(plan: Plan) -> Refused | None:
     if plan.batching == "continuous" and plan.contexts:
         names = ", ".join(call.path for call in plan.contexts)
         return Refused(f"continuous batching generates in its own thread, which {names} entered here does not reach")
+    if plan.decode_loop is not None and (refused := _loop_problem(plan)) is not None:
+        return refused
     if "assistant_model" in plan.generate and plan.generate["assistant_model"] is None:
         message = "speculative=assistant needs a draft model: give --assistant-model (a hub id or folder)"
         return Refused(message, "speculative", "assistant")
     return None
+
+
+# generate() arguments of assisted decoding: it runs a loop of its own, which a decoding loop cannot replace
+ASSISTED = ("prompt_lookup_num_tokens", "assistant_model", "assistant_early_exit")
+
+
+def _loop_problem(plan: Plan) -> Refused | None:
+    """What a decoding loop of autotune's (decode_loop) cannot replace: continuous batching's, assisted decoding's."""
+    if plan.batching == "continuous":
+        why = "continuous batching (generate_batch) runs a decoding loop of its own"
+    elif any(name in plan.generate for name in ASSISTED):
+        why = "assisted decoding (speculative) runs a decoding loop of its own"
+    else:
+        return None
+    return Refused(f"decode_loop={plan.decode_loop} replaces generate()'s greedy or sampling loop; {why}")
 
 
 def depends_on_version(config: Mapping[str, Value]) -> bool:
@@ -223,5 +242,6 @@ def depends_on_version(config: Mapping[str, Value]) -> bool:
         or config.get("batching") == "continuous"
         or config.get("cache_implementation") == "quantized"  # generate()'s default KV backend, quanto
         or config.get("use_kernels") == "on"
+        or config.get("decode_loop", "generate") != "generate"  # generate()'s internals it calls
         or "/" in attention
     )

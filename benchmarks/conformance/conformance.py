@@ -142,12 +142,26 @@ def cases(space_path: Path, profile_name: str = "cpu") -> list[Case]:
                for planned in warm_up_set(space, baseline)]  # fmt: skip
     refused = [case for case in changed if case.label.startswith("speculative=prompt_lookup")][:1]
     on_a_batch = [replace(case, label=f"{case.label} on a batch of {BATCH}", on_a_batch=True) for case in refused]
-    return [Case("baseline (transformers defaults)", baseline, device_type=on), *changed, *on_a_batch]
+    return [Case("baseline (transformers defaults)", baseline, device_type=on), *changed, *on_a_batch,
+            *_loops_compiled(changed)]  # fmt: skip
+
+
+def _loops_compiled(changed: list[Case]) -> list[Case]:
+    """Each decoding loop again on the compiled static cache: a compiled step is its other path."""
+    compiled = next((case for case in changed if case.label == "compile=default"), None)
+    loops = [case for case in changed if case.label.startswith("decode_loop=")]
+    if compiled is None:
+        return []
+    return [_exact(Case(f"{loop.label.removesuffix(' (float32)')} on compile=default",
+                        {**compiled.config, "decode_loop": loop.config["decode_loop"]}, device_type=loop.device_type))
+            for loop in loops]  # fmt: skip
 
 
 def _exact(case: Case) -> Case:
-    """A case of speculative decoding or tensor parallelism runs in float32: exact against the reference's tokens."""
-    if case.config.get("speculative", "none") == "none" and case.config.get("tp_size", 1) == 1:
+    """A case of speculative decoding, tensor parallelism or a decoding loop runs in float32: exact against the
+    reference's tokens."""
+    lossless = ("speculative", "none"), ("tp_size", 1), ("decode_loop", "generate")
+    if all(case.config.get(knob, usual) == usual for knob, usual in lossless):
         return case
     return replace(case, label=f"{case.label} (float32)", config={**case.config, "dtype": "float32"})
 
@@ -163,6 +177,11 @@ def figure_problems(case: Case, metrics: dict[str, float]) -> list[str]:
 
     require("throughput_tok_s", lambda v: v > 0, "> 0")
     if config.get("speculative", "none") != "none":  # lossless under greedy decoding, on its own decoding path
+        require("greedy_agreement", lambda v: v == 1.0, "1.0 (the reference's greedy tokens)")
+        require("token_agreement", lambda v: v == 1.0, "1.0 (the reference's greedy tokens)")
+        require("kl_divergence", lambda v: v < 1e-6, "< 1e-6")
+        require("top1_agreement", lambda v: v == 1.0, "1.0")
+    if config.get("decode_loop", "generate") != "generate":  # generate()'s tokens, on the loop's own path
         require("greedy_agreement", lambda v: v == 1.0, "1.0 (the reference's greedy tokens)")
         require("token_agreement", lambda v: v == 1.0, "1.0 (the reference's greedy tokens)")
         require("kl_divergence", lambda v: v < 1e-6, "< 1e-6")

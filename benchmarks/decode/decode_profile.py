@@ -1,20 +1,23 @@
-"""Where generate()'s decode step spends the time the hand-written loop does not: torch.profiler on both.
+"""Where generate()'s decode step spends the time the hand-written loop does not: torch.profiler on both, and on
+autotune's decoding loops.
 
-The same model, inputs, static cache and torch.compile mode decode in three ways, each under
+The same model, inputs, static cache and torch.compile mode decode in several ways, each under
 torch.profiler (CPU activities), with a marker recorded as each token is produced:
 
 - `hand`: `autotune ceiling`'s loop (autotune/worker/ceiling.py), the compiled step and the argmax, nothing else;
 - `generate`: model.generate() as a user deploys it (static cache, compile_config, greedy, no stopping
   criteria of its own, max_new_tokens only);
 - `autotune`: generate() as an autotune trial runs it (autotune.worker.generation.PaddedGeneration: the
-  plan's arguments, an end-of-sequence id no model produces to force the length, the per-token clock).
+  plan's arguments, an end-of-sequence id no model produces to force the length, the per-token clock);
+- `autotune+LOOP`: the same through each of autotune's decoding loops (decode_loop=LOOP, custom_generate).
 
 The steps between the first and the last quarter of the tokens are cut out of each profiled call by their
 markers (--calls calls per way), and every operator that ran in them is summed per step: how often it ran
 and its own CPU time. The table puts the three side by side; `step` is the wall time of one step under the
 profiler, and `outside operators` is the part of it no operator accounts for (Python: generate()'s
-bookkeeping). --paired then times the three without the profiler, round by round in one process, and prints
-the median of each and of their ratios, in wall time and in the decoding thread's CPU time.
+bookkeeping); the last row counts each way's host reads of a device value per token over whole calls. --paired
+then times the ways without the profiler, round by round in one process, and prints the median of each and of
+their ratios to the hand loop, in wall time and in the decoding thread's CPU time.
 
     python benchmarks/decode/decode_profile.py --model demo --dtype float32 --batch-size 1 --paired 20
 """
@@ -45,7 +48,12 @@ from autotune.worker.generation import PaddedGeneration, build_inputs
 from autotune.worker.loading import materialize
 
 MARKER = "decode_profile: token"
-WAYS = ("hand", "generate", "autotune")
+LOOPS = ("deferred-stop", "fused-step")  # autotune's decoding loops (decode_loop), each through a trial's generate()
+WAYS = ("hand", "generate", "autotune", *(f"autotune+{loop}" for loop in LOOPS))
+# The operator that reads a tensor's value on the host (aten::item and aten::is_nonzero call it): on a GPU the host
+# waits there for the device. A CPU tensor's read waits for nothing but is counted the same, so a CPU counts what a
+# GPU would wait for.
+READ = "aten::_local_scalar_dense"
 
 
 def mark() -> None:
@@ -77,12 +85,16 @@ class Ways:
         config = {"dtype": args.dtype, "attn_implementation": "sdpa", "cache_implementation": "static"}
         config["compile"] = args.compile
         device_type = "cuda" if model.device.type == "cuda" else "cpu"
-        self.plan = Plan.from_json(build_plan(config, Target(device_type, requests=args.batch_size)).to_json())
+        target = Target(device_type, requests=args.batch_size)
+        self.plan = Plan.from_json(build_plan(config, target).to_json())
         self.generate_kwargs = materialize(self.plan.generate)
         self.output_len = args.output_len
         self.pad_id = tokenizer.pad_token_id
         self.hand_loop = HandLoop(model, self.input_ids, args.output_len, args.compile)
-        self.autotune_workload = PaddedGeneration(model, self.plan, rows, spec, tokenizer.pad_token_id)
+        self.trials = {"autotune": PaddedGeneration(model, self.plan, rows, spec, tokenizer.pad_token_id)}
+        for loop in LOOPS:
+            plan = Plan.from_json(build_plan({**config, "decode_loop": loop}, target).to_json())
+            self.trials[f"autotune+{loop}"] = PaddedGeneration(model, plan, rows, spec, tokenizer.pad_token_id)
 
     def run(self, way: str, hook: Callable[[], None]) -> None:
         """One call; `hook` runs as each token is produced (in autotune's way, just before its clock's mark)."""
@@ -91,7 +103,7 @@ class Ways:
         elif way == "generate":
             self._plain_generate(hook)
         else:
-            self._autotune_generate(hook)
+            self._autotune_generate(self.trials[way], hook)
 
     def _plain_generate(self, hook: Callable[[], None]) -> None:
         from transformers import StoppingCriteriaList
@@ -106,7 +118,7 @@ class Ways:
             **self.generate_kwargs,
         )
 
-    def _autotune_generate(self, hook: Callable[[], None]) -> None:
+    def _autotune_generate(self, trial: PaddedGeneration, hook: Callable[[], None]) -> None:
         clock_call = workload_module.TokenClock.__call__
 
         def hooked_call(clock: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
@@ -115,7 +127,7 @@ class Ways:
 
         workload_module.TokenClock.__call__ = hooked_call  # type: ignore[method-assign]
         try:
-            self.autotune_workload.run()
+            trial.run()
         finally:
             workload_module.TokenClock.__call__ = clock_call  # type: ignore[method-assign]
 
@@ -123,12 +135,15 @@ class Ways:
 # ---------------------------------------------------------------------------------------- profiles
 
 
-def profile_steps(ways: Ways, way: str, calls: int) -> tuple[dict[str, tuple[float, float]], float]:
-    """Per decode step in the middle half of each call: {operator: (calls, self CPU µs)}, and the step's wall µs."""
+def profile_steps(ways: Ways, way: str, calls: int) -> tuple[dict[str, tuple[float, float]], float, float]:
+    """Per decode step in the middle half of each call: {operator: (calls, self CPU µs)}, and the step's wall µs; and
+    the device-to-host reads per token over whole calls (a loop may read at its end only)."""
     totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
-    steps, wall = 0, 0.0
+    steps, wall, reads, tokens = 0, 0.0, 0, 0
     for _ in range(calls):
         events = _profiled_events(ways, way)
+        reads += sum(1 for event in events if event.name == READ)
+        tokens += sum(1 for event in events if event.name == MARKER)
         marks = sorted(e.time_range.start for e in events if e.name == MARKER)
         first, last = marks[len(marks) // 4], marks[3 * len(marks) // 4]
         steps += 3 * len(marks) // 4 - len(marks) // 4
@@ -138,7 +153,7 @@ def profile_steps(ways: Ways, way: str, calls: int) -> tuple[dict[str, tuple[flo
                 totals[event.name][0] += 1
                 totals[event.name][1] += event.self_cpu_time_total
     per_step = {name: (count / steps, micros / steps) for name, (count, micros) in totals.items()}
-    return per_step, wall / steps
+    return per_step, wall / steps, reads / tokens
 
 
 def _profiled_events(ways: Ways, way: str) -> list[Any]:
@@ -149,9 +164,12 @@ def _profiled_events(ways: Ways, way: str) -> list[Any]:
     return list(profiler.events())
 
 
-def profile_table(profiles: dict[str, tuple[dict[str, tuple[float, float]], float]], top: int) -> list[str]:
+Profile = tuple[dict[str, tuple[float, float]], float, float]  # per-step operators, step wall µs, reads per token
+
+
+def profile_table(profiles: dict[str, Profile], top: int) -> list[str]:
     names = sorted(
-        {name for per_step, _ in profiles.values() for name in per_step},
+        {name for per_step, _, _ in profiles.values() for name in per_step},
         key=lambda name: -max(profiles[way][0].get(name, (0, 0))[1] for way in profiles),
     )
     header = "| operator (per decode step) | " + " | ".join(f"{way}: calls, self µs" for way in profiles) + " |"
@@ -159,9 +177,9 @@ def profile_table(profiles: dict[str, tuple[dict[str, tuple[float, float]], floa
     for name in names[:top]:
         cells = [_cell(profiles[way][0].get(name)) for way in profiles]
         lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
-    operators = [sum(micros for _, micros in per_step.values()) for per_step, _ in profiles.values()]
-    calls = [sum(count for count, _ in per_step.values()) for per_step, _ in profiles.values()]
-    walls = [wall for _, wall in profiles.values()]
+    operators = [sum(micros for _, micros in per_step.values()) for per_step, _, _ in profiles.values()]
+    calls = [sum(count for count, _ in per_step.values()) for per_step, _, _ in profiles.values()]
+    walls = [wall for _, wall, _ in profiles.values()]
     lines.append(
         "| all operators | " + " | ".join(f"{c:.0f}, {o:.0f}" for c, o in zip(calls, operators, strict=True)) + " |"
     )
@@ -171,6 +189,8 @@ def profile_table(profiles: dict[str, tuple[dict[str, tuple[float, float]], floa
         + " |"
     )
     lines.append("| step (wall, profiled) | " + " | ".join(f"–, {w:.0f}" for w in walls) + " |")
+    reads = [f"{per_token:.2f}, –" for _, _, per_token in profiles.values()]
+    lines.append(f"| device-to-host reads per token (`{READ}`, whole calls) | " + " | ".join(reads) + " |")
     return lines
 
 
@@ -183,11 +203,26 @@ def _cell(entry: tuple[float, float] | None) -> str:
 
 def step_times(ways: Ways, way: str) -> tuple[float, float]:
     """Wall seconds and CPU seconds of this thread per decode step of one call, unprofiled: (at the last token -
-    at the first) / (tokens - 1). A busy shared machine's preemption lengthens the first, not the second."""
-    stamps: list[tuple[float, float]] = []
-    ways.run(way, lambda: stamps.append((time.perf_counter(), time.thread_time())))
+    at the first) / (tokens - 1). A busy shared machine's preemption lengthens the first, not the second. On CUDA the
+    wall time is the device's, between events recorded at the first and the last token (a loop that does not wait
+    for the device would otherwise be timed by how fast its host queues steps), and the CPU time is the host's."""
+    cuda = ways.input_ids.device.type == "cuda"
+    stamps: list[tuple[Any, float]] = []
+
+    def stamp() -> None:
+        event = torch.cuda.Event(enable_timing=True) if cuda else None
+        if event is not None:
+            event.record()
+        stamps.append((event or time.perf_counter(), time.thread_time()))
+
+    ways.run(way, stamp)
     (wall_0, cpu_0), (wall_n, cpu_n) = stamps[0], stamps[-1]
-    return (wall_n - wall_0) / (len(stamps) - 1), (cpu_n - cpu_0) / (len(stamps) - 1)
+    if cuda:
+        torch.cuda.synchronize()
+        wall = wall_0.elapsed_time(wall_n) / 1e3
+    else:
+        wall = wall_n - wall_0
+    return wall / (len(stamps) - 1), (cpu_n - cpu_0) / (len(stamps) - 1)
 
 
 def paired(ways: Ways, rounds: int) -> list[str]:

@@ -132,6 +132,8 @@ def test_each_pareto_cards_python_snippet_runs_in_a_fresh_process(demo_search: D
     assert data.cards
     for card in data.cards:
         config = card.record.config
+        if config.get("decode_loop", "generate") != "generate":  # its folder, where the snippet's comment says
+            assert run_cli(["loop", config["decode_loop"]], tmp_path, demo_search.env).returncode == 0
         completed = subprocess.run(
             [sys.executable, "-c", card.python + CHECK],
             cwd=tmp_path,

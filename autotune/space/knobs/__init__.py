@@ -11,7 +11,7 @@ order: the order knobs are listed in, blamed for a failure's words, and applied 
 
 # isort: off
 from autotune.space.knobs import precision, attention, quantization, parallelism, cache_compile, batching
-from autotune.space.knobs import execution, speculative
+from autotune.space.knobs import execution, speculative, decoding
 
 # isort: on
 from autotune.space.knobs.attention import AttentionKnob
@@ -40,7 +40,7 @@ from autotune.space.knobs.execution import WorkloadKnob
 from autotune.space.knobs.precision import DtypeKnob
 from autotune.workloads import KINDS
 
-FAMILIES = (precision, attention, quantization, parallelism, cache_compile, batching, execution, speculative)
+FAMILIES = (precision, attention, quantization, parallelism, cache_compile, batching, execution, speculative, decoding)
 BUILD_ORDER = build_order(KNOBS)  # checked once here: an unknown name or a cycle in `after` fails at import
 check_recipes(RECIPES, KNOBS)  # and a recipe that names an unknown knob or value
 check_aims(KINDS, RECIPES)  # and a workload kind that calls for a recipe nobody declared

@@ -25,6 +25,7 @@ class Needs:
     below_compute_capability: float | None = None
     gpus: int = 1  # how many GPUs of the profile's type it runs on (tensor parallelism)
     bf16_matmuls: bool = False  # on a CPU: fp32_precision=bf16 must change this machine's float32 matmuls (it asks)
+    device_runs_ahead: bool = False  # a device the host queues work for (a GPU): on a CPU the value changes nothing
     why: str = ""
 
 
@@ -283,6 +284,9 @@ def check_aims(kinds: Mapping[str, Any], recipes: Mapping[str, Recipe]) -> None:
 # [h200]      reports/gpu/2026-11-26-h200 (a 1.1B Llama at batch 8): compile reduce-overhead's first call 21 s (its
 #             trial 2.3x a plain one), max-autotune's 74 s: 3.5x (issue 39's 1.5B model: 36-42 s and 75 s, about 2x)
 # [cpu]       benchmarks/results/techniques-cpu.md and the CPU grids (benchmarks/results/grid-demo-cpu*.json)
+# [loops]     benchmarks/results/decode-loops-cpu.md: autotune's decoding loops against generate()'s on the CPU demo
+# [headroom]  reports/gpu/2026-11-27-h100 and 2026-11-26-h100: generate() left about 1.4 ms per token outside the
+#             compiled step on a 1.1B and an 8B model, at 0.56x-0.82x of the hand loop (issue 59)
 
 
 class WholeNumberKnob(Knob):

@@ -1,0 +1,55 @@
+"""A decoding loop of autotune's (decode_loop) as a folder a deployment keeps beside its code: transformers'
+`custom_generate` layout, `custom_generate/generate.py`, which generate(custom_generate=FOLDER, trust_remote_code=True)
+runs. The loops' module is copied as it is (it imports torch and transformers only): what was measured is what runs.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+from autotune.errors import UserError
+from autotune.space.knobs.decoding import STOCK_LOOP, DecodeLoopKnob
+
+LOOPS_MODULE = "decode_loops.py"  # autotune/worker/decode_loops.py, read as text: the study side never imports it
+
+ENTRY = '''"""decode_loop={loop}: autotune's decoding loop, run by transformers' generate(custom_generate=<this folder>,
+trust_remote_code=True) in place of its own loop, after its own preparation. Written by `autotune loop {loop}`."""
+
+from transformers import GenerationMixin
+
+from .decode_loops import LOOPS
+
+
+def generate(model, *args, streamer=None, assistant_model=None, synced_gpus=None, **kwargs):
+    # generate() hands a custom_generate callable none of these: refused here rather than dropped without a word
+    if streamer is not None or assistant_model is not None or synced_gpus:
+        raise ValueError("decode_loop={loop} does not stream, assist or sync GPUs: call generate() without it")
+    return GenerationMixin.generate(model, *args, custom_generate=LOOPS["{loop}"], **kwargs)
+'''
+
+
+def loop_names() -> tuple[str, ...]:
+    """The loops a folder can be written for: every value of decode_loop but generate()'s own."""
+    return tuple(str(value) for value in DecodeLoopKnob.choices if value != STOCK_LOOP)
+
+
+def default_folder(loop: str) -> str:
+    """Where a snippet expects the folder, relative to where it runs."""
+    return f"./autotune-{loop}"
+
+
+def write_loop_folder(loop: str, folder: Path) -> Path:
+    """Write the folder of `loop` (its custom_generate/ holds the entry and the loops' module); returns the entry."""
+    if loop not in loop_names():
+        raise UserError(f"no decoding loop {loop!r}: give one of {', '.join(loop_names())}")
+    code = folder / "custom_generate"
+    try:
+        code.mkdir(parents=True, exist_ok=True)
+        source = resources.files("autotune").joinpath("worker", LOOPS_MODULE).read_text()
+        (code / LOOPS_MODULE).write_text(source)
+        entry = code / "generate.py"
+        entry.write_text(ENTRY.format(loop=loop))
+    except OSError as error:
+        raise UserError(f"cannot write the folder {folder}: {error.strerror or error}; give another --out") from error
+    return entry

@@ -1,0 +1,93 @@
+"""The decode_loop knob: the plan names the loop, the snippets deploy it through custom_generate and the folder
+`autotune loop` writes, serve says it does not carry it; it applies to generate() without assisted decoding; a CPU
+leaves deferred-stop out with its reason, a GPU keeps it."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+
+from autotune.paths import PACKAGED_SPACE
+from autotune.profiles import PROFILES
+from autotune.report.loop_folder import default_folder, write_loop_folder
+from autotune.report.snippets import json_snippet, python_snippet, serve_command
+from autotune.space import Target, build_plan, load_space, rules
+from autotune.space.plan import Plan
+
+BASE = {"dtype": "float32", "attn_implementation": "sdpa", "quantization": "none", "batching": "generate"}
+COMPILED = {**BASE, "cache_implementation": "static", "compile": "default"}
+
+
+def test_the_plan_names_the_loop_and_plans_stored_before_it_read_as_generates_own():
+    plan = build_plan({**COMPILED, "decode_loop": "fused-step"}, Target("cpu"))
+    assert plan.decode_loop == "fused-step"
+    assert Plan.from_json(json.loads(json.dumps(plan.to_json()))) == plan
+    stock = build_plan({**COMPILED, "decode_loop": "generate"}, Target("cpu"))
+    assert stock == build_plan(COMPILED, Target("cpu")) and "decode_loop" not in stock.to_json()
+    assert Plan.from_json(stock.to_json()).decode_loop is None  # and so every plan stored before the knob
+
+
+def test_the_snippets_deploy_the_loop_from_its_folder_and_serve_says_it_does_not_carry_it():
+    plan = build_plan({**COMPILED, "decode_loop": "fused-step"}, Target("cpu"))
+    code = python_snippet("org/model", plan, "cpu", 16)
+    ast.parse(code)
+    assert "    custom_generate='./autotune-fused-step',  # decode_loop=fused-step" in code
+    assert "`autotune loop fused-step` writes it" in code and "    trust_remote_code=True," in code
+    assert json.loads(json_snippet("org/model", {}, plan))["decode_loop"] == {
+        "name": "fused-step",
+        "custom_generate": "./autotune-fused-step",
+    }
+    assert "decode_loop=fused-step (serve runs its own decoding loop)" in serve_command("org/model", plan, "cpu")
+    assert "custom_generate" not in python_snippet("org/model", build_plan(COMPILED, Target("cpu")), "cpu", 16)
+
+
+def test_the_space_keeps_the_loops_to_generate_without_assisted_decoding():
+    space = load_space(PACKAGED_SPACE)
+    assert "decode_loop" in space.normalize({**BASE, "decode_loop": "fused-step", "speculative": "none"})
+    assert "decode_loop" not in space.normalize({**BASE, "speculative": "prompt_lookup"})
+    assert "decode_loop" not in space.normalize({**BASE, "batching": "continuous"})
+    for batching, speculative in (("continuous", None), ("generate", "prompt_lookup")):
+        config = {**BASE, "batching": batching, "decode_loop": "fused-step"}
+        if speculative:
+            config["speculative"] = speculative
+        refused = rules.plan_problem(build_plan(config, Target("cpu")))  # autotune measure --set both
+        assert refused is not None and "runs a decoding loop of its own" in refused.message
+
+
+def test_a_cpu_leaves_deferred_stop_out_with_its_reason_and_a_gpu_keeps_it():
+    why = PROFILES["cpu"].why_not_value("decode_loop", "deferred-stop")
+    assert why is not None and why.startswith("changes nothing on a CPU: the stop read late")
+    assert PROFILES["cpu"].why_not_value("decode_loop", "fused-step") is None
+    assert PROFILES["h100"].why_not_value("decode_loop", "deferred-stop") is None
+
+
+def top_level_imports(source: str) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            names.add((node.module or "").split(".")[0])
+    return names
+
+
+def test_autotune_loop_writes_a_folder_generate_can_load_and_refuses_an_unknown_loop(tmp_path):
+    from autotune.errors import UserError
+
+    entry = write_loop_folder("fused-step", tmp_path / "loop")
+    assert entry == tmp_path / "loop" / "custom_generate" / "generate.py"
+    source = (entry.parent / "decode_loops.py").read_text()
+    assert top_level_imports(source) <= {"__future__", "collections", "contextlib", "typing", "torch", "transformers"}
+    assert default_folder("fused-step") == "./autotune-fused-step"
+    try:
+        write_loop_folder("nope", tmp_path / "other")
+    except UserError as error:
+        assert str(error) == "no decoding loop 'nope': give one of deferred-stop, fused-step"
+    refused = subprocess.run(
+        [sys.executable, "-m", "autotune", "loop", "nope", "--out", str(tmp_path / "x")],
+        capture_output=True,
+        text=True,
+    )
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr
