@@ -212,8 +212,9 @@ def loop(
 ) -> None:
     """Write one of autotune's decoding loops (the decode_loop knob) as a folder to keep beside your code.
 
-    generate(..., custom_generate=FOLDER, trust_remote_code=True) then runs it in place of generate()'s own loop: the
-    Python a configuration with decode_loop prints expects it there.
+    With custom_generate=FOLDER and trust_remote_code=True, generate runs it in place of its own loop.
+
+    The Python that best and the report print for a configuration with decode_loop expects it in ./autotune-NAME.
 
     Example: autotune loop fused-step --out ./autotune-fused-step
     """
