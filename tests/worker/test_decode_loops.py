@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from autotune.worker.decode_loops import KEPT_CACHE, KEPT_STEPS, LOOPS, STOP_CHECK_INTERVAL
+from autotune.worker.decode_loops import KEPT_CACHE, KEPT_STEPS, LOOPS
 
 PROMPTS = ("The quick brown fox", "Once upon a time in a land far away there", "A", "In the beginning the model was")
 NEW_TOKENS = 24
@@ -147,8 +147,8 @@ def reads(model: Any, tokenizer: Any, loop: str, new_tokens: int) -> int:
 
 def test_the_loops_read_the_device_every_few_tokens_where_generate_reads_it_after_each(demo):
     model, tokenizer = load(demo, "float32"), demo[1]
-    per_token = {loop: (reads(model, tokenizer, loop, 96) - reads(model, tokenizer, loop, 32)) / 64 for loop in LOOPS}
-    stock = (reads(model, tokenizer, "generate", 96) - reads(model, tokenizer, "generate", 32)) / 64
+    per_token = {loop: (reads(model, tokenizer, loop, 48) - reads(model, tokenizer, loop, 16)) / 32 for loop in LOOPS}
+    stock = (reads(model, tokenizer, "generate", 48) - reads(model, tokenizer, "generate", 16)) / 32
     assert stock >= 1, f"generate() reads the device {stock} times per token: its stop check reads it at each"
-    for loop, count in per_token.items():
-        assert count <= 1 / STOP_CHECK_INTERVAL, f"{loop} reads the device {count} times per token"
+    for loop, count in per_token.items():  # at most one read every 4 tokens: one per token fails
+        assert count <= 1 / 4, f"{loop} reads the device {count} times per token"
