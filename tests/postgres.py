@@ -58,9 +58,13 @@ class PostgresServer:
     def url(self) -> str:
         return f"postgresql+psycopg://autotune@127.0.0.1:{self.port}/studies"
 
-    def start(self) -> None:
-        """Start the server and wait until it accepts connections."""
+    def start(self, *, standby: bool = False) -> None:
+        """Start the server and wait until it accepts connections; or, as a `standby`, until it runs: a standby
+        that refuses connections until it is promoted, as a replica a failover is promoting does."""
         options = f"-h 127.0.0.1 -p {self.port} -k {self.root} -c fsync=off"
+        if standby:
+            (self.data / "standby.signal").touch()
+            options += " -c hot_standby=off"
         log = str(self.root / "log")
         subprocess.run(_as_server_user([self.pg_ctl, "-D", str(self.data), "-o", options, "-l", log, "-w", "start"]),
                        **_CHECKED)  # fmt: skip
@@ -76,6 +80,10 @@ class PostgresServer:
                 log = (self.root / "log").read_text(errors="replace") if (self.root / "log").exists() else ""
                 if "could not bind" not in log or attempt == PORT_ATTEMPTS - 1:
                     raise
+
+    def promote(self) -> None:
+        """Promote the standby `start(standby=True)` started: it accepts connections from then on."""
+        subprocess.run(_as_server_user([self.pg_ctl, "-D", str(self.data), "-w", "promote"]), **_CHECKED)
 
     def stop(self) -> None:
         """Stop it as maintenance does (`pg_ctl stop -m fast`): open transactions roll back, connections close."""
