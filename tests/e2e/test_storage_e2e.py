@@ -269,21 +269,22 @@ def test_a_search_and_a_worker_outlast_an_outage_at_each_moment_of_their_lives_a
     assert search.finish() == 0, search.output()
     assert joining.finish() == 0, joining.output()
 
-    assert searched.released == ["open", "study", "ask", "claim", "front", "read", "report"]
-    assert joined.released == ["study"]
-    assert "(terminating connection due to administrator command" in search.said(OUTAGE)[0]  # shut down as it opened
+    both = f"{search.output()}\n{joining.output()}"
+    assert searched.released == ["open", "study", "ask", "claim", "front", "read", "report"], both
+    assert joined.released == ["study"], both
+    assert "(terminating connection due to administrator command" in search.said(OUTAGE)[0], both  # as it opened
     opening = joining.said(OUTAGE)[0]
-    assert "Connection refused" in opening and opening.endswith("retrying for up to 2m00s (--storage-patience)")
+    assert "Connection refused" in opening and opening.endswith("retrying for up to 2m00s (--storage-patience)"), both
     for each in (search, joining):
-        assert len(each.said(OUTAGE)) == len(each.said(ANSWERS)), each.output()  # each outage ended, and was said to
+        assert len(each.said(OUTAGE)) == len(each.said(ANSWERS)), both  # each outage ended, and was said to
     assert any(line.startswith("trial logs and the report are stored as Optuna artifacts in") for line in search.lines)
     study = optuna.load_study(study_name=name, storage=url)
     states = [t.state.name for t in study.get_trials(deepcopy=False)]
-    assert "RUNNING" not in states and "WAITING" not in states, "a trial was left unaccounted for"
+    assert "RUNNING" not in states and "WAITING" not in states, f"a trial was left unaccounted for: {states}\n{both}"
     measured = [r for r in records(study) if r.launched and r.outcome]
     keys = [json.dumps(r.config, sort_keys=True) for r in measured]
-    assert len(keys) == len(set(keys)) == 2 + 2 and all(r.complete for r in measured), "each measured once, none lost"
-    assert not [r for r in records(study) if r.interrupted], "no trial was failed for heartbeats lost to an outage"
+    assert len(keys) == len(set(keys)) == 2 + 2 and all(r.complete for r in measured), f"each measured once: {both}"
+    assert not [r for r in records(study) if r.interrupted], f"none failed for heartbeats lost to an outage: {both}"
     assert list(folder.glob(f"trial-*/{KEPT_NAME}*")) == []
 
     readers: dict[Watched, Holds] = {}
@@ -299,14 +300,16 @@ def test_a_search_and_a_worker_outlast_an_outage_at_each_moment_of_their_lives_a
         wait_until(holds.reached, reader, "it never read the study")
     outages_until_they_end(postgres_server, readers)
     best, report, history = readers
-    assert [reader.finish() for reader in readers] == [0, 0, 0], [reader.output() for reader in readers]
+    outputs = "\n".join(reader.output() for reader in readers)
+    assert [reader.finish() for reader in readers] == [0, 0, 0], outputs
     assert json.loads("\n".join(best.lines))["trial"] in {r.number for r in measured}
     assert report.lines == [f"report: {tmp_path / 'again.html'}"] and (tmp_path / "again.html").stat().st_size > 0
     assert [night["study"] for night in json.loads("\n".join(history.lines))["nights"]] == [name]
     for reader in readers:  # on stderr: the output may be JSON
-        assert reader.errors[0].startswith(f"note: storage {url} {OUTAGE} (") and reader.errors[1].startswith(
+        waited, answered = reader.errors
+        assert waited.startswith(f"note: storage {url} {OUTAGE} (") and answered.startswith(
             f"note: storage {url} {ANSWERS}"
-        )
+        ), outputs
 
     postgres_server.stop()  # past its patience, a reader stops with one line
     impatient = subprocess.run([sys.executable, "-m", "autotune", "best", "--study", name, "--storage", url,

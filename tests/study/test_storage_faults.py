@@ -28,12 +28,14 @@ from autotune.extras import installed
 from autotune.space import config_key
 from autotune.study import kept, moments
 from autotune.study.claims import Claims
+from autotune.study.optuna_internals import trial_id
 from autotune.study.patience import _kind
 from autotune.study.recovery import Recovery
 from tests.disks import fill, small_disk
-from tests.fakes import BASELINE, REFERENCE, settings
+from tests.fakes import BASELINE, CONTINUOUS, REFERENCE, settings
 from tests.postgres import PostgresServer, postgres_server  # noqa: F401 - a fixture
 from tests.study.test_kept import kept_by_a_process_that_died
+from tests.study.test_kept import measured as measured_result
 from tests.study.test_recovery import dead_owner, retries_of
 
 OUTAGE = "cannot reach its database"
@@ -193,6 +195,9 @@ def test_recovery_waits_out_an_outage_then_stores_the_kept_result_and_retries_th
     died = running_trial(study, claims, BASELINE)  # its process died as it measured: failed and retried once
     measured = running_trial(study, claims, REFERENCE)  # its process died with its result kept on disk
     kept_by_a_process_that_died(tmp_path, study, measured, url)
+    storing = running_trial(study, claims, CONTINUOUS)  # its result kept by a process that stores it now: spared
+    stored_by_us = kept.keep(tmp_path / f"trial-{storing:04d}", optuna.Trial(study, trial_id(study.trials[storing])),
+                             measured_result(), 7.5)  # fmt: skip
 
     postgres_server.stop()  # as the next worker recovers what those processes left
     notes: list[str] = []
@@ -211,7 +216,8 @@ def test_recovery_waits_out_an_outage_then_stores_the_kept_result_and_retries_th
     (retry,) = retries_of(study, died)
     assert retry.state == TrialState.WAITING and retry.user_attrs["config"] == BASELINE
     assert claims.holder(config_key(BASELINE)) is None and claims.holder(config_key(REFERENCE)) == measured
-    assert list(tmp_path.glob(f"trial-*/{kept.KEPT_NAME}*")) == []
+    assert trials[storing].state == TrialState.RUNNING and not retries_of(study, storing)  # left to its process
+    assert list(tmp_path.glob(f"trial-*/{kept.KEPT_NAME}*")) == [stored_by_us]
     recovery()  # again: nothing more to store or to retry
     assert notes == [stored, retried] and len(retries_of(study, died)) == 1
 
