@@ -10,6 +10,7 @@ connections takes a `postgres_server` of its own (a few seconds to create), so n
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -29,9 +30,30 @@ def _binary(name: str) -> str | None:
 
 
 def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    """A port free now, below the range the system hands out to outgoing connections and to bind(0): a server stopped
+    and started again on it (a test's outage) must find it free, and a port of that range may be taken meanwhile by
+    any connection or server of this machine."""
+    low = _ephemeral_ports()[0]
+    for _ in range(100):
+        port = random.randrange(LOWEST_PORT, low) if low > LOWEST_PORT else 0
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return probe.getsockname()[1]
+    raise RuntimeError(f"no free port found between {LOWEST_PORT} and {low}")
+
+
+def _ephemeral_ports() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+    except (OSError, ValueError):
+        return (32768, 60999)  # Linux's default
+    return int(low), int(high)
+
+
+LOWEST_PORT = 20000
 
 
 def _as_server_user(command: list[str]) -> list[str]:
@@ -58,9 +80,13 @@ class PostgresServer:
     def url(self) -> str:
         return f"postgresql+psycopg://autotune@127.0.0.1:{self.port}/studies"
 
-    def start(self) -> None:
-        """Start the server and wait until it accepts connections."""
+    def start(self, *, standby: bool = False) -> None:
+        """Start the server and wait until it accepts connections; or, as a `standby`, until it runs: a standby
+        that refuses connections until it is promoted, as a replica a failover is promoting does."""
         options = f"-h 127.0.0.1 -p {self.port} -k {self.root} -c fsync=off"
+        if standby:
+            (self.data / "standby.signal").touch()
+            options += " -c hot_standby=off"
         log = str(self.root / "log")
         subprocess.run(_as_server_user([self.pg_ctl, "-D", str(self.data), "-o", options, "-l", log, "-w", "start"]),
                        **_CHECKED)  # fmt: skip
@@ -76,6 +102,10 @@ class PostgresServer:
                 log = (self.root / "log").read_text(errors="replace") if (self.root / "log").exists() else ""
                 if "could not bind" not in log or attempt == PORT_ATTEMPTS - 1:
                     raise
+
+    def promote(self) -> None:
+        """Promote the standby `start(standby=True)` started: it accepts connections from then on."""
+        subprocess.run(_as_server_user([self.pg_ctl, "-D", str(self.data), "-w", "promote"]), **_CHECKED)
 
     def stop(self) -> None:
         """Stop it as maintenance does (`pg_ctl stop -m fast`): open transactions roll back, connections close."""

@@ -26,7 +26,7 @@ from autotune.figures.metrics import (  # KL below its floor: equal
     TTFT,
 )
 from autotune.figures.quality import ON_THE_PATH
-from autotune.study import TrialRecord
+from autotune.study import DEFAULT_WAITING, TrialRecord, Waiting
 from autotune.study.opened import OpenedStudy, Terms
 from autotune.workloads.capacity import SloTarget
 
@@ -143,9 +143,17 @@ def compare_studies(before: OpenedStudy, after: OpenedStudy, given: GivenToleran
     return comparison
 
 
-def compare_stored(study_a: str, storage_a: str, study_b: str, storage_b: str, given: GivenTolerances) -> Comparison:
+def compare_stored(
+    study_a: str,
+    storage_a: str,
+    study_b: str,
+    storage_b: str,
+    given: GivenTolerances,
+    waiting: Waiting = DEFAULT_WAITING,
+) -> Comparison:
     """compare_studies of two stored studies, each by its name and storage URL."""
-    return compare_studies(OpenedStudy.open(study_a, storage_a), OpenedStudy.open(study_b, storage_b), given)
+    before, after = OpenedStudy.open(study_a, storage_a, waiting), OpenedStudy.open(study_b, storage_b, waiting)
+    return compare_studies(before, after, given)
 
 
 def compare(before: list[TrialRecord], front_before: set[int], after: list[TrialRecord], front_after: set[int],

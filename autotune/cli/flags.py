@@ -140,7 +140,7 @@ _StoragePatience = Annotated[
     typer.Option(
         "--storage-patience",
         help="How long to wait out a storage that cannot be reached, is locked or is full, before stopping "
-        "(exit 75); a measured result is kept on local disk meanwhile.",
+        "(exit 75); a search or worker keeps a measured result on local disk meanwhile.",
     ),
 ]
 _Model = Annotated[str, typer.Option("--model", help="Hub id, local folder, or 'demo' (built-in, offline).")]

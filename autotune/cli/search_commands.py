@@ -153,6 +153,7 @@ def _run_search(request: SearchRequest, report: Path | None, artifacts: str | No
     from autotune.analysis.capacity import held_at
     from autotune.search.finish import finish
     from autotune.search.run import run_search
+    from autotune.search.session import storage_waiting
     from autotune.validate import check_search_inputs
 
     check_search_inputs(request, report)
@@ -160,7 +161,7 @@ def _run_search(request: SearchRequest, report: Path | None, artifacts: str | No
     summary = run_search(request, printer)
     held = held_at(request.workload)
     print_search_summary(summary, held.within, quality_at_capacity=held.quality_too)
-    print_finished(finish(summary, report, artifacts))
+    print_finished(finish(summary, report, artifacts, storage_waiting(request.storage.patience_s, printer)))
     if summary.failed_workers:
         print(f"autotune: {'; '.join(summary.failed_workers)} (its lines above say why)", file=sys.stderr)
         raise typer.Exit(1)

@@ -3,9 +3,10 @@ profiles). Each checks its flags, calls the library and prints what it returns."
 
 from __future__ import annotations
 
+import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -14,6 +15,7 @@ from autotune.cli.flags import (
     FormatJson,
     OldReportFlag,
     Storage,
+    StoragePatienceS,
     Study,
     ToleranceFlags,
     report_path,
@@ -23,6 +25,9 @@ from autotune.cli.printers import out, print_gpus
 from autotune.cli.study_printers import print_best, print_comparison, print_history
 from autotune.errors import UserError
 from autotune.figures.constraints import Constraint
+
+if TYPE_CHECKING:
+    from autotune.study import Waiting
 
 
 class CompareFormat(str, Enum):
@@ -45,6 +50,7 @@ def compare(
         CompareFormat, typer.Option("--format", help="table, json, or markdown (a CI job summary).")
     ] = CompareFormat.table,
     as_json: FormatJson = False,
+    storage_patience_s: StoragePatienceS,
 ) -> None:
     """Compare two studies: how each front configuration's figures moved; exit 3 on a regression.
 
@@ -61,7 +67,7 @@ def compare(
 
     url_a = storage_url or default_storage_url(study_a)
     url_b = storage_url_b or storage_url or default_storage_url(study_b)
-    comparison = compare_stored(study_a, url_a, study_b, url_b, tolerances)
+    comparison = compare_stored(study_a, url_a, study_b, url_b, tolerances, _waiting(storage_patience_s))
     print_comparison(study_a, study_b, comparison, "json" if as_json else output.value)
     if comparison.regressed:
         raise typer.Exit(3)
@@ -98,6 +104,7 @@ def history(
         str | None,
         typer.Option("--artifacts", help="Also store the chart with the last night's study: a folder, s3://, gs://."),
     ] = None,
+    storage_patience_s: StoragePatienceS,
 ) -> None:
     """Nights side by side: each study's front (best throughput, memory, KL), regressions marked, as a chart.
 
@@ -113,24 +120,27 @@ def history(
     if not names:
         raise UserError("--studies: name at least one study or pattern, e.g. 'demo-cpu-2026-11-*'")
     out_path = report_path(report_file, old_report_flag) or Path("reports/history.html")
-    nights, path = build_history(names, storage_url, out_path, tolerances, artifacts)
+    nights, path = build_history(names, storage_url, out_path, tolerances, artifacts, _waiting(storage_patience_s))
     print_history(nights, path, "json" if as_json else output.value)
 
 
+@with_groups
 def report(
+    *,
     study: Study,
     storage_url: Storage = None,
     report_file: Annotated[
         Path | None, typer.Option("--report", help="HTML report.", show_default="reports/<study>.html")
     ] = None,
     old_report_flag: OldReportFlag = None,
+    storage_patience_s: StoragePatienceS,
 ) -> None:
     """Render the HTML report of a stored study again."""
     from autotune.report import build_report, default_report_path
     from autotune.study import default_storage_url
 
     out_path = report_path(report_file, old_report_flag) or default_report_path(study)
-    path = build_report(study, storage_url or default_storage_url(study), out_path)
+    path = build_report(study, storage_url or default_storage_url(study), out_path, _waiting(storage_patience_s))
     out.print(f"report: {path}")
 
 
@@ -141,7 +151,9 @@ class Format(str, Enum):
     serve = "serve"
 
 
+@with_groups
 def best(
+    *,
     study: Study,
     storage_url: Storage = None,
     max_memory: Annotated[
@@ -160,6 +172,7 @@ def best(
     ] = None,
     output: Annotated[Format, typer.Option("--format", help="table, json, python or serve.")] = Format.table,
     as_json: FormatJson = False,
+    storage_patience_s: StoragePatienceS,
 ) -> None:
     """Pick one configuration of a study under constraints and print it.
 
@@ -175,7 +188,7 @@ def best(
 
     asked = _asked_constraints(max_memory, max_kl, min_throughput, constraint or [])
     goal = goal_from_flags(maximize, minimize)
-    found = pick_best(study, storage_url or default_storage_url(study), asked, goal)
+    found = pick_best(study, storage_url or default_storage_url(study), asked, goal, _waiting(storage_patience_s))
     print_best(found, Format.json.value if as_json else output.value)
 
 
@@ -195,6 +208,14 @@ def _asked_constraints(
         if value is not None
     ]
     return parse_constraints([*map(str, shortcuts), *constraints])
+
+
+def _waiting(patience_s: float) -> Waiting:
+    """How a command that reads studies waits out their storage: for --storage-patience, saying so on stderr (its
+    output may be JSON)."""
+    from autotune.study import Waiting
+
+    return Waiting(patience_s, lambda line: print(f"note: {line}", file=sys.stderr, flush=True))
 
 
 def gpus() -> None:

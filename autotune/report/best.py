@@ -11,6 +11,7 @@ from autotune.errors import NothingSatisfiesError
 from autotune.figures.constraints import Constraint
 from autotune.report.cards import DeployCard, deploy_card
 from autotune.study.opened import OpenedStudy
+from autotune.study.patience import DEFAULT_WAITING, Waiting
 
 
 @dataclass(frozen=True)
@@ -22,10 +23,12 @@ class Best:
     card: DeployCard
 
 
-def best(study_name: str, storage_url: str, asked: Sequence[Constraint], goal: Goal) -> Best:
+def best(
+    study_name: str, storage_url: str, asked: Sequence[Constraint], goal: Goal, waiting: Waiting = DEFAULT_WAITING
+) -> Best:
     """The best complete trial for `goal` under the study's own constraints (its --constraint flags, its SLO) and
     those `asked`; NothingSatisfiesError (exit status 3) when no trial satisfies them."""
-    opened = OpenedStudy.open(study_name, storage_url)
+    opened = OpenedStudy.open(study_name, storage_url, waiting)
     settings = opened.settings
     constraints = [*settings.feasibility, *(c for c in asked if c not in settings.feasibility)]
     chosen = pick(opened.records, constraints, goal, settings.objective_metrics)

@@ -11,6 +11,7 @@ from autotune.report.data import ParetoCard, report_data
 from autotune.report.html import write_report
 from autotune.search.events import SearchSummary
 from autotune.space import Config
+from autotune.study import DEFAULT_WAITING, Waiting, moments
 from autotune.study.artifacts import attach_report
 from autotune.study.opened import OpenedStudy
 
@@ -28,10 +29,15 @@ class Finished:
     artifacts: str | None  # where trial logs and the report are stored as Optuna artifacts; None: nowhere
 
 
-def finish(summary: SearchSummary, report: Path | None, artifacts: str | None) -> Finished:
-    """Read the study back, write its report (default reports/<study>.html) and attach it to the study."""
-    data = report_data(OpenedStudy.open(summary.study_name, summary.storage_url))
+def finish(
+    summary: SearchSummary, report: Path | None, artifacts: str | None, waiting: Waiting = DEFAULT_WAITING
+) -> Finished:
+    """Read the study back, write its report (default reports/<study>.html) and attach it to the study; its storage
+    waits out an outage as `waiting` says."""
+    data = report_data(OpenedStudy.open(summary.study_name, summary.storage_url, waiting))
     path = write_report(data, report or default_report_path(summary.study_name))
+    moments.reach("report")
+    stored_in = attach_report(summary.study_name, summary.storage_url, artifacts, path, waiting)
     return Finished(
         summary=summary,
         front=data.cards,
@@ -39,5 +45,5 @@ def finish(summary: SearchSummary, report: Path | None, artifacts: str | None) -
         baseline=data.settings.prepared.baseline_config,
         empty_front_reason=data.empty_front_reason(),
         report=path,
-        artifacts=attach_report(summary.study_name, summary.storage_url, artifacts, path),
+        artifacts=stored_in,
     )

@@ -112,7 +112,7 @@ def _kept(place: StudyPlace) -> str:
 
     where = studies.redact(place.storage_url)
     try:
-        stored = studies.load_stored_study(place.storage_url, place.name, patience_s=SUMMARY_PATIENCE_S)
+        stored = studies.load_stored_study(place.storage_url, place.name, studies.Waiting(SUMMARY_PATIENCE_S))
         finished = [record for record in studies.records(stored) if record.launched and record.outcome]
     except UserError as error:
         if not str(error).startswith("no study named"):

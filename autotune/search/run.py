@@ -40,6 +40,7 @@ from autotune.search.prepare import Prepared, machine_notes, prepare
 from autotune.search.session import Checked, Session, check_search, check_worker, open_session
 from autotune.space.knobs import DeviceType
 from autotune.specs import BudgetSpec, SearchRequest, WorkerRequest
+from autotune.study import moments
 from autotune.study.opened import OpenedStudy
 
 
@@ -53,6 +54,7 @@ def run_search(request: SearchRequest, events: SearchEvents) -> SearchSummary:
     with _study_named_on_interrupt(checked):
         session = open_session(checked, _prepare(checked, deadline, events), events)
         summary = _run_loop(TrialLoop(session, deadline, events), started)
+    moments.reach("front")
     studies.record_search_run(session.study, _run_record(request, summary))
     return _with_best(summary, session.study)
 

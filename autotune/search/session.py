@@ -25,7 +25,7 @@ from autotune.search.events import SearchEvents
 from autotune.search.prepare import Prepared, plan_target, runnable_space
 from autotune.space import Config, SearchSpace, config_key, load_space, rules
 from autotune.specs import HardwareSpec, ModelSpec, QualitySpec, SearchRequest, WorkerRequest, WorkloadSpec
-from autotune.study import StudySettings, artifacts
+from autotune.study import StudySettings, artifacts, moments
 from autotune.study.claims import Claims
 from autotune.study.patience import PatientStorage
 from autotune.study.records import front_numbers
@@ -99,6 +99,7 @@ def open_session(checked: Checked, prepared: Prepared, events: SearchEvents) -> 
     anchors (and the front a warm start names)."""
     request = checked.request
     patient_storage = checked.patient_storage or open_patient_storage(request, checked.storage_url, events)
+    moments.reach("study")
     study, space, settings = _create_or_load(checked, patient_storage, prepared)
     artifact_store = artifacts.open_store(request.storage.artifacts, checked.storage_url)
     if not checked.joining:
@@ -115,7 +116,7 @@ def open_session(checked: Checked, prepared: Prepared, events: SearchEvents) -> 
     recovery()
     _enqueue_anchors(study, prepared)
     if request.warm_start:
-        _enqueue_warm_start(study, find_warm_start(request, checked.storage_url), space, events)
+        _enqueue_warm_start(study, find_warm_start(request, checked.storage_url, events), space, events)
     _say_opened(session, events)
     return session
 
@@ -161,11 +162,14 @@ def _say_opened(session: Session, events: SearchEvents) -> None:
 
 
 def open_patient_storage(request: SearchRequest, url: str, events: SearchEvents) -> PatientStorage:
-    """The study's storage, waiting out an outage for --storage-patience, saying so in the search's notes, and
-    ending a wait at its next try when a signal asks this process to stop."""
-    patient_storage = studies.open_storage(url, request.storage.patience_s, events.note)
-    patient_storage.patience.interrupted = interrupts.signalled
-    return patient_storage
+    """The study's storage, opened and used through an outage (storage_waiting)."""
+    return studies.open_storage(url, storage_waiting(request.storage.patience_s, events))
+
+
+def storage_waiting(patience_s: float, events: SearchEvents) -> studies.Waiting:
+    """How a search or a worker waits out its storage: for --storage-patience, saying so in its notes, and ending a
+    wait at its next try when a signal asks it to stop."""
+    return studies.Waiting(patience_s, events.note, interrupts.signalled)
 
 
 def check_search(request: SearchRequest, events: SearchEvents) -> Checked:
@@ -203,7 +207,7 @@ def check_search(request: SearchRequest, events: SearchEvents) -> Checked:
             settings.constraints = settings.constraints or stored.constraints  # none given: keep the study's
     _check_objectives(settings, hardware)
     if request.warm_start:
-        find_warm_start(request, url)  # bad input now, before anything is written
+        find_warm_start(request, url, events)  # bad input now, before anything is written
     artifacts.check_location(request.storage.artifacts, url)  # bad input now, before anything is written
     return Checked(request, hardware, space, name, url, patient_storage, existing, settings)
 
@@ -233,12 +237,12 @@ def _check_objectives(settings: StudySettings, hardware: ResolvedHardware) -> No
     check_available(settings.objectives, workload_kind, metrics_of_one_kind(), device_type, counter)
 
 
-def find_warm_start(request: SearchRequest, url: str) -> optuna.Study:
+def find_warm_start(request: SearchRequest, url: str, events: SearchEvents) -> optuna.Study:
     """The study named by --warm-start: in this study's storage, or in its own default SQLite file."""
     assert request.warm_start is not None
     for candidate in (url, studies.default_storage_url(request.warm_start, request.storage.studies_dir)):
         if not studies.sqlite_file_missing(candidate):
-            found = studies.find_study(studies.open_storage(candidate), request.warm_start)
+            found = studies.find_study(open_patient_storage(request, candidate, events), request.warm_start)
             if found is not None:
                 return found
     raise UserError(f"--warm-start: no study named {request.warm_start!r} in {studies.redact(url)} nor in its own file")
@@ -248,7 +252,10 @@ def check_worker(worker: WorkerRequest, events: SearchEvents) -> tuple[Checked, 
     """A worker joining an existing study: everything comes from the study; returns its reference too."""
     name, url = worker.storage.study_name, worker.storage.url
     assert name is not None and url is not None
-    study = studies.load_stored_study(url, name)
+    if studies.sqlite_file_missing(url):
+        raise studies.no_study(name, url)
+    patient_storage = studies.open_storage(url, storage_waiting(worker.storage.patience_s, events))
+    study = studies.stored_study(patient_storage, name, url)
     stored = studies.stored_settings(study)
     hardware = hardware_for(HardwareProfile.from_json(stored.profile), worker.device)
     if hardware.note:
@@ -256,7 +263,6 @@ def check_worker(worker: WorkerRequest, events: SearchEvents) -> tuple[Checked, 
     _check_objectives(stored, hardware)
     space = SearchSpace.from_json(stored.space)
     request = _joined(worker, stored)
-    patient_storage = open_patient_storage(request, url, events)
     checked = Checked(request, hardware, space, name, url, patient_storage, study, stored, joining=True)
     artifacts.check_location(worker.storage.artifacts, url)
     return checked, stored.prepared.reference_config

@@ -36,7 +36,7 @@ from autotune.search.interrupts import Interrupted, deferred
 from autotune.search.prepare import plan_target, trial_spec
 from autotune.search.session import Session
 from autotune.space import Config, SearchSpace, build_plan, config_key
-from autotune.study import TrialRecord, artifacts, kept
+from autotune.study import TrialRecord, artifacts, kept, moments
 from autotune.study.claims import OWNER_ATTR, WORKER_PID_ATTR, claim_configuration, this_process
 from autotune.study.optuna_internals import trial_id
 from autotune.study.recovery import Heartbeat
@@ -120,6 +120,7 @@ class Trial:
     def take(self, token: int, space: SearchSpace) -> None:
         """Ask Optuna for a trial, marked as ours with a first heartbeat at once, so a crash can never leave it
         RUNNING; then its configuration. `token`: the loop's own, in the queued trials it pops."""
+        moments.reach("ask")
         with deferred():
             asked = self.study.ask()
             while not self.session.claims.take_trial(trial_id(asked), token):
@@ -134,6 +135,7 @@ class Trial:
 
     def claim(self) -> str | None:
         """Claim the configuration for this trial; why not, when another trial holds it."""
+        moments.reach("claim")
         holder = claim_configuration(self.study, self.session.claims, config_key(self.config), self.number)
         return None if holder == self.number else f"same configuration as trial #{holder}"
 

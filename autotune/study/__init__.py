@@ -3,6 +3,7 @@
 Everything the report needs is stored here (study and trial user attributes), so a report can be
 rendered again from storage alone, on any machine."""
 
+from autotune.study.patience import DEFAULT_WAITING, Waiting
 from autotune.study.records import (
     FAIL_REASON_ATTR,
     MAX_INTERRUPTIONS,
@@ -56,15 +57,18 @@ from autotune.study.storage import (
     load_existing,
     load_stored_study,
     make_sampler,
+    no_study,
     open_storage,
     redact,
     sqlite_file_missing,
+    stored_study,
     studies_named,
     trial_folder,
 )
 
 __all__ = [
     "ARTIFACT_PREFIX",
+    "DEFAULT_WAITING",
     "EXCLUSIONS_ATTR",
     "FAIL_REASON_ATTR",
     "GRACE_PERIOD_S",
@@ -81,6 +85,7 @@ __all__ = [
     "RetryInterrupted",
     "StudySettings",
     "TrialRecord",
+    "Waiting",
     "add_exclusion",
     "add_suspicion",
     "awaiting_retry",
@@ -100,6 +105,7 @@ __all__ = [
     "measured_keys",
     "metric_names",
     "name_metrics",
+    "no_study",
     "open_storage",
     "record_launch",
     "record_result",
@@ -112,6 +118,7 @@ __all__ = [
     "space_with_exclusions",
     "sqlite_file_missing",
     "stored_settings",
+    "stored_study",
     "studies_named",
     "suspicions",
     "trial_folder",

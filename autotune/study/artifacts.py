@@ -15,6 +15,7 @@ from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 
 from autotune.errors import StorageUnavailableError, UserError
 from autotune.study import load_stored_study
+from autotune.study.patience import DEFAULT_WAITING, Waiting
 
 log = logging.getLogger(__name__)
 
@@ -103,11 +104,13 @@ def attach_to_trial_id(store: Any | None, storage: optuna.storages.BaseStorage, 
         log.warning("could not store %s as an artifact: %s", path, error)
 
 
-def attach_report(study_name: str, storage_url: str, location: str | None, report: Path) -> str | None:
+def attach_report(
+    study_name: str, storage_url: str, location: str | None, report: Path, waiting: Waiting = DEFAULT_WAITING
+) -> str | None:
     """Store the HTML report with the study; where the artifacts are, or None where there is no store."""
     where = location or default_location(storage_url)
     store = open_store(location, storage_url)
     if store is None:
         return None
-    attach(store, load_stored_study(storage_url, study_name), report, "text/html")
+    attach(store, load_stored_study(storage_url, study_name, waiting), report, "text/html")
     return where

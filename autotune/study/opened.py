@@ -12,6 +12,8 @@ from typing import Any
 import optuna
 
 from autotune.specs import WorkloadSpec
+from autotune.study import moments
+from autotune.study.patience import DEFAULT_WAITING, Waiting
 from autotune.study.records import TrialRecord, front_numbers, records
 from autotune.study.settings import StudySettings, exclusions, search_runs, stored_settings, suspicions
 from autotune.study.storage import load_stored_study
@@ -50,9 +52,12 @@ class OpenedStudy:
     study: optuna.Study
 
     @classmethod
-    def open(cls, name: str, storage_url: str) -> OpenedStudy:
-        """The study of this name in this storage; a UserError when there is none."""
-        return cls(name, storage_url, load_stored_study(storage_url, name))
+    def open(cls, name: str, storage_url: str, waiting: Waiting = DEFAULT_WAITING) -> OpenedStudy:
+        """The study of this name in this storage; a UserError when there is none. Its storage waits out an outage
+        as `waiting` says."""
+        study = load_stored_study(storage_url, name, waiting)
+        moments.reach("read")
+        return cls(name, storage_url, study)
 
     @classmethod
     def of(cls, study: optuna.Study, storage_url: str) -> OpenedStudy:

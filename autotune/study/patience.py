@@ -8,6 +8,9 @@ has passed since the first failure, then StorageUnavailableError: one line, exit
 made for each retry where the old one was dropped (SQLAlchemy's pool_pre_ping and its disconnect detection).
 
 An error that says something about the call itself (no such table, a constraint, bad data) is not retried.
+
+Opening the storage waits out the same outages (study/storage.py): a server shutting down or starting up, too many
+connections, a connection refused by a host that resolves. What no wait can fix there is bad input at once.
 """
 
 from __future__ import annotations
@@ -45,6 +48,23 @@ _WORDS = {  # what each cause of a problem is called in the lines printed
     LOCKED: "is locked by another process",
     FULL: "is on a full disk",
 }
+
+
+def _never() -> bool:
+    return False
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """How a process waits out its storage: for how long from the first failure (--storage-patience), how it says so
+    (a search's notes; a warning in the log by default), and what ends a wait at its next try (a signal)."""
+
+    limit_s: float = DEFAULT_PATIENCE_S
+    say: Callable[[str], None] = log.warning
+    interrupted: Callable[[], bool] = _never
+
+
+DEFAULT_WAITING = Waiting()
 
 
 @dataclass(frozen=True)

@@ -133,7 +133,7 @@ def _recover(
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         owner = trial.user_attrs.get(OWNER_ATTR)
         if trial.number in spared:
-            storage.record_heartbeat(storage.get_trial_id_from_study_id_trial_number(study_id(study), trial.number))
+            _beat(storage, claims, storage.get_trial_id_from_study_id_trial_number(study_id(study), trial.number))
         elif owner and owner.get("host") == host and not owner_alive(owner):
             _fail_and_retry(storage, study, trial.number, attach_log)
     _explain_stale(storage, study, attach_log)
@@ -144,6 +144,16 @@ def _recover(
         claims.release(record.config_key, record.number)
     waiting = [trial for trial in trials if trial.state == TrialState.WAITING]
     return [record.number for record in interrupted if _queued_retry(waiting, record)], trials
+
+
+def _beat(storage: optuna.storages.BaseStorage, claims: Claims, trial_id: int) -> None:
+    """A heartbeat recorded through an outage, with the storage's patience (Claims holds it), as every other call of
+    this thread: the storage leaves heartbeats impatient, for the trials' heartbeat threads (study/patience.py)."""
+    beat = lambda: storage.record_heartbeat(trial_id)  # noqa: E731
+    if claims.patience is None:
+        beat()
+    else:
+        claims.patience.call(beat)
 
 
 def _fail_and_retry(

@@ -6,9 +6,9 @@ import copy
 import fnmatch
 import logging
 import re
+import socket
 import time
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +19,16 @@ from optuna.trial import FrozenTrial
 
 from autotune.errors import UserError
 from autotune.extras import installed, why_storage_missing
+from autotune.study import moments
 from autotune.study.claims import OWNER_ATTR, WORKER_PID_ATTR
-from autotune.study.patience import DEFAULT_PATIENCE_S, Patience, PatientStorage
+from autotune.study.patience import (
+    DEFAULT_WAITING,
+    UNREACHABLE,
+    Patience,
+    PatientStorage,
+    Waiting,
+    storage_problem,
+)
 from autotune.study.records import FAIL_REASON_ATTR, MAX_INTERRUPTIONS
 from autotune.study.settings import StudySettings, name_metrics, update_settings
 
@@ -57,35 +65,90 @@ def redact(url: str) -> str:
     return re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", url)
 
 
-def open_storage(
-    url: str, patience_s: float = DEFAULT_PATIENCE_S, say: Callable[[str], None] | None = None
-) -> PatientStorage:
-    """The storage at `url`. Opening it is not retried (a server that cannot be reached now is most likely a wrong
-    URL: bad input); each call after that is retried through an outage of up to `patience_s` (study/patience.py),
-    `say` printing when one starts and ends."""
+def open_storage(url: str, waiting: Waiting = DEFAULT_WAITING) -> PatientStorage:
+    """The storage at `url`, opened through an outage of up to `waiting.limit_s` (a server shutting down or starting
+    up, a dropped connection, too many connections, a lock, a full disk, a connection refused by a host that
+    resolves); each call after that is retried the same way (study/patience.py), `waiting.say` printing when an
+    outage starts and ends. What no wait can fix is bad input at once (why_never_opens)."""
     driver_url = with_installed_driver(url)
-    if url.startswith("sqlite:///"):
-        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    sqlite_file = Path(url.removeprefix("sqlite:///")) if url.startswith("sqlite:///") else None
+    if sqlite_file is not None:
+        sqlite_file.parent.mkdir(parents=True, exist_ok=True)
+    patience = Patience(waiting.limit_s, redact(url), waiting.say, sqlite_file)
+    patience.interrupted = waiting.interrupted
+    moments.reach_once_connected("open")
     for attempt in range(SCHEMA_RACE_ATTEMPTS):
         try:
-            patient_storage = PatientStorage(
-                driver_url,
-                engine_kwargs=_engine_arguments(url, patience_s),
-                heartbeat_interval=HEARTBEAT_INTERVAL_S,
-                grace_period=GRACE_PERIOD_S,
-                heartbeat_stale_trial_callback=RetryInterrupted(max_retry=MAX_INTERRUPTIONS),
-            )
+            patient_storage = patience.call(lambda: _new_storage(url, driver_url, waiting.limit_s))
         except sqlalchemy.exc.DatabaseError as error:
             if not _lost_schema_race(error):
-                raise UserError(f"cannot open storage {redact(url)}: {_first_line(error)}; check --storage") from None
+                raise
             time.sleep(0.2 * (attempt + 1))  # another process created the schema meanwhile: it is there now
             continue
-        except Exception as error:  # SQLAlchemy raises many kinds: a bad URL, a missing driver, a refused connection
-            raise UserError(f"cannot open storage {redact(url)}: {_first_line(error)}; check --storage") from None
-        sqlite_file = Path(url.removeprefix("sqlite:///")) if url.startswith("sqlite:///") else None
-        patient_storage.patience = Patience(patience_s, redact(url), say or log.warning, sqlite_file)
+        patient_storage.patience = patience
         return patient_storage
     raise UserError(f"cannot open storage {redact(url)}: its schema could not be created; check --storage")
+
+
+def _new_storage(url: str, driver_url: str, patience_s: float) -> PatientStorage:
+    """One attempt at opening the storage; a UserError when no attempt can succeed."""
+    try:
+        return PatientStorage(
+            driver_url,
+            engine_kwargs=_engine_arguments(url, patience_s),
+            heartbeat_interval=HEARTBEAT_INTERVAL_S,
+            grace_period=GRACE_PERIOD_S,
+            heartbeat_stale_trial_callback=RetryInterrupted(max_retry=MAX_INTERRUPTIONS),
+        )
+    except Exception as error:  # SQLAlchemy raises many kinds: a bad URL, a missing driver, a refused connection
+        never = None if _lost_schema_race(error) else why_never_opens(error, url)
+        if never is None:
+            raise  # an outage (the patience waits it out), or a schema another process is creating
+    # Raised outside the handler, so that the patience finds no driver's error behind it to wait out.
+    raise UserError(f"cannot open storage {redact(url)}: {never}; check --storage")
+
+
+# What a server says when it refuses a login or a database, which no wait changes: PostgreSQL's words (in English, its
+# default lc_messages; in another language they read as an outage) and MySQL's.
+REFUSALS = (
+    "authentication failed",  # a rejected password, certificate, ident or peer login
+    "no password supplied",
+    "does not exist",  # the database, or the user
+    "no pg_hba.conf entry",
+    "permission denied",
+    "access denied",
+    "unknown database",
+)
+
+
+def why_never_opens(error: Exception, url: str) -> str | None:
+    """Why the storage at `url` cannot be opened however long one waits, from the error an attempt met: a malformed
+    URL, a missing driver, an SQLite file that cannot be opened, a server that refuses the login or the database, a
+    host that does not resolve. None for an outage that passes: a server shutting down or starting up, too many
+    connections, a lock, a full disk, a connection refused or reset by a host that resolves."""
+    problem = storage_problem(error)
+    if problem is None:
+        return _first_line(error)
+    if problem.cause == UNREACHABLE:
+        refused = any(words in problem.detail.lower() for words in REFUSALS)
+        if refused or _unknown_host(url):
+            return redact(problem.detail)
+    return None
+
+
+def _unknown_host(url: str) -> bool:
+    """Whether the host of `url` does not resolve (a name server that cannot answer now is an outage)."""
+    try:
+        host = sqlalchemy.engine.make_url(url).host
+    except sqlalchemy.exc.ArgumentError:
+        return False
+    if not host or "," in host:  # a local socket, or several hosts: the driver says
+        return False
+    try:
+        socket.getaddrinfo(host, None)
+    except socket.gaierror as error:
+        return error.errno != socket.EAI_AGAIN
+    return False
 
 
 def _engine_arguments(url: str, patience_s: float) -> dict[str, Any]:
@@ -149,15 +212,28 @@ def sqlite_file_missing(url: str) -> bool:
     return url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists()
 
 
-def load_stored_study(url: str, name: str, patience_s: float = DEFAULT_PATIENCE_S) -> optuna.Study:
+def load_stored_study(url: str, name: str, waiting: Waiting = DEFAULT_WAITING) -> optuna.Study:
     """An existing study, without creating a database or a study when there is none."""
-    study = None if sqlite_file_missing(url) else find_study(open_storage(url, patience_s), name)
+    if sqlite_file_missing(url):
+        raise no_study(name, url)
+    return stored_study(open_storage(url, waiting), name, url)
+
+
+def stored_study(storage: optuna.storages.BaseStorage, name: str, url: str) -> optuna.Study:
+    """The study of this name in `storage` (at `url`); a UserError when there is none."""
+    study = find_study(storage, name)
     if study is None:
-        raise UserError(f"no study named {name!r} in {redact(url)}; check --study and --storage")
+        raise no_study(name, url)
     return study
 
 
-def studies_named(names: list[str], url: str | None, studies_dir: Path = Path("studies")) -> list[tuple[str, str]]:
+def no_study(name: str, url: str) -> UserError:
+    return UserError(f"no study named {name!r} in {redact(url)}; check --study and --storage")
+
+
+def studies_named(
+    names: list[str], url: str | None, studies_dir: Path = Path("studies"), waiting: Waiting = DEFAULT_WAITING
+) -> list[tuple[str, str]]:
     """(study, storage URL) for each name or glob pattern ("demo-cpu-2026-11-*"): matched among the studies
     of `url`, or, without one, among the SQLite files of `studies_dir` (each study's default storage)."""
     found: dict[str, str] = {}
@@ -165,7 +241,7 @@ def studies_named(names: list[str], url: str | None, studies_dir: Path = Path("s
         if not any(char in name for char in "*?["):
             found.setdefault(name, url or default_storage_url(name, studies_dir))
             continue
-        matches = _matching(name, url, studies_dir)
+        matches = _matching(name, url, studies_dir, waiting)
         if not matches:
             where = redact(url) if url else f"{studies_dir}/*.db"
             raise UserError(f"no study matches {name!r} in {where}; check --studies and --storage")
@@ -174,12 +250,12 @@ def studies_named(names: list[str], url: str | None, studies_dir: Path = Path("s
     return list(found.items())
 
 
-def _matching(pattern: str, url: str | None, studies_dir: Path) -> list[str]:
+def _matching(pattern: str, url: str | None, studies_dir: Path, waiting: Waiting) -> list[str]:
     if url is None:
         return sorted(path.stem for path in studies_dir.glob(f"{pattern}.db"))
     if sqlite_file_missing(url):
         return []
-    names = [summary.study_name for summary in open_storage(url).get_all_studies()]
+    names = [summary.study_name for summary in open_storage(url, waiting).get_all_studies()]
     return sorted(name for name in names if fnmatch.fnmatchcase(name, pattern))
 
 

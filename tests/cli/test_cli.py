@@ -94,7 +94,7 @@ def test_a_hub_id_that_cannot_be_reached_offline(tmp_path: Path, cli_env):
 
 @pytest.mark.parametrize(
     "storage",
-    ["postgresql+psycopg://autotune:s3cret-pw@127.0.0.1:1/studies", "nosuchdb://autotune:s3cret-pw@host/x"],
+    ["postgresql+psycopg://autotune:s3cret-pw@127.0.0.1:no-port/studies", "nosuchdb://autotune:s3cret-pw@host/x"],
 )
 def test_a_storage_that_cannot_be_opened_never_shows_its_password(tmp_path: Path, cli_env, storage):
     completed = run_main(

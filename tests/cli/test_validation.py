@@ -36,7 +36,7 @@ CASES = [
     (["search", *DEMO, "--storage", "sqlite:///{things}"], "is a directory; name a database file"),
     (["search", *DEMO, "--storage", "sqlite:////proc/autotune/s.db"], "cannot create /proc/autotune/s.db"),
     (["search", *DEMO, "--storage", "sqlite:///{things}/not-a-database.db"], "file is not a database"),
-    (["search", *DEMO, "--storage", "postgresql+psycopg://u:pw@127.0.0.1:1/x"], "cannot open storage"),
+    (["search", *DEMO, "--storage", "postgresql+psycopg://u:pw@127.0.0.1:no-port/x"], "cannot open storage"),
     (["search", *DEMO, "--report", "{things}"], "is a directory; name a file"),
     (["search", *DEMO, "--report", "{things}/a-file/r.html"], "a-file is not a folder"),
     (["search", *DEMO, "--report", "/proc/autotune/r.html"], "--report /proc/autotune/r.html: cannot write there"),

@@ -1,7 +1,8 @@
 """The study survives its database: real `autotune worker` processes on a real PostgreSQL server that is stopped
-while their trials measure and started again, a worker that outlasts its --storage-patience, and a search beside
-a reader holding its SQLite file. The demo model; each wait is on an event (a line printed, a file, a process
-ending), never on a fixed sleep.
+while their trials measure and started again, a worker that outlasts its --storage-patience, a search and a worker
+whose server is stopped at each moment of their lives (held there by autotune/study/moments.py), `best`, `report` and
+`history` whose server is stopped as they read, and a search beside a reader holding its SQLite file. The demo model;
+each wait is on an event (a line printed, a file, a process ending), never on a fixed sleep.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from autotune.extras import installed
 from autotune.study import records
 from autotune.study.kept import KEPT_NAME
 from autotune.worker.demo_model import ensure_demo_model
-from tests.conftest import BRIEF, EIGHT_CONFIGURATIONS, announced
+from tests.conftest import BRIEF, EIGHT_CONFIGURATIONS, announced, cheap_space
 from tests.disks import fill, small_disk
 from tests.postgres import PostgresServer, postgres_server  # noqa: F401 - a fixture
 
@@ -76,6 +77,17 @@ class Watched:
 
     def _found(self, words: str) -> list[str]:
         return [line for line in self.lines if words in line]
+
+    def said(self, words: str) -> list[str]:
+        """Its lines, on stdout or stderr, with `words`."""
+        return [line for line in [*self.lines, *self.errors] if words in line]
+
+    def wait_until_said(self, words: str, times: int, timeout_s: float = 300) -> None:
+        """Until `times` of its lines have `words`; fails if it ends before."""
+        with self.arrived:
+            enough = lambda: len(self.said(words)) >= times  # noqa: E731
+            found = self.arrived.wait_for(lambda: enough() or not self.readers[0].is_alive(), timeout_s)
+            assert found and enough(), f"not {times} lines with {words!r}: {self.output()}"
 
     def finish(self, timeout_s: float = 900) -> int:
         code = self.process.wait(timeout=timeout_s)
@@ -173,6 +185,141 @@ def test_workers_live_through_a_postgresql_restart_and_past_their_patience_leave
     assert len(measured) == len(set(measured)) == 1 + 2 + 2 + 1, "every configuration measured once, none lost"
     assert not [r for r in by_number.values() if r.interrupted], "no trial was lost to the outage"
     assert list(folder.glob(f"trial-*/{KEPT_NAME}*")) == []
+
+
+class Holds:
+    """The moments a process is held at (autotune/study/moments.py: AUTOTUNE_HOLD_AT), with their files in `folder`."""
+
+    def __init__(self, folder: Path, *moments: str) -> None:
+        folder.mkdir(parents=True)
+        self.stems = {moment: folder / moment for moment in moments}
+        self.released: list[str] = []
+
+    def env(self, env: dict[str, str]) -> dict[str, str]:
+        return {**env, "AUTOTUNE_HOLD_AT": json.dumps({moment: str(stem) for moment, stem in self.stems.items()})}
+
+    def reached(self) -> list[str]:
+        """The moments the process is held at now."""
+        return [m for m, stem in self.stems.items() if Path(f"{stem}.reached").exists() and m not in self.released]
+
+    def release(self, moment: str) -> None:
+        Path(f"{self.stems[moment]}.release").touch()
+        self.released.append(moment)
+
+
+ANSWERS = "answers again, after "
+
+
+def outage_now(server: PostgresServer, held: dict[Watched, Holds]) -> bool:
+    """If some processes are held at a moment: stop the server, let them go on into the outage, wait until each says
+    it waits, start the server, and wait until each says the storage answers again. Whether any was held."""
+    at = {watched: holds.reached() for watched, holds in held.items() if holds.reached()}
+    if not at:
+        return False
+    outages = {watched: len(watched.said(OUTAGE)) for watched in at}  # none under way: each is held
+    server.stop()
+    for watched, moments in at.items():
+        for moment in moments:
+            held[watched].release(moment)
+    for watched, before in outages.items():
+        watched.wait_until_said(OUTAGE, before + 1)
+    server.start()
+    for watched, before in outages.items():
+        watched.wait_until_said(ANSWERS, before + 1)
+    return True
+
+
+def outages_until_they_end(server: PostgresServer, held: dict[Watched, Holds]) -> None:
+    """An outage at each moment the processes are held at, until every one of them has ended."""
+    while any(watched.process.poll() is None for watched in held):
+        if not outage_now(server, held):
+            time.sleep(0.1)
+
+
+def test_a_search_and_a_worker_outlast_an_outage_at_each_moment_of_their_lives_and_the_readers_at_their_read(
+    tmp_path,
+    env,
+    study_name: str,
+    postgres_server: PostgresServer,  # noqa: F811
+):
+    url, name = postgres_server.url, study_name
+    release_the_stall = tmp_path / "release-the-stall"
+    stall = {"AUTOTUNE_INJECT_FAULTS": json.dumps({"0": {"phase": "load", "kind": "stall",
+                                                          "until": str(release_the_stall)}})}  # fmt: skip
+    searched = Holds(tmp_path / "search", "open", "study", "ask", "claim", "front", "read", "report")
+    command = [sys.executable, "-m", "autotune", "search", "--model", "demo", "--gpu", "cpu", "--study", name,
+               "--storage", url, *cheap_space(tmp_path), "--trials", "2", "--artifacts", str(tmp_path / "artifacts"),
+               *SMALL]  # fmt: skip
+    search = Watched(command, tmp_path, {**searched.env(env), **stall})
+    folder = Path(env["AUTOTUNE_CACHE_DIR"]) / "studies" / name
+    while not announced(folder, 0, "load"):  # an outage at each moment up to its first trial, which then stalls
+        assert search.process.poll() is None, search.output()
+        if not outage_now(postgres_server, {search: searched}):
+            time.sleep(0.1)
+
+    # The issue's scenario: a worker started while PostgreSQL is stopped, started again once the worker waits for it.
+    postgres_server.stop()
+    joined = Holds(tmp_path / "worker", "study")
+    joining = worker(name, url, joined.env(env), tmp_path, "--trials", "2", "--storage-patience", "2m")
+    joining.wait_until_said(OUTAGE, 1)
+    release_the_stall.touch()  # and the search's trial ends meanwhile: its result waits to be stored
+    search.wait_until_said(OUTAGE, 5)
+    postgres_server.start()
+    outages_until_they_end(postgres_server, {search: searched, joining: joined})
+    assert search.finish() == 0, search.output()
+    assert joining.finish() == 0, joining.output()
+
+    both = f"{search.output()}\n{joining.output()}"
+    assert searched.released == ["open", "study", "ask", "claim", "front", "read", "report"], both
+    assert joined.released == ["study"], both
+    assert "(terminating connection due to administrator command" in search.said(OUTAGE)[0], both  # as it opened
+    opening = joining.said(OUTAGE)[0]
+    assert "Connection refused" in opening and opening.endswith("retrying for up to 2m00s (--storage-patience)"), both
+    for each in (search, joining):
+        assert len(each.said(OUTAGE)) == len(each.said(ANSWERS)), both  # each outage ended, and was said to
+    assert any(line.startswith("trial logs and the report are stored as Optuna artifacts in") for line in search.lines)
+    study = optuna.load_study(study_name=name, storage=url)
+    states = [t.state.name for t in study.get_trials(deepcopy=False)]
+    assert "RUNNING" not in states and "WAITING" not in states, f"a trial was left unaccounted for: {states}\n{both}"
+    measured = [r for r in records(study) if r.launched and r.outcome]
+    keys = [json.dumps(r.config, sort_keys=True) for r in measured]
+    assert len(keys) == len(set(keys)) == 2 + 2 and all(r.complete for r in measured), f"each measured once: {both}"
+    assert not [r for r in records(study) if r.interrupted], f"none failed for heartbeats lost to an outage: {both}"
+    assert list(folder.glob(f"trial-*/{KEPT_NAME}*")) == []
+
+    readers: dict[Watched, Holds] = {}
+    for arguments in (
+        ["best", "--study", name, "--format", "json"],
+        ["report", "--study", name, "--report", str(tmp_path / "again.html")],
+        ["history", "--studies", name, "--format", "json", "--report", str(tmp_path / "nights.html")],
+    ):
+        holds = Holds(tmp_path / arguments[0], "read")
+        command = [sys.executable, "-m", "autotune", *arguments, "--storage", url, "--storage-patience", "2m"]
+        readers[Watched(command, tmp_path, holds.env(env))] = holds  # fmt: skip
+    for reader, holds in readers.items():  # each has opened the study, and reads it after one outage for all three
+        wait_until(holds.reached, reader, "it never read the study")
+    outages_until_they_end(postgres_server, readers)
+    best, report, history = readers
+    outputs = "\n".join(reader.output() for reader in readers)
+    assert [reader.finish() for reader in readers] == [0, 0, 0], outputs
+    assert json.loads("\n".join(best.lines))["trial"] in {r.number for r in measured}
+    assert report.lines == [f"report: {tmp_path / 'again.html'}"] and (tmp_path / "again.html").stat().st_size > 0
+    assert [night["study"] for night in json.loads("\n".join(history.lines))["nights"]] == [name]
+    for reader in readers:  # on stderr: the output may be JSON
+        waited, answered = reader.errors
+        assert waited.startswith(f"note: storage {url} {OUTAGE} (") and answered.startswith(
+            f"note: storage {url} {ANSWERS}"
+        ), outputs
+
+    postgres_server.stop()  # past its patience, a reader stops with one line
+    impatient = subprocess.run([sys.executable, "-m", "autotune", "best", "--study", name, "--storage", url,
+                                "--storage-patience", "1s"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                               timeout=300)  # fmt: skip
+    assert impatient.returncode == 75, impatient.stdout + impatient.stderr
+    waits, line = impatient.stderr.splitlines()
+    assert waits.startswith(f"note: storage {url} {OUTAGE} (") and "Connection refused" in waits
+    assert line.startswith(f"autotune: storage unavailable: storage {url} {OUTAGE} (connection failed: ")
+    assert line.endswith("(--storage-patience 1.0s)") and impatient.stdout == ""
 
 
 def test_a_full_disk_fails_the_trials_with_their_reason_and_the_report_with_a_line_and_damages_nothing(tmp_path, env):
