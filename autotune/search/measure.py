@@ -40,7 +40,7 @@ def measure(request: SearchRequest, overrides: dict[str, Value]) -> tuple[Config
     for name, value in overrides.items():
         reason = hardware.profile.why_not_value(name, value)
         if reason:
-            raise UserError(f"{name}={value} cannot run on profile {hardware.profile.name}: {reason}")
+            raise UserError(f"{name}={value} is not measured on profile {hardware.profile.name}: {reason}")
         missing = why_not_installed(name, value)
         if missing:
             raise UserError(missing)

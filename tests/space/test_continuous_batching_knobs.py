@@ -158,7 +158,7 @@ def test_measure_refuses_cuda_graphs_on_cpu(tmp_path: Path, cli_env: dict[str, s
     completed = run_main(args, tmp_path, cli_env)
     assert completed.returncode == 2 and "Traceback" not in completed.stderr
     expected = (
-        "use_cuda_graph=on cannot run on profile cpu: "
+        "use_cuda_graph=on is not measured on profile cpu: "
         "needs a CUDA GPU (CUDA graphs need CUDA: elsewhere transformers turns them off, a no-op)"
     )
     assert completed.stderr == f"autotune: error: {expected}\n"

@@ -173,7 +173,7 @@ def test_measure_refuses_torchao_int4_on_cpu_and_quanto_int4_under_inference_mod
                      "--set", "quantization=torchao-int4"], tmp_path, cli_env)  # fmt: skip
     assert int4.returncode == 2 and "Traceback" not in int4.stderr
     assert int4.stderr == (
-        "autotune: error: quantization=torchao-int4 cannot run on profile cpu: needs a CUDA GPU (torchao int4 runs "
+        "autotune: error: quantization=torchao-int4 is not measured on profile cpu: needs a CUDA GPU (torchao int4 runs "
         "tinygemm's CUDA kernel (Ampere or newer); every int4 packing fails on CPU)\n"
     )
     quanto = run_cli(["measure", "--model", "demo", "--device", "cpu", "--set", "quantization=quanto-int4",

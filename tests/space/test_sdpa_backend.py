@@ -75,7 +75,7 @@ def test_measure_refuses_a_cuda_kernel_on_cpu(tmp_path: Path, cli_env: dict[str,
     completed = run_main(args, tmp_path, cli_env)
     assert completed.returncode == 2 and "Traceback" not in completed.stderr
     expected = (
-        "sdpa_backend=efficient cannot run on profile cpu: "
+        "sdpa_backend=efficient is not measured on profile cpu: "
         "needs a CUDA GPU (the efficient sdpa kernel is a CUDA kernel)"
     )
     assert completed.stderr == f"autotune: error: {expected}\n"
