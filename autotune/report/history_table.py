@@ -5,9 +5,25 @@ from __future__ import annotations
 
 from autotune.analysis.capacity import AtCapacity
 from autotune.analysis.history import History, NightSummary
+from autotune.figures.metrics import Metric, in_history
 from autotune.figures.slo import describe_slo
 from autotune.units import format_bytes
 
+
+def _history_columns() -> dict[str, list[Metric]]:
+    """The nights' columns of the figures in_history(), each with the figures it holds (" / " between them)."""
+    columns: dict[str, list[Metric]] = {}
+    for metric in in_history():
+        columns.setdefault(metric.history, []).append(metric)
+    return columns
+
+
+def _column_heading(metrics: list[Metric]) -> str:
+    best = "best" if metrics[0].direction == "maximize" else "lowest"
+    return f"{best} {' / '.join(metric.column_heading for metric in metrics)}"
+
+
+HISTORY_COLUMNS = list(_history_columns().values())
 HEADINGS = (
     "night",
     "study",
@@ -16,7 +32,7 @@ HEADINGS = (
     "best tok/s",
     "lowest memory",
     "lowest KL",
-    "best tokens / greedy",
+    *(_column_heading(metrics) for metrics in HISTORY_COLUMNS),
     "vs the night before",
 )
 CAPACITY_HEADINGS = ("SLO", "capacity of the fastest")
@@ -41,7 +57,7 @@ def night_cells(history: History, night: NightSummary) -> list[str]:
         _number(night.best_throughput, "{:.1f}") + (f" ({change:+.1%})" if change is not None else ""),
         format_bytes(night.lowest_memory_gb * 1e9) if night.lowest_memory_gb is not None else "-",
         _number(night.lowest_kl, "{:.2e}"),
-        f"{_percent(night.best_token_agreement)} / {_percent(night.best_greedy_agreement)}",
+        *(" / ".join(metric.value_text(night.best(metric)) for metric in metrics) for metrics in HISTORY_COLUMNS),
     ]
     if len(history_headings(history)) > len(HEADINGS):
         cells += [describe_slo(night.target.slo) if night.target else "none", _fastest(night.fastest_capacity)]
@@ -55,10 +71,6 @@ def _fastest(found: AtCapacity | None) -> str:
     figures = f"{found.tokens_per_s_per_device:.4g} generated tok/s end to end per {found.device}"
     cost = found.cost_per_million_tokens
     return f"{found.unit.size_text(found.size)}: {figures}" + (f", ${cost:.4g} per 1M tokens" if cost else "")
-
-
-def _percent(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1%}"
 
 
 def _number(value: float | None, template: str) -> str:
