@@ -148,6 +148,7 @@ class SearchRequest:
     space_path: Path | None = None  # None: the packaged default space
     seed: int | None = None
     constraints: tuple[Constraint, ...] = ()  # passed to Optuna with trial.set_constraint
+    preset_guard: bool = False  # the constraints are an --objective preset's: a study searched under others keeps its
     objectives: tuple[str, ...] = ()  # metric names; empty: the study's own, or the default three for a new one
     devices: tuple[str, ...] = ()  # one worker per device, sharing the study
     warm_start: str | None = None  # a study of the same storage whose front is measured first

@@ -240,8 +240,8 @@ def print_front(
 ) -> None:
     """The front's figures, each configuration as its changes from the baseline, and a column for each of the
     study's objectives the usual ones leave out."""
-    figures = shown_in(FRONT)
-    extra = [metric for metric in objectives if metric not in figures]
+    figures = shown_in(FRONT, [card.record.metrics for card in cards])
+    extra = [metric for metric in objectives if metric not in shown_in(FRONT)]
     title = f"Pareto front of {study_name}" + (f" (baseline: {knobs_line(baseline)})" if baseline else "")
     probed = next((card.at_capacity for card in cards if card.at_capacity is not None), None)
     if probed is not None:

@@ -142,6 +142,7 @@ def _search_request(
         space_path=space,
         seed=seed,
         constraints=tuple(parse_constraints(goal.constraints)),
+        preset_guard=goal.preset_guard,
         objectives=goal.objectives,
         devices=tuple(device.strip() for device in devices.split(",")) if devices else (),
         warm_start=warm_start,

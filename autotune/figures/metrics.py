@@ -52,6 +52,8 @@ class Metric:
     cell: str = ""  # a table cell: a template over the value times `scale` ("{:.1f} ms"), or BYTES
     scale: float = 1.0
     cell_of: str = ""  # the figure the cell writes, where another one says it better (peak memory in bytes)
+    beside: str = ""  # a count written beside the cell, where measured: "12.5% of 8"
+    optional: bool = False  # a table has its column only where some row measured it
     line: str = ""  # its part of a trial's line, "{}" its cell; "": "<column> <cell>"
     card: str = ""  # its words on a configuration's card, "{}" its cell, after the clause `card_clause`
     card_clause: str = ""
@@ -96,8 +98,10 @@ class Metric:
         return format_bytes(value) if self.cell == BYTES else self.cell.format(value * self.scale)
 
     def text(self, figures: Mapping[str, float]) -> str:
-        """Its cell, from a trial's figures; "-" where it was not measured."""
-        return self.value_text(figures.get(self.cell_of or self.name))
+        """Its cell, from a trial's figures ("12.5% of 8" with the count beside it); "-" where it was not measured."""
+        cell = self.value_text(figures.get(self.cell_of or self.name))
+        count = figures.get(self.beside) if self.beside and cell != "-" else None
+        return cell if count is None else f"{cell} of {count:.0f}"
 
     def measured(self, figures: Mapping[str, float]) -> bool:
         return (self.cell_of or self.name) in figures
@@ -199,6 +203,25 @@ GREEDY_AGREEMENT = Metric(
     card_clause=GREEDY_TOKENS,
     history="agreements",
     aliases=(("greedy", ""),),
+)
+
+# Tier 0, every trial: of the trial's own free-running generations, the share that are degenerate (empty, one token,
+# a repetition loop, or running to the limit where the reference stopped) where the reference's are not.
+GENERATIONS_JUDGED = "generations_judged"  # how many generations tier 0 judged
+DEGENERATE_SHARE = Metric(
+    "degenerate_share",
+    "degenerate generations (empty, one token, a loop, or no stop where the reference stopped)",
+    "",
+    "minimize",
+    short="degenerate",
+    shown=FRONT,
+    **PERCENT,
+    beside=GENERATIONS_JUDGED,
+    optional=True,
+    card="degenerate {}",
+    card_clause="of its own free-running generations",
+    compared=WHERE_MEASURED,
+    aliases=(("degenerate", ""),),
 )
 
 # The default objectives, in the order Optuna stores their values: every study before issue 17 has these.
@@ -311,6 +334,7 @@ REPORTED: tuple[Metric, ...] = (
     TOP1_AGREEMENT,
     TOKEN_AGREEMENT,
     GREEDY_AGREEMENT,
+    DEGENERATE_SHARE,
     PERPLEXITY,
     PERPLEXITY_DELTA,
     THROUGHPUT_CV,
@@ -354,11 +378,16 @@ def objectives_named(names: Sequence[str]) -> tuple[Metric, ...]:
 OBJECTIVE_CHOICES = tuple(name for name, metric in METRICS.items() if metric.direction is not None)
 
 
-def shown_in(where: Shown) -> tuple[Metric, ...]:
+def shown_in(where: Shown, rows: Sequence[Mapping[str, float]] | None = None) -> tuple[Metric, ...]:
     """The figures of a table, in its order: FRONT, those of a trial's line and the front's table; REPORT, those of
-    the report's table of trials (the front's and its own)."""
+    the report's table of trials (the front's and its own). With the table's `rows` (each a trial's figures), an
+    optional figure only where some row measured it."""
     wanted = (FRONT,) if where == FRONT else (FRONT, REPORT)
-    return tuple(metric for metric in REPORTED if metric.shown in wanted)
+    return tuple(
+        metric
+        for metric in REPORTED
+        if metric.shown in wanted and (rows is None or not metric.optional or any(map(metric.measured, rows)))
+    )
 
 
 def compared() -> tuple[Metric, ...]:

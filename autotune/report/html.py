@@ -7,6 +7,7 @@ page: nothing from a trial can add markup or script.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from html import escape
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from autotune.figures.constraints import Constraint
-from autotune.figures.metrics import REPORT, shown_in
+from autotune.figures.metrics import REPORT, Metric, shown_in
 from autotune.report.capacity_chart import capacity_chart
 from autotune.report.cards import card_facts
 from autotune.report.ceiling import ceiling_section
@@ -247,21 +248,14 @@ def _blame(record: TrialRecord) -> str:
 # ------------------------------------------------------------------------------------------- tables
 
 
-_COLUMNS = (
-    "#",
-    "why it ran",
-    "outcome",
-    "configuration",
-    *(metric.column_heading for metric in shown_in(REPORT)),
-    "time",
-    "details",
-)
+_COLUMNS = ("#", "why it ran", "outcome", "configuration")
 
 
 def _trials_table(data: ReportData) -> str:
     front = set(data.pareto)
-    rows = "".join(_trial_row(data, record, record.number in front) for record in data.trials)
-    columns = list(_COLUMNS)
+    figures = shown_in(REPORT, [record.metrics for record in data.trials])
+    rows = "".join(_trial_row(data, record, record.number in front, figures) for record in data.trials)
+    columns = [*_COLUMNS, *(metric.column_heading for metric in figures), "time", "details"]
     if data.capacities:  # before the time: a figure, as the others
         columns.insert(-2, f"capacity {Terms.of(data.settings).target.within}")
     head = "".join(f"<th>{escape(column)}</th>" for column in columns)
@@ -295,7 +289,7 @@ def _config_text(record: TrialRecord) -> str:
     return ", ".join(f"{k}={v}" for k, v in record.config.items())
 
 
-def _trial_row(data: ReportData, record: TrialRecord, on_front: bool) -> str:
+def _trial_row(data: ReportData, record: TrialRecord, on_front: bool, figures: Sequence[Metric]) -> str:
     m = record.metrics
     found = data.capacities.get(record.number)
     cells = [
@@ -303,7 +297,7 @@ def _trial_row(data: ReportData, record: TrialRecord, on_front: bool) -> str:
         ", ".join(record.roles),
         record.outcome or "",
         _config_text(record),
-        *(metric.text(m) for metric in shown_in(REPORT)),
+        *(metric.text(m) for metric in figures),
         format_duration(record.duration_s) if record.duration_s else "-",
     ]
     if data.capacities:
