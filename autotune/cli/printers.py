@@ -156,6 +156,8 @@ def print_search_summary(summary: SearchSummary, capacity_within: str = "", qual
     if summary.passed_over:
         listed = "; ".join(summary.passed_over)
         out.print(f"not started, the budget left could not finish them: {listed}")
+    for line in summary.evaluation:
+        out.print(line)
 
 
 def _best_figure(found: BestFound) -> str:

@@ -52,7 +52,8 @@ class Metric:
     cell: str = ""  # a table cell: a template over the value times `scale` ("{:.1f} ms"), or BYTES
     scale: float = 1.0
     cell_of: str = ""  # the figure the cell writes, where another one says it better (peak memory in bytes)
-    beside: str = ""  # a count written beside the cell, where measured: "12.5% of 8"
+    beside: str = ""  # a figure written beside the cell, where measured, as `beside_form` says: "12.5% of 8"
+    beside_form: str = " of {:.0f}"
     optional: bool = False  # a table has its column only where some row measured it
     line: str = ""  # its part of a trial's line, "{}" its cell; "": "<column> <cell>"
     card: str = ""  # its words on a configuration's card, "{}" its cell, after the clause `card_clause`
@@ -60,6 +61,7 @@ class Metric:
     on_path: bool = False  # teacher-forced: it depends on the path quality was measured on (figures/quality.py)
     # compared, constrained, forecast
     compared: Compared | None = None
+    after_search: bool = False  # measured after the search, on the front's finalists (tier 1): no search bound
     history: str = ""  # history: each night's best on its front, in the nights' column of this name (shared: " / ")
     aliases: tuple[tuple[str, str], ...] = ()  # names --constraint takes, each with the unit a bare number is in
     forecast: Family | None = None
@@ -101,7 +103,7 @@ class Metric:
         """Its cell, from a trial's figures ("12.5% of 8" with the count beside it); "-" where it was not measured."""
         cell = self.value_text(figures.get(self.cell_of or self.name))
         count = figures.get(self.beside) if self.beside and cell != "-" else None
-        return cell if count is None else f"{cell} of {count:.0f}"
+        return cell if count is None else cell + self.beside_form.format(count)
 
     def measured(self, figures: Mapping[str, float]) -> bool:
         return (self.cell_of or self.name) in figures
@@ -224,6 +226,71 @@ DEGENERATE_SHARE = Metric(
     aliases=(("degenerate", ""),),
 )
 
+# Tier 1, the front's finalists (--eval TASK): the task's accuracy, its recovery against the reference's with a
+# one-sided 95% lower bound (paired: the items are the reference's; figures/task.py says which bound and why), and
+# the share of items right in one and wrong in the other.
+TASK_ITEMS = "task_items"  # how many items of the task were judged
+ON_THE_TASK = "on the task"
+TASK_ACCURACY = Metric(
+    "task_accuracy",
+    "task accuracy",
+    "",
+    "maximize",
+    short="accuracy",
+    shown=FRONT,
+    **PERCENT,
+    beside=TASK_ITEMS,
+    optional=True,
+    card="accuracy {}",
+    card_clause=ON_THE_TASK,
+    compared=WHERE_MEASURED,
+    after_search=True,
+    history="accuracy",
+    aliases=(("accuracy", ""),),
+)
+TASK_RECOVERY_LOW = Metric(
+    "task_recovery_low",
+    "task recovery, one-sided 95% lower bound",
+    "",
+    "maximize",
+    after_search=True,
+    aliases=(("recovery_low", ""),),
+)
+TASK_RECOVERY = Metric(
+    "task_recovery",
+    "task recovery: accuracy over the reference's",
+    "",
+    "maximize",
+    short="recovery",
+    shown=FRONT,
+    **PERCENT,
+    beside=TASK_RECOVERY_LOW.name,
+    beside_form=" (>={:.1%})",
+    optional=True,
+    card="recovery {}",
+    card_clause=ON_THE_TASK,
+    compared=WHERE_MEASURED,
+    after_search=True,
+    aliases=(("recovery", ""),),
+)
+TASK_FLIPS = Metric(
+    "task_flips",
+    "answer flips: share of the task's items right in one of it and the reference, wrong in the other",
+    "",
+    "minimize",
+    short="flips",
+    shown=FRONT,
+    **PERCENT,
+    beside=TASK_ITEMS,
+    optional=True,
+    card="flips {}",
+    card_clause=ON_THE_TASK,
+    compared=WHERE_MEASURED,
+    after_search=True,
+    history="flips",
+    aliases=(("flips", ""),),
+)
+
 # The default objectives, in the order Optuna stores their values: every study before issue 17 has these.
 OBJECTIVES: tuple[Metric, ...] = (THROUGHPUT, PEAK_MEMORY, KL_DIVERGENCE)
 
@@ -335,6 +402,10 @@ REPORTED: tuple[Metric, ...] = (
     TOKEN_AGREEMENT,
     GREEDY_AGREEMENT,
     DEGENERATE_SHARE,
+    TASK_ACCURACY,
+    TASK_RECOVERY,
+    TASK_RECOVERY_LOW,
+    TASK_FLIPS,
     PERPLEXITY,
     PERPLEXITY_DELTA,
     THROUGHPUT_CV,
@@ -398,6 +469,11 @@ def compared() -> tuple[Metric, ...]:
 def in_history() -> tuple[Metric, ...]:
     """The figures each night's front is summed up by besides throughput, memory and KL, in the nights' table."""
     return tuple(metric for metric in REPORTED if metric.history)
+
+
+def after_search() -> tuple[Metric, ...]:
+    """The figures measured after a search on its finalists (tier 1): a search cannot bound them."""
+    return tuple(metric for metric in REPORTED if metric.after_search)
 
 
 def on_cards() -> tuple[Metric, ...]:

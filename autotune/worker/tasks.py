@@ -107,6 +107,7 @@ def perform(spec: TaskSpec, startup_s: float) -> TaskResult:
 
 
 CEILING_RUNNER = "autotune.worker.ceiling:run"
+EVALUATION_RUNNER = "autotune.worker.evaluation:run"
 
 
 def _dispatch(spec: TaskSpec, phases: Phases) -> TaskResult:
@@ -114,6 +115,8 @@ def _dispatch(spec: TaskSpec, phases: Phases) -> TaskResult:
         return _prepare(spec, phases)
     if spec.task == "ceiling":
         return _runner(CEILING_RUNNER)(spec, phases)
+    if spec.task == "evaluate":
+        return _runner(EVALUATION_RUNNER)(spec, phases)
     return _trial(spec, phases)
 
 
