@@ -12,7 +12,7 @@ from rich.table import Table
 
 from autotune.cli.printers import knobs_line, out
 from autotune.figures.constraints import MEETS_SLO, Constraint
-from autotune.figures.metrics import COLUMN, WHERE_MEASURED, Metric, compared, in_history
+from autotune.figures.metrics import COLUMN, METRICS, WHERE_MEASURED, Metric, compared, in_history
 from autotune.units import format_bytes
 
 if TYPE_CHECKING:
@@ -228,7 +228,7 @@ def _history_document(history: History, chart: str) -> dict[str, Any]:
                 "best_throughput_tok_s": night.best_throughput,
                 "lowest_peak_memory_gb": night.lowest_memory_gb,
                 "lowest_kl": night.lowest_kl,
-                **{best_key(metric): night.best(metric) for metric in in_history()},
+                **{best_key(metric): night.best(metric) for metric in in_history() if _kept(metric, history)},
                 "slo": night.target.slo if night.target else None,
                 "fastest_at_capacity": _capacity_json(night.fastest_capacity),
                 "previous": night.previous,
@@ -240,6 +240,11 @@ def _history_document(history: History, chart: str) -> dict[str, Any]:
     }
 
 
+def _kept(metric: Metric, history: History) -> bool:
+    """A figure in the nights' JSON: always, an optional one (tier 1's) where some night measured it."""
+    return not metric.optional or any(night.best(metric) is not None for night in history.nights)
+
+
 def best_key(metric: Metric) -> str:
     """The key of a night's best of a figure in the JSON: best_<figure>, or lowest_<figure> for one minimised."""
     return f"{'best' if metric.direction == 'maximize' else 'lowest'}_{metric.name}"
@@ -247,7 +252,8 @@ def best_key(metric: Metric) -> str:
 
 def _front_point(point: FrontPoint) -> dict[str, Any]:
     shown = {key: value for key, value in asdict(point).items() if key != "figures"}
-    return {**shown, "capacity": _capacity_json(point.capacity), **point.figures}
+    figures = {name: value for name, value in point.figures.items() if value is not None or not METRICS[name].optional}
+    return {**shown, "capacity": _capacity_json(point.capacity), **figures}
 
 
 # ------------------------------------------------------------------------------------ best

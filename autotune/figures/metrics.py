@@ -212,7 +212,7 @@ GREEDY_AGREEMENT = Metric(
 GENERATIONS_JUDGED = "generations_judged"  # how many generations tier 0 judged
 DEGENERATE_SHARE = Metric(
     "degenerate_share",
-    "degenerate generations (empty, one token, a loop, or no stop where the reference stopped)",
+    "degenerate generations",
     "",
     "minimize",
     short="degenerate",
@@ -275,7 +275,7 @@ TASK_RECOVERY = Metric(
 )
 TASK_FLIPS = Metric(
     "task_flips",
-    "answer flips: share of the task's items right in one of it and the reference, wrong in the other",
+    "answer flips vs reference",
     "",
     "minimize",
     short="flips",
