@@ -5,17 +5,17 @@ the plan's context managers. Each item's answer, right or wrong, goes back to th
 reference's (autotune/figures/task.py).
 
 `demo` is a task built here from the demo model's bundled corpus (autotune/data/corpus.txt): the first half of a
-verse after the verse before it, and the next word to say; the demo model learned the corpus for a few hundred steps,
-so it knows some of them. A task name is one of lm-evaluation-harness's, and a folder holds task YAML files. A task the
-harness cannot load here (its data needs a download this machine cannot make, or no such task) is EvaluationTaskError:
-one line naming it. Loglikelihood tasks run a forward pass of the loaded model, not its decoding path.
+verse after the verse before it, and the next three words to say; the demo model learned the corpus for a few hundred
+steps, so it knows some of them. A task name is one of lm-evaluation-harness's, and a folder holds task YAML files. A
+task the harness cannot load here (its data needs a download this machine cannot make, or no such task) is
+EvaluationTaskError: one line naming it. Loglikelihood tasks run a forward pass of the loaded model, not its decoding
+path.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib
-import itertools
 import json
 import os
 from pathlib import Path
@@ -39,6 +39,8 @@ DEMO = "demo"
 DEMO_TASK = "autotune_demo"
 DEMO_WORDS_SHOWN = 0.5  # the share of a verse's words the prompt gives
 DEMO_MIN_WORDS = 8
+DEMO_CONTEXT = 1  # verses before each item's verse (the demo model learned 64-token windows)
+DEMO_ANSWER_WORDS = 3  # the words to say next: several tokens, so all but the first come through the decoding path
 TASK_PHASE = "task"  # the phase of an evaluation whose task cannot be loaded here (bad input)
 
 
@@ -168,15 +170,18 @@ def _task_name(path: Path) -> str | None:
 
 def demo_items() -> list[dict[str, str]]:
     """Each verse of the corpus with at least DEMO_MIN_WORDS words: the verse before it and its first words, and the
-    next word."""
+    next DEMO_ANSWER_WORDS words. An answer's first token comes from the prefill; the rest are decoded through the
+    cache (a quantized cache holds the prompt quantized), as a deployment decodes."""
     verses = [line.strip() for line in CORPUS.read_text().splitlines() if line.strip()]
     items = []
-    for before, verse in itertools.pairwise(verses):
-        words = verse.split()
+    for index in range(DEMO_CONTEXT, len(verses)):
+        words = verses[index].split()
         if len(words) < DEMO_MIN_WORDS:
             continue
         shown = int(len(words) * DEMO_WORDS_SHOWN)
-        items.append({"prompt": f"{before}\n{' '.join(words[:shown])}", "answer": words[shown].strip(".,;:!?")})
+        context = "\n".join(verses[index - DEMO_CONTEXT : index])
+        answer = " ".join(word.strip(".,;:!?") for word in words[shown : shown + DEMO_ANSWER_WORDS])
+        items.append({"prompt": f"{context}\n{' '.join(words[:shown])}", "answer": answer})
     return items
 
 
@@ -203,12 +208,12 @@ def _demo_yaml(data: Path) -> dict[str, Any]:
         "doc_to_text": "{{prompt}}",
         "doc_to_target": "{{answer}}",
         "target_delimiter": " ",
-        "generation_kwargs": {"until": ["\n"], "max_gen_toks": 6, "do_sample": False},
+        "generation_kwargs": {"until": ["\n"], "max_gen_toks": 16, "do_sample": False},
         "filter_list": [
             {
-                "name": "first_word",
+                "name": "first_words",
                 "filter": [
-                    {"function": "regex", "regex_pattern": r"^\s*([A-Za-z']+)", "group_select": 0},
+                    {"function": "regex", "regex_pattern": r"^\s*([A-Za-z']+(?:[^A-Za-z'\n]+[A-Za-z']+){0,2})"},
                     {"function": "take_first"},
                 ],
             }
