@@ -30,3 +30,4 @@ class SearchSummary:
     best: tuple[BestFound, ...] = ()  # when each objective's best figure was found
     passed_over: tuple[str, ...] = ()  # planned trials not started: the budget left could not finish them
     evaluation: tuple[str, ...] = ()  # tier 1 (--eval): the task, each finalist's figures, those left unevaluated
+    ended: float = 0.0  # time.monotonic() when the trial loop ended

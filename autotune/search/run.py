@@ -62,10 +62,24 @@ def run_search(request: SearchRequest, events: SearchEvents) -> SearchSummary:
         loop_deadline = deadline - reserved_s(reference, deadline) if reference and deadline else deadline
         summary = _run_loop(TrialLoop(session, loop_deadline, events), started)
         if reference is not None:
-            summary = replace(summary, evaluation=evaluate_finalists(session, reference, deadline, events))
+            summary = _with_finalists(summary, reference, evaluate_finalists(session, reference, deadline, events))
     moments.reach("front")
     studies.record_search_run(session.study, _run_record(request, summary))
     return _with_best(summary, session.study)
+
+
+EVALUATING = "evaluating the task (tier 1)"
+
+
+def _with_finalists(summary: SearchSummary, reference: ReferenceEvaluation, lines: tuple[str, ...]) -> SearchSummary:
+    """The summary with tier 1's lines, and its time: the reference's evaluation (counted as preparing until now) and
+    the finalists' (after the loop)."""
+    finalists_s = time.monotonic() - summary.ended
+    spent = dict(summary.spent_s)
+    own = reference.seconds if reference.new else 0.0
+    spent["preparing"] = max(0.0, spent.get("preparing", 0.0) - own)
+    spent[EVALUATING] = own + finalists_s
+    return replace(summary, evaluation=lines, spent_s=spent, elapsed_s=summary.elapsed_s + finalists_s)
 
 
 def _evaluate_reference(
@@ -144,7 +158,7 @@ def _run_loop(loop: TrialLoop, started: float) -> SearchSummary:
     summary = SearchSummary(
         session.name, session.storage_url, loop.launched, stop_reason, elapsed, loop.spending.seconds
     )
-    return replace(summary, passed_over=passed_over)
+    return replace(summary, passed_over=passed_over, ended=time.monotonic())
 
 
 def _run_record(request: SearchRequest, summary: SearchSummary) -> dict[str, Any]:

@@ -44,6 +44,7 @@ def searched(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> tuple
 def test_the_terminal_says_the_task_each_finalists_figures_and_shows_them_in_the_front(searched):
     _, _, printed = searched
     assert "task demo (573 items, exact_match): the reference answers" in printed
+    assert "evaluating the task (tier 1) " in printed  # its time among the search's, beside the trials'
     finalists = [line for line in printed.splitlines() if line.startswith("#") and ": accuracy " in line]
     assert finalists and all("recovery" in line and "flips" in line and "forecast" in line for line in finalists)
     header = next(line for line in printed.splitlines() if "changes from the baseline" in line)
