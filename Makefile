@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH)"
-	$(BIN)/python -m pip install -q -e ".[dev,postgres,serve,quant,s3]" -c constraints.txt
+	$(BIN)/python -m pip install -q -e ".[dev,postgres,serve,quant,s3,eval]" -c constraints.txt
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -39,6 +39,7 @@ TORCHAO = Package("torchao", "torchao", "quant")
 QUANTO = Package("optimum.quanto", "optimum-quanto", "quant")
 HQQ = Package("hqq", "hqq", "quant")
 BITSANDBYTES = Package("bitsandbytes", "bitsandbytes", None)
+EVAL = (Package("lm_eval", "lm-eval", "eval"),)  # search --eval: lm-evaluation-harness
 
 
 def installed(module: str) -> bool:

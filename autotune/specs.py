@@ -84,6 +84,19 @@ class QualitySpec:
         return cls(**{name: value for name, value in stored.items() if name in cls.__dataclass_fields__})
 
 
+@dataclass(frozen=True)
+class EvalSpec:
+    """Tier 1 (`search --eval`): the task the front's finalists and the reference are evaluated on, through
+    lm-evaluation-harness: `demo`, a task of the harness's, or a folder of task YAML files; and how many of its items
+    (None: all)."""
+
+    task: str
+    limit: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"task": self.task, "limit": self.limit}
+
+
 @dataclass
 class ModelSpec:
     id: str  # what the user passed: "demo", a hub id or a local path
@@ -148,10 +161,12 @@ class SearchRequest:
     space_path: Path | None = None  # None: the packaged default space
     seed: int | None = None
     constraints: tuple[Constraint, ...] = ()  # passed to Optuna with trial.set_constraint
+    preset_guard: bool = False  # the constraints are an --objective preset's: a study searched under others keeps its
     objectives: tuple[str, ...] = ()  # metric names; empty: the study's own, or the default three for a new one
     devices: tuple[str, ...] = ()  # one worker per device, sharing the study
     warm_start: str | None = None  # a study of the same storage whose front is measured first
     run_id: str | None = None  # tags the trials of one run, across the workers of `--devices`
+    evaluation: EvalSpec | None = None  # tier 1: the task the front's finalists are evaluated on after the search
 
 
 @dataclass(frozen=True)

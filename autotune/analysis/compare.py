@@ -15,16 +15,7 @@ from dataclasses import dataclass, field, replace
 from autotune.analysis.capacity import AtCapacity, at_capacity
 from autotune.analysis.tolerances import DEFAULT_TOLERANCES, GivenTolerances, Tolerances
 from autotune.errors import UserError
-from autotune.figures.metrics import (  # KL below its floor: equal
-    CAPACITY,
-    KL_DIVERGENCE,
-    KL_FLOOR,
-    PEAK_MEMORY,
-    THROUGHPUT,
-    TOKEN_AGREEMENT,
-    TPOT,
-    TTFT,
-)
+from autotune.figures.metrics import KL_DIVERGENCE, KL_FLOOR, METRICS, PEAK_MEMORY, THROUGHPUT, compared
 from autotune.figures.quality import ON_THE_PATH
 from autotune.study import DEFAULT_WAITING, TrialRecord, Waiting
 from autotune.study.opened import OpenedStudy, Terms
@@ -42,15 +33,7 @@ __all__ = [
     "compare_studies",
 ]
 
-MOVED = (
-    THROUGHPUT.name,
-    TTFT.name,
-    TPOT.name,
-    PEAK_MEMORY.name,
-    KL_DIVERGENCE.name,
-    TOKEN_AGREEMENT.name,
-    CAPACITY.name,
-)
+MOVED = tuple(metric.name for metric in compared())  # each metric says whether compare follows it
 
 
 @dataclass(frozen=True)
@@ -222,8 +205,8 @@ def _changes(a: TrialRecord | None, b: TrialRecord | None) -> dict[str, float]:
         old, new = a.metrics.get(name), b.metrics.get(name)
         if old is None or new is None:
             continue
-        if name == KL_DIVERGENCE.name:
-            old, new = max(old, KL_FLOOR), max(new, KL_FLOOR)
+        if floor := METRICS[name].log_floor:  # below its floor (KL's), equal
+            old, new = max(old, floor), max(new, floor)
         if old:
             changes[name] = (new - old) / old
     return changes

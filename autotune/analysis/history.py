@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from autotune.analysis.capacity import AtCapacity, at_capacity
 from autotune.analysis.compare import Comparison, GivenTolerances, compare
-from autotune.figures.metrics import GREEDY_AGREEMENT, KL_DIVERGENCE, PEAK_MEMORY, THROUGHPUT, TOKEN_AGREEMENT
+from autotune.figures.metrics import KL_DIVERGENCE, PEAK_MEMORY, THROUGHPUT, Metric, in_history
 from autotune.space import Config
 from autotune.study import TrialRecord
 from autotune.study.opened import OpenedStudy, Terms
@@ -47,8 +47,7 @@ class FrontPoint:
     memory_gb: float
     kl: float
     capacity: AtCapacity | None = None  # where it probed one: its capacity and what it carries there
-    token_agreement: float | None = None  # with the reference's greedy tokens, where measured
-    greedy_agreement: float | None = None
+    figures: dict[str, float | None] = field(default_factory=dict)  # those of in_history(), None where not measured
 
 
 @dataclass(frozen=True)
@@ -77,13 +76,12 @@ class NightSummary:
     def lowest_kl(self) -> float | None:
         return min((p.kl for p in self.points), default=None)
 
-    @property
-    def best_token_agreement(self) -> float | None:
-        return max((p.token_agreement for p in self.points if p.token_agreement is not None), default=None)
-
-    @property
-    def best_greedy_agreement(self) -> float | None:
-        return max((p.greedy_agreement for p in self.points if p.greedy_agreement is not None), default=None)
+    def best(self, metric: Metric) -> float | None:
+        """The front's best of a figure of in_history() (the highest or the lowest, by its direction)."""
+        values = [value for point in self.points if (value := point.figures.get(metric.name)) is not None]
+        if not values:
+            return None
+        return max(values) if metric.direction == "maximize" else min(values)
 
     @property
     def fastest_capacity(self) -> AtCapacity | None:
@@ -182,8 +180,7 @@ def _front_points(night: Night) -> list[FrontPoint]:
             record.metrics[PEAK_MEMORY.name],
             record.metrics[KL_DIVERGENCE.name],
             at_capacity(record, night.terms) if night.terms else None,
-            record.metrics.get(TOKEN_AGREEMENT.name),
-            record.metrics.get(GREEDY_AGREEMENT.name),
+            {metric.name: record.metrics.get(metric.name) for metric in in_history()},
         )
         for record in night.records
         if record.number in night.front

@@ -89,6 +89,19 @@ Constraints = Annotated[
         '"throughput>=500", "ttft_ms<=50", "top1>=99%".',
     ),
 ]
+Eval = Annotated[
+    str | None,
+    typer.Option(
+        "--eval",
+        help="After the search, evaluate the reference and each configuration on the front on this task through "
+        "lm-evaluation-harness (pip install 'autotune[eval]'): demo (built in, offline), a task name, or a folder of "
+        "task YAML files. Its accuracy, recovery and answer flips are figures of the study.",
+    ),
+]
+EvalLimit = Annotated[
+    int | None,
+    typer.Option("--eval-limit", min=1, help="Evaluate this many items of the --eval task.", show_default="all"),
+]
 Objective = Annotated[
     str | None,
     typer.Option(

@@ -11,9 +11,8 @@ from rich.table import Table
 from autotune.cli.progress import ProgressDisplay
 from autotune.figures.metrics import (
     ERRORS,
+    FRONT,
     GOODPUT,
-    GREEDY_AGREEMENT,
-    KL_DIVERGENCE,
     OBJECTIVES,
     OUTPUT_TOK_S,
     PEAK_MEMORY,
@@ -22,10 +21,8 @@ from autotune.figures.metrics import (
     REQUESTS_PER_S,
     SLO_SHARE,
     THROUGHPUT,
-    TOKEN_AGREEMENT,
-    TOP1_AGREEMENT,
-    TTFT,
     Metric,
+    shown_in,
 )
 from autotune.figures.quality import ON_THE_PATH, path_lines, path_note
 from autotune.figures.slo import describe_slo, in_ms
@@ -90,28 +87,12 @@ def _figures(record: TrialRecord) -> str:
         first_line = (record.message or "").splitlines()[0] if record.message else ""
         return f"{record.outcome}: {first_line[:160]}"
     m = record.metrics
-    return (
-        (
-            f"ok {m[THROUGHPUT.name]:.1f} tok/s, ttft {m[TTFT.name] * 1000:.1f} ms, "
-            f"{format_bytes(m[PEAK_MEMORY_BYTES])}, {agreement_figures(m)}"
-        )
-        + _serve_figures(m)
-        + _path_note(record.quality_path)
-    )
+    return f"ok {figures_line(m)}" + _serve_figures(m) + _path_note(record.quality_path)
 
 
-def agreement_figures(m: dict[str, float]) -> str:
-    """The quality figures: KL, top-1, and the agreements with the reference's greedy tokens where measured."""
-    shown = [f"KL {m[KL_DIVERGENCE.name]:.2e}", f"top-1 {_percent(m.get(TOP1_AGREEMENT.name))}"]
-    shown += [f"{metric.heading} {_percent(m[metric.name])}" for metric in AGREEMENTS if metric.name in m]
-    return ", ".join(shown)
-
-
-AGREEMENTS = (TOKEN_AGREEMENT, GREEDY_AGREEMENT)
-
-
-def _percent(value: float | None) -> str:
-    return "-" if value is None else f"{value * 100:.1f}%"
+def figures_line(m: dict[str, float]) -> str:
+    """The front's figures a trial measured, as its line says them: "1219.2 tok/s, ttft 44.1 ms, 30.06 MB, KL ..."."""
+    return ", ".join(metric.line_text(m) for metric in shown_in(FRONT) if metric.measured(m))
 
 
 def _path_note(path: str) -> str:
@@ -175,6 +156,8 @@ def print_search_summary(summary: SearchSummary, capacity_within: str = "", qual
     if summary.passed_over:
         listed = "; ".join(summary.passed_over)
         out.print(f"not started, the budget left could not finish them: {listed}")
+    for line in summary.evaluation:
+        out.print(line)
 
 
 def _best_figure(found: BestFound) -> str:
@@ -254,17 +237,13 @@ def print_finished(finished: Finished) -> None:
         out.print(f"trial logs and the report are stored as Optuna artifacts in {finished.artifacts}")
 
 
-SHOWN_IN_FRONT = {THROUGHPUT.name, TTFT.name, PEAK_MEMORY.name, KL_DIVERGENCE.name, TOP1_AGREEMENT.name} | {
-    metric.name for metric in AGREEMENTS
-}
-
-
 def print_front(
     study_name: str, cards: list[ParetoCard], objectives: Sequence[Metric] = OBJECTIVES, baseline: Config | None = None
 ) -> None:
     """The front's figures, each configuration as its changes from the baseline, and a column for each of the
     study's objectives the usual ones leave out."""
-    extra = [metric for metric in objectives if metric.name not in SHOWN_IN_FRONT]
+    figures = shown_in(FRONT, [card.record.metrics for card in cards])
+    extra = [metric for metric in objectives if metric not in shown_in(FRONT)]
     title = f"Pareto front of {study_name}" + (f" (baseline: {knobs_line(baseline)})" if baseline else "")
     probed = next((card.at_capacity for card in cards if card.at_capacity is not None), None)
     if probed is not None:
@@ -274,26 +253,20 @@ def print_front(
             title += f"; the baseline meets it at no {missed.unit.name}: vs baseline compares with its figures past it"
     table = Table(title=title)
     changes = "changes from the baseline" if baseline else "configuration"
-    for column in ("#", changes, *(["capacity"] if probed else []), "tok/s", "vs baseline", "ttft", "memory"):
+    headings = [metric.column_heading for metric in figures]
+    headings.insert(figures.index(THROUGHPUT) + 1, "vs baseline")  # the speedup, beside the throughput it is of
+    for column in ("#", changes, *(["capacity"] if probed else []), *headings, *(m.heading for m in extra)):
         table.add_column(column)
-    for column in ("KL", "top-1", *(metric.heading for metric in AGREEMENTS)):
-        table.add_column(column)
-    for metric in extra:
-        table.add_column(metric.heading)
     for card in cards:
         m = card.record.metrics
         found = card.at_capacity
+        cells = [metric.text(m) for metric in figures]
+        cells.insert(figures.index(THROUGHPUT) + 1, f"{card.speedup:.2f}x" if card.speedup else "-")
         table.add_row(
             str(card.record.number),
             changes_line(card.record.config, baseline) if baseline else knobs_line(card.record.config),
             *([found.unit.size_text(found.size) if found and found.size is not None else "-"] if probed else []),
-            f"{m[THROUGHPUT.name]:.1f}",
-            f"{card.speedup:.2f}x" if card.speedup else "-",
-            f"{m[TTFT.name] * 1000:.1f} ms",
-            format_bytes(m[PEAK_MEMORY_BYTES]),
-            f"{m[KL_DIVERGENCE.name]:.2e}",
-            _percent(m.get(TOP1_AGREEMENT.name)),
-            *(_percent(m.get(metric.name)) for metric in AGREEMENTS),
+            *cells,
             *(_figure(metric, m.get(metric.name)) for metric in extra),
         )
     out.print(table)

@@ -19,6 +19,8 @@ from autotune.cli.flags import (
     Budget,
     Constraints,
     Device,
+    Eval,
+    EvalLimit,
     Hardware,
     Model,
     Objective,
@@ -42,9 +44,19 @@ from autotune.cli.printers import (
     print_worker_summary,
 )
 from autotune.errors import UserError
+from autotune.figures.constraints import Constraint
 from autotune.figures.objectives import SearchGoal, search_goal
 from autotune.search import interrupts
-from autotune.specs import BudgetSpec, HardwareSpec, ModelSpec, SearchRequest, StorageSpec, WorkerRequest, WorkloadSpec
+from autotune.specs import (
+    BudgetSpec,
+    EvalSpec,
+    HardwareSpec,
+    ModelSpec,
+    SearchRequest,
+    StorageSpec,
+    WorkerRequest,
+    WorkloadSpec,
+)
 from autotune.workloads.base import MIN_SECONDS
 
 # `search`'s own flags
@@ -85,6 +97,8 @@ def search(
     objectives: Objectives = None,
     devices: Devices = None,
     warm_start: WarmStart = None,
+    evaluate: Eval = None,
+    eval_limit: EvalLimit = None,
     artifacts: Artifacts = None,
     storage_patience_s: StoragePatienceS,
     dry_run: DryRunFlag = False,
@@ -113,7 +127,41 @@ def search(
     printer.progress("loading autotune's libraries (optuna, sqlalchemy)")
     places = StorageSpec(study, storage_url, artifacts, patience_s=storage_patience_s)
     request = _search_request(model, hardware, workload, budget, goal, places, space, seed, devices, warm_start)
+    request = replace(request, evaluation=_evaluation(evaluate, eval_limit, devices))
     _run_search(request, report, artifacts, printer)
+
+
+def _refuse_bounds_after_the_search(constraints: tuple[Constraint, ...]) -> None:
+    """A figure tier 1 measures after the search (flips, accuracy) cannot bound its trials: refused in one line."""
+    from autotune.figures.metrics import after_search
+
+    later = {metric.name for metric in after_search()}
+    for constraint in constraints:
+        if constraint.metric in later:
+            raise UserError(
+                f"--constraint {constraint}: {constraint.metric} is measured after the search, on the front's "
+                "finalists (--eval), so it cannot bound its trials; apply it afterwards with "
+                f'autotune best --constraint "{constraint}"'
+            )
+
+
+def _evaluation(task: str | None, limit: int | None, devices: str | None) -> EvalSpec | None:
+    """--eval: refused in one line where lm-evaluation-harness is not installed, or with several devices."""
+    from autotune.extras import EVAL, why_missing
+
+    if task is None:
+        if limit is not None:
+            raise UserError("--eval-limit goes with --eval TASK")
+        return None
+    if not task.strip():
+        raise UserError(
+            "--eval must name a task: demo, a task of lm-evaluation-harness, or a folder of task YAML files"
+        )
+    if missing := why_missing("--eval", EVAL):
+        raise UserError(missing)
+    if devices:
+        raise UserError("--eval runs after a search on one device; leave out --devices, or evaluate in a later search")
+    return EvalSpec(task.strip(), limit)
 
 
 def _search_request(
@@ -133,6 +181,8 @@ def _search_request(
 
     if budget.budget_s is None and budget.max_trials is None:
         raise UserError("give a budget (--budget 30m) or a number of trials (--trials 20), or both")
+    constraints = tuple(parse_constraints(goal.constraints))
+    _refuse_bounds_after_the_search(constraints)
     return SearchRequest(
         model,
         hardware,
@@ -141,7 +191,8 @@ def _search_request(
         storage=places,
         space_path=space,
         seed=seed,
-        constraints=tuple(parse_constraints(goal.constraints)),
+        constraints=constraints,
+        preset_guard=goal.preset_guard,
         objectives=goal.objectives,
         devices=tuple(device.strip() for device in devices.split(",")) if devices else (),
         warm_start=warm_start,

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from autotune.cli.printers import knobs_line, out
 from autotune.figures.constraints import MEETS_SLO, Constraint
-from autotune.figures.metrics import CAPACITY, KL_DIVERGENCE, PEAK_MEMORY, THROUGHPUT, TOKEN_AGREEMENT, TTFT
+from autotune.figures.metrics import COLUMN, METRICS, WHERE_MEASURED, Metric, compared, in_history
 from autotune.units import format_bytes
 
 if TYPE_CHECKING:
@@ -28,19 +28,18 @@ if TYPE_CHECKING:
 # ------------------------------------------------------------------------------------ compare
 
 
-MOVED_FIGURES = {
-    THROUGHPUT.name: "tok/s",
-    TTFT.name: "ttft",
-    PEAK_MEMORY.name: "memory",
-    KL_DIVERGENCE.name: "KL",
-    TOKEN_AGREEMENT.name: TOKEN_AGREEMENT.heading,
-}
-
-
 def _moved_columns(comparison: Comparison) -> dict[str, str]:
-    """The figures whose change the table shows, capacity where either study probed one."""
-    probed = any(CAPACITY.name in (m.before or {}) or CAPACITY.name in (m.after or {}) for m in comparison.movements)
-    return MOVED_FIGURES | ({CAPACITY.name: "capacity"} if probed else {})
+    """The figures whose change the table shows (each metric says whether it has a column), some only where either
+    study measured them (capacity, where either probed one)."""
+    return {
+        metric.name: metric.column_heading
+        for metric in compared()
+        if metric.compared == COLUMN or (metric.compared == WHERE_MEASURED and _measured(comparison, metric.name))
+    }
+
+
+def _measured(comparison: Comparison, name: str) -> bool:
+    return any(name in (m.before or {}) or name in (m.after or {}) for m in comparison.movements)
 
 
 def print_comparison(study_a: str, study_b: str, comparison: Comparison, output: str = "table") -> None:
@@ -229,8 +228,7 @@ def _history_document(history: History, chart: str) -> dict[str, Any]:
                 "best_throughput_tok_s": night.best_throughput,
                 "lowest_peak_memory_gb": night.lowest_memory_gb,
                 "lowest_kl": night.lowest_kl,
-                "best_token_agreement": night.best_token_agreement,
-                "best_greedy_agreement": night.best_greedy_agreement,
+                **{best_key(metric): night.best(metric) for metric in in_history() if _kept(metric, history)},
                 "slo": night.target.slo if night.target else None,
                 "fastest_at_capacity": _capacity_json(night.fastest_capacity),
                 "previous": night.previous,
@@ -242,8 +240,20 @@ def _history_document(history: History, chart: str) -> dict[str, Any]:
     }
 
 
+def _kept(metric: Metric, history: History) -> bool:
+    """A figure in the nights' JSON: always, an optional one (tier 1's) where some night measured it."""
+    return not metric.optional or any(night.best(metric) is not None for night in history.nights)
+
+
+def best_key(metric: Metric) -> str:
+    """The key of a night's best of a figure in the JSON: best_<figure>, or lowest_<figure> for one minimised."""
+    return f"{'best' if metric.direction == 'maximize' else 'lowest'}_{metric.name}"
+
+
 def _front_point(point: FrontPoint) -> dict[str, Any]:
-    return {**asdict(point), "capacity": _capacity_json(point.capacity)}
+    shown = {key: value for key, value in asdict(point).items() if key != "figures"}
+    figures = {name: value for name, value in point.figures.items() if value is not None or not METRICS[name].optional}
+    return {**shown, "capacity": _capacity_json(point.capacity), **figures}
 
 
 # ------------------------------------------------------------------------------------ best

@@ -15,36 +15,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from autotune.errors import UserError
-from autotune.figures.metrics import METRICS, Metric
+from autotune.figures.metrics import METRICS, Metric, constraint_names
 
-# Names users type -> (metric, the unit a bare number is in).
-ALIASES: dict[str, tuple[str, str]] = {
-    "throughput": ("throughput_tok_s", "tok/s"),
-    "tok_s": ("throughput_tok_s", "tok/s"),
-    "tokens_per_s": ("throughput_tok_s", "tok/s"),
-    "e2e_throughput": ("e2e_throughput_tok_s", "tok/s"),
-    "memory": ("peak_memory_gb", "gb"),
-    "mem": ("peak_memory_gb", "gb"),
-    "peak_memory": ("peak_memory_gb", "gb"),
-    "kl": ("kl_divergence", ""),
-    "top1": ("top1_agreement", ""),
-    "greedy": ("greedy_agreement", ""),
-    "tokens": ("token_agreement", ""),
-    "ppl": ("perplexity", ""),
-    "ppl_delta": ("perplexity_delta", ""),
-    "ttft": ("ttft_s", "s"),
-    "ttft_ms": ("ttft_s", "ms"),
-    "tpot": ("tpot_s", "s"),
-    "tpot_ms": ("tpot_s", "ms"),
-    "latency_ms": ("tpot_s", "ms"),
-    "warmup": ("warmup_s", "s"),
-    "bandwidth": ("achieved_bandwidth_gb_s", "gb/s"),
-    "roofline": ("roofline_fraction", ""),
-    "cost": ("cost_per_million_tokens_usd", "usd"),
-    "goodput": ("goodput_req_s", "req/s"),
-    "req_s": ("requests_per_s", "req/s"),
-    "energy": ("energy_j_per_token", "j"),
-}
+# Names users type -> (metric, the unit a bare number is in): each metric declares its own (figures/metrics.py).
+ALIASES: dict[str, tuple[str, str]] = constraint_names()
 
 # Unit written after the number -> (the metric unit it converts to, factor).
 _UNITS: dict[str, tuple[str, float]] = {

@@ -25,9 +25,10 @@ class Preset:
 
 
 # Measured through each configuration's own decoding path (docs/usage.md, "Objectives", says why these bounds):
-# KL in nats/token, where lower-precision dtypes stay far under it; and the share of the reference's greedy tokens
-# the configuration puts first, each after the reference's own prefix.
-QUALITY_KEPT = ("kl<=0.01", "tokens>=0.95")
+# KL in nats/token, where lower-precision dtypes stay far under it; the share of the reference's greedy tokens
+# the configuration puts first, each after the reference's own prefix; and (tier 0) the share of its own free-running
+# generations that are degenerate where the reference's are not.
+QUALITY_KEPT = ("kl<=0.01", "tokens>=0.95", "degenerate<=0.25")
 
 PRESETS: dict[str, Preset] = {
     preset.name: preset
@@ -105,6 +106,7 @@ class SearchGoal:
     objectives: tuple[str, ...]  # empty: none asked (a new study gets the default three, a resumed one its own)
     workload: str | None  # the preset's workload kind, None where the user chose it or no preset was given
     constraints: tuple[str, ...]
+    preset_guard: bool = False  # the constraints are the preset's, not the user's
 
 
 def search_goal(
@@ -119,4 +121,5 @@ def search_goal(
         names or chosen.objectives,
         None if workload_given else chosen.workload,
         tuple(constraints) if constraints else chosen.constraints,
+        preset_guard=not constraints and bool(chosen.constraints),
     )

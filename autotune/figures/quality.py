@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from autotune.figures.metrics import KL_DIVERGENCE, TOKEN_AGREEMENT, TOP1_AGREEMENT, Metric
+from autotune.figures.metrics import REPORTED, Metric
 
 DECODE = "decode"  # teacher-forced through the trial's own generate(): its cache, compiled step, speculative method
 GENERATE = "generate"  # the same model and settings through generate(): continuous batching exposes no logits
@@ -35,11 +35,9 @@ EVERY_TRIAL_DECODED = (
     "compiled step, batching and speculative method); greedy agreement of its own outputs"
 )
 
-# Figures that depend on the path: those of the teacher-forced comparisons. Greedy agreement is always of the trial's
-# own timed outputs.
-ON_THE_PATH: frozenset[str] = frozenset(
-    {KL_DIVERGENCE.name, TOP1_AGREEMENT.name, TOKEN_AGREEMENT.name, "perplexity", "perplexity_delta"}
-)
+# Figures that depend on the path: those of the teacher-forced comparisons (each says so: Metric.on_path). Greedy
+# agreement is always of the trial's own timed outputs.
+ON_THE_PATH: frozenset[str] = frozenset(metric.name for metric in REPORTED if metric.on_path)
 
 
 def stored_path(stored: str | None) -> str:

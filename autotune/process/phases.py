@@ -21,6 +21,7 @@ LABELS = {
     "warmup": "warming up",
     "measure": "measuring",
     "quality": "checking quality against the reference",
+    "evaluate": "answering the task's items (lm-evaluation-harness)",
 }
 
 

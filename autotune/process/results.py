@@ -16,7 +16,7 @@ from typing import Any, Literal
 from autotune.process.ceiling import CeilingSpec
 from autotune.specs import ModelSpec, QualitySpec, WorkloadSpec
 
-TaskKind = Literal["prepare", "trial", "ceiling"]
+TaskKind = Literal["prepare", "trial", "ceiling", "evaluate"]
 
 
 class Outcome(StrEnum):
@@ -59,6 +59,7 @@ class TaskSpec:
     price_per_hour: float | None = None  # for the cost per million tokens
     fault: dict[str, str] | None = None  # tests: {"phase": ..., "kind": ...} makes the worker fail for real
     ceiling: CeilingSpec | None = None  # ceiling: the hand loop's dtype, compile mode, batches and timing
+    evaluation: dict[str, Any] | None = None  # evaluate: {"task": demo, a name or a folder, "limit": items or None}
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -98,6 +99,7 @@ class TaskDetails:
     capacity: dict[str, Any] | None = None
     quality_path: str | None = None  # trial: the path its quality figures came from (autotune.figures.quality)
     ceilings: list[dict[str, Any]] | None = None  # ceiling: the hand loop's figures per batch (process.ceiling.Ceiling)
+    evaluation: dict[str, Any] | None = None  # evaluate: the task, its metric, each item's answer right or wrong, path
 
     def to_json(self) -> dict[str, Any]:
         return {key: value for key, value in asdict(self).items() if value is not None}

@@ -15,7 +15,6 @@ from autotune.figures.metrics import (
     ACHIEVED_BANDWIDTH,
     COST_PER_MILLION_TOKENS,
     ENERGY_PER_TOKEN,
-    GREEDY_AGREEMENT,
     KL_DIVERGENCE,
     PEAK_MEMORY,
     PEAK_MEMORY_BYTES,
@@ -23,10 +22,10 @@ from autotune.figures.metrics import (
     PERPLEXITY_DELTA,
     ROOFLINE_FRACTION,
     THROUGHPUT,
-    TOKEN_AGREEMENT,
     TOP1_AGREEMENT,
     TPOT,
     TTFT,
+    on_cards,
 )
 from autotune.figures.quality import path_note
 from autotune.report.serving import deployed_command, load_facts
@@ -176,22 +175,27 @@ def memory_fact(card: DeployCard, at: str = "") -> str:
 
 
 def quality_fact(card: DeployCard) -> str:
-    """KL, top-1 disagreement, perplexity and the agreements with the reference, and the path they came from."""
-    m = card.record.metrics
+    """KL, top-1 disagreement, perplexity, then the figures each metric puts on a card (the agreements with the
+    reference's greedy tokens), clause by clause, and the path they came from."""
     quality = f"quality loss vs the reference: KL {card.kl:.2e} nats/token" if card.kl is not None else ""
     if card.top1_loss is not None:
         quality += f", top-1 disagreement {card.top1_loss * 100:.1f}%"
     if card.perplexity_change is not None:
         quality += f", perplexity {_signed_percent(card.perplexity_change)}"
-    agreements = [(metric, m[metric.name]) for metric in (TOKEN_AGREEMENT, GREEDY_AGREEMENT) if metric.name in m]
-    agreed = ", ".join(
-        f"{metric.label.removesuffix(' with reference')} {value * 100:.1f}%" for metric, value in agreements
-    )
-    if agreed:
-        quality += f"; with the reference's greedy tokens: {agreed}"
+    for clause, words in card_clauses(card.record.metrics).items():
+        quality += f"; {clause}: {', '.join(words)}"
     if note := path_note(card.record.quality_path):
         quality += f" ({note})"
     return quality
+
+
+def card_clauses(m: dict[str, float]) -> dict[str, list[str]]:
+    """The figures a trial measured that a card shows, in words, by the clause they join (in the metrics' order)."""
+    clauses: dict[str, list[str]] = {}
+    for metric in on_cards():
+        if metric.measured(m):
+            clauses.setdefault(metric.card_clause, []).append(metric.card.format(metric.text(m)))
+    return clauses
 
 
 def bandwidth_fact(card: DeployCard, at: str = "") -> str:

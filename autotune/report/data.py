@@ -32,6 +32,7 @@ from autotune.report.ceiling import CeilingRow, ceiling_rows
 from autotune.report.environment import environment
 from autotune.study import StudySettings, TrialRecord
 from autotune.study.ceilings import ceilings
+from autotune.study.evaluations import evaluated_numbers, stored_task
 from autotune.study.opened import OpenedStudy, Terms
 
 NOT_APPLICABLE = "n/a"  # a knob that does not apply to a configuration (e.g. compile without a static cache)
@@ -191,11 +192,31 @@ def report_data(opened: OpenedStudy) -> ReportData:
         failures=failure_groups(launched),
         excluded=opened.exclusions,
         suspected=opened.suspicions,
-        environment=environment(settings, runs, launched),
+        environment={**environment(settings, runs, launched), **task_evaluation(opened)},
         best=best_found(launched, objectives, runs),
         ceilings=ceiling_rows(ceilings(opened.study), settings.workload, launched),
         capacities={record.number: found for record in launched if (found := at_capacity(record, opened.terms))},
     )
+
+
+TASK_ROW = "task evaluation (--eval)"
+
+
+def task_evaluation(opened: OpenedStudy) -> dict[str, str]:
+    """Tier 1's row of the environment table: the task, the reference's accuracy, who was evaluated and who not."""
+    task = stored_task(opened.study)
+    if not task:
+        return {}
+    answers = task["reference"]["answers"]
+    right = sum(answers.values()) / len(answers) if answers else 0.0
+    numbers = sorted(evaluated_numbers(opened.study.user_attrs))
+    said = [
+        f"{task['task']}, {len(answers)} items judged by {task['metric']}; the reference answers {right:.1%} right",
+        f"evaluated: {', '.join(f'#{number}' for number in numbers) or 'none'}",
+    ]
+    if task.get("unevaluated"):
+        said.append(f"not evaluated, the budget left could not: {'; '.join(task['unevaluated'])}")
+    return {TASK_ROW: "; ".join(said)}
 
 
 def _with_role(records: list[TrialRecord], role: str) -> TrialRecord | None:

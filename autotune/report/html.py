@@ -7,6 +7,7 @@ page: nothing from a trial can add markup or script.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from html import escape
 from pathlib import Path
 
@@ -14,17 +15,7 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from autotune.figures.constraints import Constraint
-from autotune.figures.metrics import (
-    GREEDY_AGREEMENT,
-    KL_DIVERGENCE,
-    PEAK_MEMORY_BYTES,
-    PERPLEXITY,
-    THROUGHPUT,
-    TOKEN_AGREEMENT,
-    TOP1_AGREEMENT,
-    TPOT,
-    TTFT,
-)
+from autotune.figures.metrics import REPORT, Metric, shown_in
 from autotune.report.capacity_chart import capacity_chart
 from autotune.report.cards import card_facts
 from autotune.report.ceiling import ceiling_section
@@ -40,7 +31,7 @@ from autotune.report.pages import write_page
 from autotune.report.serving import load_table
 from autotune.study import TrialRecord
 from autotune.study.opened import Terms
-from autotune.units import format_bytes, format_duration
+from autotune.units import format_duration
 from autotune.workloads import describe_workload
 
 
@@ -257,29 +248,14 @@ def _blame(record: TrialRecord) -> str:
 # ------------------------------------------------------------------------------------------- tables
 
 
-_COLUMNS = (
-    "#",
-    "why it ran",
-    "outcome",
-    "configuration",
-    "tok/s",
-    "ttft",
-    "ms/token",
-    "memory",
-    "KL",
-    "top-1",
-    TOKEN_AGREEMENT.heading,
-    GREEDY_AGREEMENT.heading,
-    "ppl",
-    "time",
-    "details",
-)
+_COLUMNS = ("#", "why it ran", "outcome", "configuration")
 
 
 def _trials_table(data: ReportData) -> str:
     front = set(data.pareto)
-    rows = "".join(_trial_row(data, record, record.number in front) for record in data.trials)
-    columns = list(_COLUMNS)
+    figures = shown_in(REPORT, [record.metrics for record in data.trials])
+    rows = "".join(_trial_row(data, record, record.number in front, figures) for record in data.trials)
+    columns = [*_COLUMNS, *(metric.column_heading for metric in figures), "time", "details"]
     if data.capacities:  # before the time: a figure, as the others
         columns.insert(-2, f"capacity {Terms.of(data.settings).target.within}")
     head = "".join(f"<th>{escape(column)}</th>" for column in columns)
@@ -313,7 +289,7 @@ def _config_text(record: TrialRecord) -> str:
     return ", ".join(f"{k}={v}" for k, v in record.config.items())
 
 
-def _trial_row(data: ReportData, record: TrialRecord, on_front: bool) -> str:
+def _trial_row(data: ReportData, record: TrialRecord, on_front: bool, figures: Sequence[Metric]) -> str:
     m = record.metrics
     found = data.capacities.get(record.number)
     cells = [
@@ -321,15 +297,7 @@ def _trial_row(data: ReportData, record: TrialRecord, on_front: bool) -> str:
         ", ".join(record.roles),
         record.outcome or "",
         _config_text(record),
-        _number(m.get(THROUGHPUT.name), "{:.1f}"),
-        _number(m.get(TTFT.name), "{:.1f} ms", 1000),
-        _number(m.get(TPOT.name), "{:.2f}", 1000),
-        format_bytes(m.get(PEAK_MEMORY_BYTES)) if m else "-",
-        _number(m.get(KL_DIVERGENCE.name), "{:.2e}"),
-        _number(m.get(TOP1_AGREEMENT.name), "{:.1f}%", 100),
-        _number(m.get(TOKEN_AGREEMENT.name), "{:.1f}%", 100),
-        _number(m.get(GREEDY_AGREEMENT.name), "{:.1f}%", 100),
-        _number(m.get(PERPLEXITY.name), "{:.2f}"),
+        *(metric.text(m) for metric in figures),
         format_duration(record.duration_s) if record.duration_s else "-",
     ]
     if data.capacities:
@@ -339,10 +307,6 @@ def _trial_row(data: ReportData, record: TrialRecord, on_front: bool) -> str:
     html_cells = "".join(f"<td>{escape(cell)}</td>" for cell in cells)
     outcome_class = escape(record.outcome or "running")
     return f"<tr class='{outcome_class}'>{html_cells}<td class='details'>{escape(details)}</td></tr>"
-
-
-def _number(value: float | None, template: str, scale: float = 1.0) -> str:
-    return "-" if value is None else template.format(value * scale)
 
 
 def _environment(data: ReportData) -> str:

@@ -29,3 +29,5 @@ class SearchSummary:
     failed_workers: tuple[str, ...] = ()  # `search --devices`: each worker that ended with an error, and how
     best: tuple[BestFound, ...] = ()  # when each objective's best figure was found
     passed_over: tuple[str, ...] = ()  # planned trials not started: the budget left could not finish them
+    evaluation: tuple[str, ...] = ()  # tier 1 (--eval): the task, each finalist's figures, those left unevaluated
+    ended: float = 0.0  # time.monotonic() when the trial loop ended

@@ -20,23 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-from autotune.figures.metrics import (
-    ACHIEVED_BANDWIDTH,
-    COST_PER_MILLION_TOKENS,
-    E2E_THROUGHPUT,
-    ENERGY_PER_TOKEN,
-    GOODPUT,
-    KL_DIVERGENCE,
-    LATENCY_FIGURES,
-    OBJECTIVES,
-    PEAK_MEMORY,
-    REQUESTS_PER_S,
-    THROUGHPUT,
-    TPOT,
-    TTFT,
-    Metric,
-    percentile_name,
-)
+from autotune.figures.metrics import KL_DIVERGENCE, OBJECTIVES, PEAK_MEMORY, THROUGHPUT, TPOT, Family, Metric
 from autotune.search.changes import Changes
 from autotune.search.durations import Durations
 from autotune.space import KNOBS, Config, SearchSpace, config_key
@@ -44,30 +28,15 @@ from autotune.space.knobs import DeviceType, Expectation
 
 Measured = tuple[Config, Mapping[str, float]]  # a complete trial's configuration and figures
 
-# How each figure moves with a knob's expected effects. Figures not named here are not forecast (kept as measured).
-FASTER_IS_HIGHER = frozenset(
-    {metric.name for metric in (THROUGHPUT, E2E_THROUGHPUT, GOODPUT, REQUESTS_PER_S, ACHIEVED_BANDWIDTH)}
-)
-FASTER_IS_LOWER = frozenset(
-    {metric.name for metric in (TTFT, TPOT, ENERGY_PER_TOKEN, COST_PER_MILLION_TOKENS)}
-    | {percentile_name(figure, q) for figure in LATENCY_FIGURES for q in (50, 95, 99)}
-)
 MEMORY = PEAK_MEMORY.name
 KL = KL_DIVERGENCE.name
 MEASUREMENT_SPREAD = 0.1  # run-to-run noise of a measured effect, on the log scale
 
 
-def family(metric: Metric) -> str | None:
-    """Which expected effect moves this figure: speed, time (inverse speed), memory, kl; None for none."""
-    if metric.name in FASTER_IS_HIGHER:
-        return "speed"
-    if metric.name in FASTER_IS_LOWER:
-        return "time"
-    if metric.name == MEMORY:
-        return "memory"
-    if metric.name == KL:
-        return "kl"
-    return None
+def family(metric: Metric) -> Family | None:
+    """Which expected effect moves this figure: speed, time (inverse speed), memory, kl; None for none (kept as
+    measured). Each metric declares it (figures/metrics.py)."""
+    return metric.forecast
 
 
 def is_speed(metric: Metric) -> bool:

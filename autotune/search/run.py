@@ -33,6 +33,7 @@ from autotune.errors import UserError
 from autotune.process import phases
 from autotune.process.life import child_environment
 from autotune.profiles import detect_gpu
+from autotune.search.evaluation import ReferenceEvaluation, evaluate_finalists, evaluate_reference, reserved_s
 from autotune.search.events import SearchEvents, SearchSummary
 from autotune.search.interrupts import Interrupted, StudyPlace, deferred
 from autotune.search.loop import TrialLoop
@@ -41,6 +42,7 @@ from autotune.search.session import Checked, Session, check_search, check_worker
 from autotune.space.knobs import DeviceType
 from autotune.specs import BudgetSpec, SearchRequest, WorkerRequest
 from autotune.study import moments
+from autotune.study.evaluations import store_task
 from autotune.study.opened import OpenedStudy
 
 
@@ -52,11 +54,44 @@ def run_search(request: SearchRequest, events: SearchEvents) -> SearchSummary:
     deadline = request.budget.deadline(started)
     checked = _check(request, events)
     with _study_named_on_interrupt(checked):
-        session = open_session(checked, _prepare(checked, deadline, events), events)
-        summary = _run_loop(TrialLoop(session, deadline, events), started)
+        prepared = _prepare(checked, deadline, events)
+        reference = _evaluate_reference(checked, prepared, deadline, events) if request.evaluation else None
+        session = open_session(checked, prepared, events)
+        if reference is not None and reference.new:
+            store_task(session.study, reference.stored)
+        loop_deadline = deadline - reserved_s(reference, deadline) if reference and deadline else deadline
+        summary = _run_loop(TrialLoop(session, loop_deadline, events), started)
+        if reference is not None:
+            summary = _with_finalists(summary, reference, evaluate_finalists(session, reference, deadline, events))
     moments.reach("front")
     studies.record_search_run(session.study, _run_record(request, summary))
     return _with_best(summary, session.study)
+
+
+EVALUATING = "evaluating the task (tier 1)"
+
+
+def _with_finalists(summary: SearchSummary, reference: ReferenceEvaluation, lines: tuple[str, ...]) -> SearchSummary:
+    """The summary with tier 1's lines, and its time: the reference's evaluation (counted as preparing until now) and
+    the finalists' (after the loop)."""
+    finalists_s = time.monotonic() - summary.ended
+    spent = dict(summary.spent_s)
+    own = reference.seconds if reference.new else 0.0
+    spent["preparing"] = max(0.0, spent.get("preparing", 0.0) - own)
+    spent[EVALUATING] = own + finalists_s
+    return replace(summary, evaluation=lines, spent_s=spent, elapsed_s=summary.elapsed_s + finalists_s)
+
+
+def _evaluate_reference(
+    checked: Checked, prepared: Prepared, deadline: float | None, events: SearchEvents
+) -> ReferenceEvaluation:
+    """Tier 1's reference, before the study is created: a task that cannot be loaded here leaves nothing behind."""
+    try:
+        return evaluate_reference(checked.request, prepared, checked.existing, checked.workdir, deadline, events)
+    except UserError:
+        if checked.existing is None:
+            shutil.rmtree(checked.workdir, ignore_errors=True)
+        raise
 
 
 def _check(request: SearchRequest, events: SearchEvents) -> Checked:
@@ -123,7 +158,7 @@ def _run_loop(loop: TrialLoop, started: float) -> SearchSummary:
     summary = SearchSummary(
         session.name, session.storage_url, loop.launched, stop_reason, elapsed, loop.spending.seconds
     )
-    return replace(summary, passed_over=passed_over)
+    return replace(summary, passed_over=passed_over, ended=time.monotonic())
 
 
 def _run_record(request: SearchRequest, summary: SearchSummary) -> dict[str, Any]:

@@ -203,6 +203,7 @@ def check_search(request: SearchRequest, events: SearchEvents) -> Checked:
         if existing is not None:
             stored = studies.stored_settings(existing)
             settings.objectives = settings.objectives if request.objectives else stored.objectives  # none given: keep
+            settings.constraints = constraints_on_resume(request, settings.constraints, stored.constraints)
             settings.check_resumable(stored, name)
             settings.constraints = settings.constraints or stored.constraints  # none given: keep the study's
     _check_objectives(settings, hardware)
@@ -210,6 +211,12 @@ def check_search(request: SearchRequest, events: SearchEvents) -> Checked:
         find_warm_start(request, url, events)  # bad input now, before anything is written
     artifacts.check_location(request.storage.artifacts, url)  # bad input now, before anything is written
     return Checked(request, hardware, space, name, url, patient_storage, existing, settings)
+
+
+def constraints_on_resume(request: SearchRequest, asked: list[str], stored: list[str]) -> list[str]:
+    """The constraints a resumed study is searched under: those asked, or, where they are a preset's guard and the
+    study was searched under another (the preset's guard of an earlier version), the study's own."""
+    return list(stored) if request.preset_guard and stored else asked
 
 
 def uninstalled_notes(space: SearchSpace) -> list[str]:

@@ -195,7 +195,7 @@ class Trial:
         studies.record_launch(asked, self.config, built.to_json(), self.roles)
         _record_forecast(asked, forecast)
         spec = trial_spec(request, session.prepared, self.config, built.to_json())
-        if (fault := _injected_fault(launch_index, self.config)) is not None:
+        if (fault := injected_fault(launch_index, self.config)) is not None:
             spec.fault = fault
         workdir = session.trial_workdir(self.number)
         limits = Limits(request.budget.trial_timeout_s, deadline)
@@ -286,7 +286,7 @@ def _record_forecast(trial: optuna.Trial, forecast: Duration) -> None:
         trial.set_user_attr("forecast_s", figures)
 
 
-def _injected_fault(launch_index: int, config: Config) -> dict[str, str] | None:
+def injected_fault(launch_index: int, config: Config) -> dict[str, str] | None:
     """Tests make a trial fail for real: the n-th trial this process launches (from 0), or every trial of the
     configurations that have all the knob values a key names, whichever trial launches them.
 

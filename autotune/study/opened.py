@@ -14,7 +14,7 @@ import optuna
 from autotune.specs import WorkloadSpec
 from autotune.study import moments
 from autotune.study.patience import DEFAULT_WAITING, Waiting
-from autotune.study.records import TrialRecord, front_numbers, records
+from autotune.study.records import TrialRecord, front_numbers, records, with_evaluations
 from autotune.study.settings import StudySettings, exclusions, search_runs, stored_settings, suspicions
 from autotune.study.storage import load_stored_study
 from autotune.workloads import KINDS
@@ -70,8 +70,8 @@ class OpenedStudy:
 
     @cached_property
     def records(self) -> list[TrialRecord]:
-        """Every trial, in order."""
-        return records(self.study)
+        """Every trial, in order; an evaluated finalist's tier-1 figures (--eval) among its metrics."""
+        return with_evaluations(records(self.study), self.study.user_attrs)
 
     @property
     def launched(self) -> list[TrialRecord]:

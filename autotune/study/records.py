@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -17,6 +17,7 @@ from autotune.figures.quality import PREFILL
 from autotune.process.results import Outcome, TaskResult
 from autotune.space import Config, config_key
 from autotune.study import migrations
+from autotune.study.evaluations import evaluation_figures
 from autotune.workloads.capacity import Capacity
 
 log = logging.getLogger(__name__)
@@ -114,6 +115,12 @@ def interrupted_message(owner: dict[str, Any]) -> str:
 
 def records(study: optuna.Study) -> list[TrialRecord]:
     return [TrialRecord.from_frozen(trial) for trial in study.get_trials(deepcopy=False)]
+
+
+def with_evaluations(read: list[TrialRecord], study_attrs: dict[str, Any]) -> list[TrialRecord]:
+    """The records, each evaluated finalist's tier-1 figures among its metrics (study/evaluations.py)."""
+    evaluated = evaluation_figures(study_attrs)
+    return [replace(r, metrics={**r.metrics, **evaluated[r.number]}) if r.number in evaluated else r for r in read]
 
 
 def front_numbers(study: optuna.Study) -> set[int]:

@@ -36,7 +36,14 @@ from autotune.worker.generation import Generation, PaddedGeneration, build_input
 from autotune.worker.loading import import_first_call_modules, load_model, load_tokenizer
 from autotune.worker.measurement.energy import EnergyCounter, energy_figures
 from autotune.worker.measurement.memory import PeakMemory
-from autotune.worker.measurement.quality import broken_reason, judged_quality, load_reference, prefix_agreement
+from autotune.worker.measurement.quality import (
+    broken_reason,
+    degenerate_figures,
+    eos_ids_of,
+    judged_quality,
+    load_reference,
+    prefix_agreement,
+)
 from autotune.worker.measurement.speed import (
     Iteration,
     cost_per_million_tokens,
@@ -180,7 +187,8 @@ def _quality(
     spec: TaskSpec, model: Any, plan: Plan, tokenizer: Any, chosen: MeasuredBatch
 ) -> tuple[dict[str, float], str]:
     """Broken-output checks; KL, top-1, perplexity and token agreement teacher-forced through the generation that was
-    timed (autotune/worker/measurement/quality.py); greedy agreement of its own outputs. And the path they came from."""
+    timed (autotune/worker/measurement/quality.py); greedy agreement and the degenerate share (tier 0) of its own
+    outputs. And the path they came from."""
     generated = chosen.iterations[-1].generated
     reference_greedy = None
     if spec.greedy_reference_path:
@@ -193,7 +201,7 @@ def _quality(
     quality = judged_quality(forced, reference, reference_greedy, model.device)
     if reference_greedy is not None:
         quality[GREEDY_AGREEMENT.name] = prefix_agreement(generated, reference_greedy)
-    return quality, path
+    return quality | degenerate_figures(generated, reference_greedy, eos_ids_of(model)), path
 
 
 def _forced_generation(

@@ -50,7 +50,7 @@ from autotune.worker.failures import UnsupportedError
 from autotune.worker.generation import PaddedGeneration, build_inputs
 from autotune.worker.loading import load_model, load_tokenizer
 from autotune.worker.measurement.energy import EnergyCounter, energy_figures
-from autotune.worker.measurement.quality import judged_quality, load_reference
+from autotune.worker.measurement.quality import degenerate_figures, eos_ids_of, judged_quality, load_reference
 from autotune.worker.measurement.speed import cost_per_million_tokens
 from autotune.workloads.capacity import Capacity, Probe
 from autotune.workloads.serve import ServeSpec, level_probe, level_requests
@@ -126,7 +126,8 @@ def _serve(
 
 def _quality(spec: TaskSpec, plan: Plan, tokenizer: Any) -> dict[str, float]:
     """KL, top-1, perplexity and token agreement of the served configuration, loaded here and forced through
-    generate() one prompt at a time (autotune/worker/measurement/quality.py)."""
+    generate() one prompt at a time, and the degenerate share (tier 0) of its own greedy generation of the first
+    prompt (autotune/worker/measurement/quality.py)."""
     model = load_model(spec.model, plan, spec.device)
     forced = PaddedGeneration(
         model, plan, build_inputs(tokenizer, spec.workload, 1), spec.workload, tokenizer.pad_token_id
@@ -135,7 +136,9 @@ def _quality(spec: TaskSpec, plan: Plan, tokenizer: Any) -> dict[str, float]:
     greedy = None
     if spec.greedy_reference_path:
         greedy = json.loads(Path(spec.greedy_reference_path).read_text())["generated"]
-    return judged_quality(forced, reference, greedy, model.device)
+    generated = forced.run().generated
+    degenerate = degenerate_figures(generated, greedy, eos_ids_of(model))
+    return judged_quality(forced, reference, greedy, model.device) | degenerate
 
 
 def _at(capacity: Capacity, slo: dict[str, float]) -> float | None:

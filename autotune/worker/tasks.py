@@ -107,6 +107,7 @@ def perform(spec: TaskSpec, startup_s: float) -> TaskResult:
 
 
 CEILING_RUNNER = "autotune.worker.ceiling:run"
+EVALUATION_RUNNER = "autotune.worker.evaluation:run"
 
 
 def _dispatch(spec: TaskSpec, phases: Phases) -> TaskResult:
@@ -114,6 +115,8 @@ def _dispatch(spec: TaskSpec, phases: Phases) -> TaskResult:
         return _prepare(spec, phases)
     if spec.task == "ceiling":
         return _runner(CEILING_RUNNER)(spec, phases)
+    if spec.task == "evaluate":
+        return _runner(EVALUATION_RUNNER)(spec, phases)
     return _trial(spec, phases)
 
 
@@ -305,14 +308,17 @@ def _runner(path: str) -> Callable[[TaskSpec, Phases], TaskResult]:
 
 
 STALL_S = 30.0
-MODEL_FAULTS = ("slow_forward", "decode_drift")  # planted in the loaded model, not injected as a phase starts
+MODEL_FAULTS = ("slow_forward", "decode_drift", "runaway")  # planted in the loaded model, not as a phase starts
 DRIFT_SCALE = 4.0  # decode_drift: the logits' shift, in standard deviations of a normal draw per token
 
 
 def plant_model_fault(model: Any, fault: dict[str, Any] | None) -> None:
     """Tests: a model slower for real, whatever else runs beside it (slow_forward: a sleep per forward pass), or wrong
     on the decoding path only (decode_drift: every forward pass of one new token per row, as a KV cache decodes, has a
-    fixed random shift added to its logits; a pass over a whole text, the prefill path, is left exact)."""
+    fixed random shift added to its logits; a pass over a whole text, the prefill path, is left exact), or a generation
+    that runs away (runaway: once a row's decoded tokens end in a span of RUNAWAY_SPANS tokens said twice in a row, the
+    span is made the next tokens' first choice, so the row loops to the end; text forced along, which seldom repeats
+    itself so, is left nearly exact)."""
     kind = (fault or {}).get("kind")
     if kind == "slow_forward":
         delay = float(fault["seconds"])  # type: ignore[index]
@@ -328,6 +334,42 @@ def plant_model_fault(model: Any, fault: dict[str, Any] | None) -> None:
             return output
 
         model.register_forward_hook(drift, with_kwargs=True)
+    elif kind == "runaway":
+        model.register_forward_hook(_runaway_hook(), with_kwargs=True)
+
+
+RUNAWAY_SPANS = range(2, 7)  # runaway: the lengths of a span whose immediate repeat starts the loop
+
+
+def _runaway_hook() -> Callable[..., Any]:
+    """A forward hook that remembers each row's decoded tokens since the last prefill and, once they end in a span
+    said twice, puts the token that continues the cycle first."""
+    decoded: list[list[int]] = []
+
+    def runaway(module: Any, args: tuple, kwargs: dict, output: Any) -> Any:
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if ids is None:
+            return output
+        if ids.shape[1] != 1:  # a prefill: a new generation starts
+            decoded[:] = [[] for _ in range(ids.shape[0])]
+            return output
+        if len(decoded) != ids.shape[0]:
+            return output
+        logits = output.logits.clone()
+        for row, token in enumerate(ids[:, 0].tolist()):
+            history = decoded[row]
+            history.append(token)
+            period = next((p for p in RUNAWAY_SPANS if _said_twice(history, p)), 0)
+            if period:
+                logits[row, -1, history[-period]] = logits[row, -1].max() + 10.0
+        output.logits = logits
+        return output
+
+    return runaway
+
+
+def _said_twice(history: list[int], span: int) -> bool:
+    return len(history) >= 2 * span and history[-2 * span : -span] == history[-span:]
 
 
 def inject_fault(kind: str, until: str | None = None) -> None:

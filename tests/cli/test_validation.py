@@ -70,6 +70,12 @@ CASES = [
     (["search", *DEMO, "--seed", "x"], "--seed"),
     (["search", *DEMO, "--devices", "a,b"], "--devices 'a'"),
     (["search", *DEMO, "--warm-start", "nothing"], "--warm-start: no study named 'nothing'"),
+    (["search", *DEMO, "--eval-limit", "5"], "--eval-limit goes with --eval TASK"),
+    (["search", *DEMO, "--eval", "demo", "--devices", "cpu,cpu"], "--eval runs after a search on one device"),
+    (
+        ["search", *DEMO, "--constraint", "flips<=0.05"],
+        "task_flips is measured after the search, on the front's finalists (--eval)",
+    ),
     (["measure", "--model", "demo", "--gpu", "cpu", "--device", NO_GPU], "no such CUDA GPU here"),
     (["measure", "--model", "demo", "--gpu", "cpu", "--input-len", "600"], "but the model has 512 positions"),
     (["worker", "--study", "x", "--storage", "sqlite:///{things}/none.db", "--device", NO_GPU], "no such CUDA GPU"),
@@ -115,4 +121,16 @@ def test_a_workload_longer_than_a_local_models_context_is_refused(tmp_path: Path
     completed = run_main(args, cwd, bare_cli_env)
     assert_one_line_error(completed, limit)
     assert "--input-len 90 + --output-len 8 = 98 tokens" in completed.stderr
+    assert list(cwd.iterdir()) == []
+
+
+def test_eval_without_lm_evaluation_harness_is_refused_in_one_line(tmp_path: Path, bare_cli_env, monkeypatch):
+    """The real missing case is a venv without the extra (docs/install.md); here `installed` answers no for it."""
+    from autotune import extras
+
+    installed = extras.installed
+    monkeypatch.setattr(extras, "installed", lambda module: module != "lm_eval" and installed(module))
+    cwd, _ = _folders(tmp_path)
+    completed = run_main(["search", *DEMO, "--eval", "demo"], cwd, bare_cli_env)
+    assert_one_line_error(completed, '--eval needs lm-eval, which is not installed: pip install "autotune[eval]"')
     assert list(cwd.iterdir()) == []

@@ -1,11 +1,13 @@
 """Quality on the path that runs: a real search of the demo model with the throughput preset, over a space with the
-quantized cache, and a fault planted in the decoding path of some of its configurations (injected by configuration,
-as the storage faults are: AUTOTUNE_INJECT_FAULTS).
+quantized cache, and faults planted in some of its configurations (injected by configuration, as the storage faults
+are: AUTOTUNE_INJECT_FAULTS).
 
-The fault (decode_drift, autotune/worker/tasks.py) shifts the logits of every forward pass that decodes one token per
-row, as a KV cache decodes; a forward pass over a whole text is left exact. The figure studies stored before
+The first fault (decode_drift, autotune/worker/tasks.py) shifts the logits of every forward pass that decodes one token
+per row, as a KV cache decodes; a forward pass over a whole text is left exact. The figure studies stored before
 2026-11-27 (one forward pass over the text, no cache) cannot see it; the decoding path's can, and the preset's
-quality guard keeps the configuration off the front.
+quality guard keeps the configuration off the front. The second (runaway) makes a generation loop once it says a span
+twice: text forced along seldom does, so teacher forcing cannot see it; tier 0, the share of the trial's own
+generations that are degenerate, does, and the preset's guard keeps it off the front.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ pytestmark = pytest.mark.slow
 SPACE = """
 knobs:
   dtype: [float32, bfloat16]
+  attn_implementation: [sdpa, eager]
   batching: [generate]
   cache_implementation:
     values: [dynamic, quantized]
@@ -38,7 +41,8 @@ knobs:
   execution_mode: [no_grad, inference_mode]
 """
 PLANTED = "execution_mode=inference_mode"  # every configuration with this value decodes wrong
-FAULT = {PLANTED: {"kind": "decode_drift"}}
+RUNAWAY = "attn_implementation=eager"  # every configuration with this value (and no_grad) loops once it repeats
+FAULT = {PLANTED: {"kind": "decode_drift"}, RUNAWAY: {"kind": "runaway"}}
 STUDY = "quality-path"
 
 
@@ -50,7 +54,7 @@ def searched(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> tuple
     env["AUTOTUNE_INJECT_FAULTS"] = json.dumps(FAULT)
     args = ["search", "--model", "demo", "--gpu", "cpu", "--objective", "throughput", "--space", "space.yaml"]
     completed = run_cli(
-        [*args, "--study", STUDY, "--trials", "9", "--input-len", "32", "--output-len", "32", *BRIEF], workdir, env
+        [*args, "--study", STUDY, "--trials", "12", "--input-len", "128", "--output-len", "64", *BRIEF], workdir, env
     )
     assert completed.returncode == 0, completed.stdout + completed.stderr
     study = optuna.load_study(study_name=STUDY, storage=f"sqlite:///{workdir}/studies/{STUDY}.db")
@@ -60,12 +64,35 @@ def searched(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> tuple
 def test_the_decoding_path_catches_a_fault_the_prefill_path_misses(searched, cache_dir):
     _, trials = searched
     planted = [r for r in trials if r.config["execution_mode"] == "inference_mode" and r.config["dtype"] == "float32"]
-    exact = [r for r in trials if r.config["execution_mode"] == "no_grad" and r.config["dtype"] == "float32"]
+    exact = [r for r in trials if _sound(r) and r.config["dtype"] == "float32"]
     dynamic = next(r for r in planted if r.config["cache_implementation"] == "dynamic")
     assert dynamic.quality_path == DECODE
     assert dynamic.metrics["kl_divergence"] > 0.1 and dynamic.metrics["token_agreement"] < 0.5
     assert min(r.metrics["kl_divergence"] for r in exact if r.config["cache_implementation"] == "dynamic") < 1e-6
     assert _prefill_kl_of_the_planted_model(cache_dir) < 1e-9  # what the study would have stored before
+
+
+def _sound(record: TrialRecord) -> bool:
+    return record.config["execution_mode"] == "no_grad" and record.config["attn_implementation"] == "sdpa"
+
+
+def _runaway(record: TrialRecord) -> bool:
+    return record.config["execution_mode"] == "no_grad" and record.config["attn_implementation"] == "eager"
+
+
+def test_tier_0_catches_a_runaway_generation_teacher_forcing_cannot_see_and_the_guard_keeps_it_off_the_front(searched):
+    workdir, trials = searched
+    study = optuna.load_study(study_name=STUDY, storage=f"sqlite:///{workdir}/studies/{STUDY}.db")
+    front = {trial.number for trial in study.best_trials}
+    runaway = [r for r in trials if _runaway(r)]
+    sound = [r for r in trials if _sound(r)]
+    assert runaway and all(r.metrics["degenerate_share"] >= 0.25 for r in runaway), [r.metrics for r in runaway]
+    assert all(r.metrics["degenerate_share"] == 0 for r in sound)  # dtypes and quantized caches: none
+    forced_blind = [r for r in runaway if r.metrics["kl_divergence"] <= 0.01 and r.metrics["token_agreement"] >= 0.95]
+    assert forced_blind  # the decoding path's figures pass it: only tier 0 keeps it out
+    assert all(not r.feasible for r in runaway) and not front & {r.number for r in runaway}
+    drifted = [r for r in trials if r.config["execution_mode"] == "inference_mode"]
+    assert all(r.metrics["degenerate_share"] > 0 for r in drifted)  # the decoding-path fault: degenerate too
 
 
 def _prefill_kl_of_the_planted_model(cache_dir: Path) -> float:
@@ -90,7 +117,7 @@ def test_the_quality_guard_acts_on_the_decoding_path_and_keeps_the_fault_off_the
     front = {trial.number for trial in study.best_trials}
     planted = [r for r in trials if r.config["execution_mode"] == "inference_mode"]
     assert planted and all(not r.feasible for r in planted) and not front & {r.number for r in planted}
-    quantized = [r for r in trials if r.config.get("cache_implementation") == "quantized" and r not in planted]
+    quantized = [r for r in trials if r.config.get("cache_implementation") == "quantized" and _sound(r)]
     assert quantized and all(r.metrics["kl_divergence"] > 1e-5 for r in quantized)  # off the exact figures
     stored = [str(constraint) for constraint in stored_settings(study).feasibility]
     assert stored == [str(constraint) for constraint in parse_constraints(QUALITY_KEPT)]

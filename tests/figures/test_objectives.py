@@ -19,7 +19,7 @@ def test_each_preset_sets_its_objectives_workload_and_constraints():
     assert (latency.objectives, latency.workload, latency.constraints) == (
         ("tpot_s", "ttft_s"),
         "latency",
-        ("kl<=0.01", "tokens>=0.95"),  # both measured through the decoding path
+        ("kl<=0.01", "tokens>=0.95", "degenerate<=0.25"),  # the decoding path's, and its own generations' (tier 0)
     )
     throughput = search_goal("throughput", None, False, [])
     assert throughput.objectives == ("throughput_tok_s", "peak_memory_gb") and throughput.workload == "throughput"
@@ -96,3 +96,17 @@ def test_the_strategy_composes_a_trade_off_for_every_subset_of_the_objectives():
     tpot, ttft = "per-token latency (p50)", "time to first token (p50)"
     assert [label for label, _ in latency] == [tpot, ttft, f"{tpot} and {ttft}"]
     assert [weights.tolist() for _, weights in latency] == [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]
+
+
+def test_a_study_searched_under_an_earlier_guard_of_its_preset_keeps_it_and_one_the_user_gave_does_not():
+    from autotune.search.session import constraints_on_resume
+    from autotune.specs import ModelSpec, SearchRequest
+
+    earlier, now = (
+        ["kl_divergence<=0.01", "token_agreement>=0.95"],
+        list(search_goal("throughput", None, False, []).constraints),
+    )
+    preset = SearchRequest(ModelSpec("demo"), preset_guard=True)
+    assert constraints_on_resume(preset, now, earlier) == earlier
+    assert constraints_on_resume(preset, now, []) == now  # searched with none: the preset's, refused as before
+    assert constraints_on_resume(SearchRequest(ModelSpec("demo")), now, earlier) == now  # the user's: refused
