@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from autotune.analysis.found import BestFound
@@ -29,3 +29,4 @@ class SearchSummary:
     failed_workers: tuple[str, ...] = ()  # `search --devices`: each worker that ended with an error, and how
     best: tuple[BestFound, ...] = ()  # when each objective's best figure was found
     passed_over: tuple[str, ...] = ()  # planned trials not started: the budget left could not finish them
+    compiles: dict[str, int] = field(default_factory=dict)  # trials that compiled: "cold" / "warm" -> how many
