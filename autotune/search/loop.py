@@ -41,15 +41,15 @@ class Spending:
     def add_trial(self, result: TaskResult, duration: float, compiles: bool) -> None:
         """A trial's time by the phases its worker timed; `compiles`: its plan compiles (a compile knob), or its
         worker compiled something."""
-        compiled = result.details.compile
-        if compiled is not None and compiled.compiled:
-            self.compiles[compiled.cache] = self.compiles.get(compiled.cache, 0) + 1
         if result.outcome == Outcome.BUDGET:
             self.add("stopped at the deadline", duration)
             return
         if not result.ok:
             self.add("failed trials", duration)
             return
+        compiled = result.details.compile
+        if compiled is not None and compiled.compiled:  # counted where its seconds are: the trials that ended ok
+            self.compiles[compiled.cache] = self.compiles.get(compiled.cache, 0) + 1
         timed = trial_phases(result, compiles)
         for category, seconds in timed.items():
             self.add(category, seconds)

@@ -321,7 +321,8 @@ def _adopt_compiled_code(session: Session, previous: optuna.Study, previous_url:
         store = artifacts.open_store(session.request.storage.artifacts, previous_url)
     taken = session.compile_archives.adopt(session.study, previous, store)
     if taken:
-        events.note(f"warm start: {taken} archives of code {previous.study_name} compiled, loaded before compiling")
+        what = f"archives of what {previous.study_name} compiled"
+        events.note(f"warm start: {taken} {what}, loaded by this study's trials before they compile")
 
 
 def _enqueue_new(study: optuna.Study, configs: list[tuple[Config, list[str]]]) -> int:

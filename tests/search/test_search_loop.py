@@ -110,6 +110,8 @@ def test_compiling_trials_are_counted_cold_or_warm_and_their_compiled_code_loadi
         trial.timings[phases.COMPILE_CACHE] = 0.5
         trial.details = TaskDetails(compile=figures)
         spending.add_trial(trial, duration=15.0, compiles=figures.compiled)
+    failed = TaskResult(Outcome.ERROR, timings={"warmup": 9.0}, details=TaskDetails(compile=COLD_COMPILE))
+    spending.add_trial(failed, duration=10.0, compiles=True)  # its seconds are a failed trial's: so is its compile
     assert spending.compiles == {"cold": 1, "warm": 2}
     assert spending.seconds["compiling"] == 3 * (2.0 + 0.5)
     assert spending.seconds["loading models"] == 4 * 2.5 + 0.5  # where nothing compiled, loading it is loading
