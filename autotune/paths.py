@@ -1,4 +1,4 @@
-"""Where autotune keeps things: its cache (demo model, reference outputs) and the default space."""
+"""Where autotune keeps things: its cache (demo model, reference outputs, compile caches) and the default space."""
 
 from __future__ import annotations
 
@@ -25,3 +25,9 @@ def demo_model_path(cache_dir: Path) -> Path:
 
 def demo_draft_path(cache_dir: Path) -> Path:
     return cache_dir / "models" / DRAFT_VERSION
+
+
+def compile_cache_dir(cache_dir: Path, study_name: str) -> Path:
+    """A study's torch.compile caches on this machine; inside, one folder per key of what invalidates them (the
+    worker names it: autotune/worker/compile_cache.py) and the study's archives fetched here."""
+    return cache_dir / "compile" / study_name

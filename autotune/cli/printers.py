@@ -26,6 +26,8 @@ from autotune.figures.metrics import (
 )
 from autotune.figures.quality import ON_THE_PATH, path_lines, path_note
 from autotune.figures.slo import describe_slo, in_ms
+from autotune.process.phases import COMPILING
+from autotune.process.results import COLD, WARM
 from autotune.space import Config
 from autotune.space.knobs import short_name
 from autotune.units import format_bytes, format_duration
@@ -132,7 +134,12 @@ def _serve_figures(m: dict[str, float]) -> str:
 
 
 def _duration(record: TrialRecord) -> str:
-    return format_duration(record.duration_s) if record.duration_s is not None else "-"
+    """The trial's duration, and its compile time where it compiled, cold or warm."""
+    duration = format_duration(record.duration_s) if record.duration_s is not None else "-"
+    compiled = record.compiled
+    if compiled is None or not compiled.compiled:
+        return duration
+    return f"{duration}, compiling {format_duration(compiled.seconds)} {compiled.cache}"
 
 
 # ------------------------------------------------------------------------------------ search, worker
@@ -146,7 +153,9 @@ def print_search_summary(summary: SearchSummary, capacity_within: str = "", qual
         f"({summary.stop_reason})"
     )
     spent = ", ".join(
-        f"{name} {format_duration(seconds)}" for name, seconds in summary.spent_s.items() if seconds >= 0.05
+        f"{name} {format_duration(seconds)}{_compiles(summary) if name == COMPILING else ''}"
+        for name, seconds in summary.spent_s.items()
+        if seconds >= 0.05
     )
     out.print(f"time spent: {spent}")
     for found in summary.best:
@@ -158,6 +167,12 @@ def print_search_summary(summary: SearchSummary, capacity_within: str = "", qual
         out.print(f"not started, the budget left could not finish them: {listed}")
     for line in summary.evaluation:
         out.print(line)
+
+
+def _compiles(summary: SearchSummary) -> str:
+    """How many trials compiled cold (a graph anew) and warm (every graph from the study's compile cache)."""
+    counts = [f"{summary.compiles[cache]} {cache}" for cache in (COLD, WARM) if summary.compiles.get(cache)]
+    return f" ({', '.join(counts)})" if counts else ""
 
 
 def _best_figure(found: BestFound) -> str:

@@ -7,9 +7,12 @@ task runs. The same lines stay in the trial's log artifact, so a log says how fa
 from __future__ import annotations
 
 PREFIX = "autotune phase: "
+COMPILE_CACHE = "compile-cache"  # a study's archives of compiled code unpacked before a trial, its own archived after
+COMPILING = "compiling"  # where a search's summary puts a compiling trial's first calls and its compile cache's time
 
 LABELS = {
     "spawn": "starting a worker process (it imports torch and transformers)",  # announced by the study process
+    COMPILE_CACHE: "loading the study's compiled code",
     "start": "setting up the device",
     "resolve": "finding the model and reading its config",
     "demo-model": "building the demo model (first run only)",

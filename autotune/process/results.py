@@ -40,6 +40,50 @@ class Candidate:
 
 
 @dataclass
+class CompileCacheSpec:
+    """Where a study's trial compiles and what it loads first (autotune/worker/compile_cache.py)."""
+
+    folder: str  # the study's compile folder on this machine; the worker compiles in the subfolder its key names
+    archives: list[str] = field(default_factory=list)  # the study's archives of compiled code, fetched to this machine
+    archive_to: str | None = None  # where the worker writes the archive of what it compiled anew
+
+
+COLD, WARM = "cold", "warm"
+
+
+@dataclass
+class CompileFigures:
+    """What a trial's process compiled, whichever code called torch.compile, and whether torch's caches held it."""
+
+    graphs: int = 0  # graphs Dynamo compiled or found in the caches
+    missed: int = 0  # of them, compiled anew (inductor's FX-graph cache missed or was bypassed)
+    seconds: float = 0.0  # torch's own compile time in the process (Dynamo and inductor), cache lookups included
+    loaded: int = 0  # archives loaded into the folder before it ran
+    notes: list[str] = field(default_factory=list)  # archives ignored, and why
+    archive: str | None = None  # the archive of what it compiled anew (a file beside its log)
+    artifact: str | None = None  # that archive's artifact id, once stored with the study
+
+    @property
+    def compiled(self) -> bool:
+        return self.graphs > 0
+
+    @property
+    def cache(self) -> str:
+        """cold: at least one graph compiled anew; warm: every graph found in the caches."""
+        return COLD if self.missed or not self.graphs else WARM
+
+    def to_stored(self) -> dict[str, Any]:
+        """What the study keeps of it (a trial's user attribute): no notes, no local path."""
+        stored = {"cache": self.cache, "seconds": round(self.seconds, 2), "graphs": self.graphs, "missed": self.missed}
+        return stored | ({"artifact": self.artifact} if self.artifact else {})
+
+    @classmethod
+    def from_stored(cls, data: dict[str, Any]) -> CompileFigures:
+        known = {f.name for f in fields(cls)}
+        return cls(**{key: value for key, value in data.items() if key in known})
+
+
+@dataclass
 class TaskSpec:
     task: TaskKind
     model: ModelSpec
@@ -60,6 +104,7 @@ class TaskSpec:
     fault: dict[str, str] | None = None  # tests: {"phase": ..., "kind": ...} makes the worker fail for real
     ceiling: CeilingSpec | None = None  # ceiling: the hand loop's dtype, compile mode, batches and timing
     evaluation: dict[str, Any] | None = None  # evaluate: {"task": demo, a name or a folder, "limit": items or None}
+    compile_cache: CompileCacheSpec | None = None  # a study's trial: its compile folder and archives; None: torch's own
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -73,6 +118,7 @@ class TaskSpec:
         data["candidate"] = Candidate(**data["candidate"]) if data.get("candidate") else None
         data["reference_candidates"] = [Candidate(**c) for c in data.get("reference_candidates", [])]
         data["ceiling"] = CeilingSpec.from_json(data["ceiling"]) if data.get("ceiling") else None
+        data["compile_cache"] = CompileCacheSpec(**data["compile_cache"]) if data.get("compile_cache") else None
         return cls(**data)
 
 
@@ -100,14 +146,21 @@ class TaskDetails:
     quality_path: str | None = None  # trial: the path its quality figures came from (autotune.figures.quality)
     ceilings: list[dict[str, Any]] | None = None  # ceiling: the hand loop's figures per batch (process.ceiling.Ceiling)
     evaluation: dict[str, Any] | None = None  # evaluate: the task, its metric, each item's answer right or wrong, path
+    compile: CompileFigures | None = None  # a study's trial: what it compiled, cold or warm, and its archive
 
     def to_json(self) -> dict[str, Any]:
         return {key: value for key, value in asdict(self).items() if value is not None}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TaskDetails:
-        reference = data.get("reference")
-        return cls(**{**data, "reference": FoundReference(**reference) if reference else None})
+        reference, compiled = data.get("reference"), data.get("compile")
+        return cls(
+            **{
+                **data,
+                "reference": FoundReference(**reference) if reference else None,
+                "compile": CompileFigures(**compiled) if compiled else None,
+            }
+        )
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from autotune.analysis.found import BestFound
@@ -31,3 +31,4 @@ class SearchSummary:
     passed_over: tuple[str, ...] = ()  # planned trials not started: the budget left could not finish them
     evaluation: tuple[str, ...] = ()  # tier 1 (--eval): the task, each finalist's figures, those left unevaluated
     ended: float = 0.0  # time.monotonic() when the trial loop ended
+    compiles: dict[str, int] = field(default_factory=dict)  # trials that compiled: "cold" / "warm" -> how many

@@ -9,8 +9,9 @@ import time
 from dataclasses import dataclass, field
 
 from autotune import study as studies
+from autotune.process import phases
 from autotune.process.results import Outcome, TaskResult
-from autotune.search.durations import Durations, ended
+from autotune.search.durations import Durations, ended, warm_ended
 from autotune.search.events import SearchEvents
 from autotune.search.interrupts import Interrupted, deferred
 from autotune.search.prepare import plan_target
@@ -28,21 +29,27 @@ NEARLY_USED_UP = "budget nearly used up: "
 
 @dataclass
 class Spending:
-    """Where the wall-clock time of a search went, each share under the name of what it was."""
+    """Where the wall-clock time of a search went, each share under the name of what it was; and how many of its
+    trials compiled cold (at least one graph anew) and warm (every graph found in the study's compile cache)."""
 
     seconds: dict[str, float] = field(default_factory=dict)
+    compiles: dict[str, int] = field(default_factory=dict)  # "cold" / "warm" -> trials
 
     def add(self, category: str, duration: float) -> None:
         self.seconds[category] = self.seconds.get(category, 0.0) + duration
 
     def add_trial(self, result: TaskResult, duration: float, compiles: bool) -> None:
-        """A trial's time by the phases its worker timed; `compiles`: its plan compiles (a compile knob)."""
+        """A trial's time by the phases its worker timed; `compiles`: its plan compiles (a compile knob), or its
+        worker compiled something."""
         if result.outcome == Outcome.BUDGET:
             self.add("stopped at the deadline", duration)
             return
         if not result.ok:
             self.add("failed trials", duration)
             return
+        compiled = result.details.compile
+        if compiled is not None and compiled.compiled:  # counted where its seconds are: the trials that ended ok
+            self.compiles[compiled.cache] = self.compiles.get(compiled.cache, 0) + 1
         timed = trial_phases(result, compiles)
         for category, seconds in timed.items():
             self.add(category, seconds)
@@ -54,12 +61,15 @@ TRIAL_PROCESSES = "starting and ending trial processes"  # a trial's time outsid
 
 def trial_phases(result: TaskResult, compiles: bool) -> dict[str, float]:
     """The phases of a finished trial, named as what they were: the first call of the workload compiles only
-    where the plan asks generate() to compile; the other warm-up calls are warming up."""
+    where the plan asks generate() to compile (or the worker compiled); the other warm-up calls are warming up. The
+    study's compiled code unpacked before it and archived after it counts as compiling, or as loading where it
+    compiled nothing."""
     timings = result.timings
     first_call = _first_calls_s(result)
+    archives = timings.get(phases.COMPILE_CACHE, 0.0)
     return {
-        "loading models": timings.get("load", 0.0) + timings.get("setup", 0.0),
-        "compiling (first calls)" if compiles else "first calls": first_call,
+        "loading models": timings.get("load", 0.0) + timings.get("setup", 0.0) + (0.0 if compiles else archives),
+        phases.COMPILING if compiles else "first calls": first_call + (archives if compiles else 0.0),
         "warming up": max(0.0, timings.get("warmup", 0.0) - first_call),
         "measuring": timings.get("measure", 0.0),
         "checking quality": timings.get("quality", 0.0),
@@ -121,7 +131,7 @@ class TrialLoop:
                 for why in trial.roles:  # queued before its duration was known: the next planned that fits runs
                     self.passed_over.setdefault(why, f"{why} ({overrun.removeprefix(NEARLY_USED_UP)})")
                 continue
-            result = self._measure(trial, durations)
+            result = self._measure(trial, durations, read)
             if result.outcome == Outcome.BUDGET:
                 return "budget used up"
 
@@ -144,7 +154,8 @@ class TrialLoop:
         allowance = KINDS[workload.kind].probe_allowance_s(workload)  # a probe's longer courses
         device = self.session.profile.device_type
         baseline = self.session.prepared.baseline_config
-        return Durations(ended(records), baseline, device, allowance)
+        warm = self.session.compile_archives.expected_warm(records)
+        return Durations(ended(records), baseline, device, allowance, warm_ended(records), warm)
 
     def _next_trial(self, read: StudyRead, durations: Durations) -> Trial | None:
         """The next configuration to measure: queued (anchors, warm-up set, retries) or sampled; None when
@@ -221,10 +232,10 @@ class TrialLoop:
     def _unmeasurable(self, config: Config) -> str | None:
         return rules.unmeasurable(build_plan(config, plan_target(self.session.profile, self.request)))
 
-    def _measure(self, trial: Trial, durations: Durations) -> TaskResult:
+    def _measure(self, trial: Trial, durations: Durations, read: StudyRead) -> TaskResult:
         for why in trial.roles:  # passed over earlier, it fits now (more trials alike ended)
             self.passed_over.pop(why, None)
-        measured = trial.run(self.deadline, self.launched, durations.of(trial.config))
+        measured = trial.run(self.deadline, self.launched, durations.of(trial.config), read.records)
         result = measured.result
         self.space = judge_values(self.study, self.session.space, trial.number, trial.config, result)
         if result.excludes or result.suspects:

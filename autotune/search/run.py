@@ -158,7 +158,7 @@ def _run_loop(loop: TrialLoop, started: float) -> SearchSummary:
     summary = SearchSummary(
         session.name, session.storage_url, loop.launched, stop_reason, elapsed, loop.spending.seconds
     )
-    return replace(summary, passed_over=passed_over, ended=time.monotonic())
+    return replace(summary, passed_over=passed_over, ended=time.monotonic(), compiles=dict(loop.spending.compiles))
 
 
 def _run_record(request: SearchRequest, summary: SearchSummary) -> dict[str, Any]:
@@ -170,6 +170,7 @@ def _run_record(request: SearchRequest, summary: SearchSummary) -> dict[str, Any
         "launched": summary.launched,
         "elapsed_s": summary.elapsed_s,
         "spent_s": summary.spent_s,
+        "compiles": summary.compiles,
         "stop_reason": summary.stop_reason,
         "passed_over": list(summary.passed_over),
         "devices": list(request.devices) or None,

@@ -27,6 +27,7 @@ from autotune.space import Config, SearchSpace, config_key, load_space, rules
 from autotune.specs import HardwareSpec, ModelSpec, QualitySpec, SearchRequest, WorkerRequest, WorkloadSpec
 from autotune.study import StudySettings, artifacts, moments
 from autotune.study.claims import Claims
+from autotune.study.compile_archives import CompileArchives
 from autotune.study.patience import PatientStorage
 from autotune.study.records import front_numbers
 from autotune.study.recovery import LogAttacher, Recovery
@@ -73,6 +74,7 @@ class Session:
     claims: Claims
     artifact_store: Any  # trial logs go there (autotune.study.artifacts), None where there is none
     recovery: Recovery  # between trials: kept results stored, the trials of dead processes failed and retried
+    compile_archives: CompileArchives  # the study's compiled code: where trials compile here, what they load first
 
     @property
     def constraints(self) -> list[Constraint]:
@@ -109,14 +111,17 @@ def open_session(checked: Checked, prepared: Prepared, events: SearchEvents) -> 
     study_id = patient_storage.get_study_id_from_name(checked.name)
     claims = Claims(patient_storage.engine, study_id, patient_storage.patience)
     recovery = Recovery(study, claims, checked.workdir, _log_attacher(artifact_store, checked.workdir), events.note)
+    compile_archives = CompileArchives(artifact_store, request.storage.cache_dir, study, events.note)
     session = Session(
         request, checked.hardware, space, checked.name, checked.storage_url, patient_storage, study, settings, prepared,
-        claims=claims, artifact_store=artifact_store, recovery=recovery,
+        claims=claims, artifact_store=artifact_store, recovery=recovery, compile_archives=compile_archives,
     )  # fmt: skip
     recovery()
     _enqueue_anchors(study, prepared)
     if request.warm_start:
-        _enqueue_warm_start(study, find_warm_start(request, checked.storage_url, events), space, events)
+        previous, previous_url = find_warm_start(request, checked.storage_url, events)
+        _enqueue_warm_start(study, previous, space, events)
+        _adopt_compiled_code(session, previous, previous_url, events)
     _say_opened(session, events)
     return session
 
@@ -244,14 +249,15 @@ def _check_objectives(settings: StudySettings, hardware: ResolvedHardware) -> No
     check_available(settings.objectives, workload_kind, metrics_of_one_kind(), device_type, counter)
 
 
-def find_warm_start(request: SearchRequest, url: str, events: SearchEvents) -> optuna.Study:
-    """The study named by --warm-start: in this study's storage, or in its own default SQLite file."""
+def find_warm_start(request: SearchRequest, url: str, events: SearchEvents) -> tuple[optuna.Study, str]:
+    """The study named by --warm-start, and its storage's URL: in this study's storage, or in its own default SQLite
+    file."""
     assert request.warm_start is not None
     for candidate in (url, studies.default_storage_url(request.warm_start, request.storage.studies_dir)):
         if not studies.sqlite_file_missing(candidate):
             found = studies.find_study(open_patient_storage(request, candidate, events), request.warm_start)
             if found is not None:
-                return found
+                return found, candidate
     raise UserError(f"--warm-start: no study named {request.warm_start!r} in {studies.redact(url)} nor in its own file")
 
 
@@ -319,6 +325,17 @@ def _enqueue_warm_start(study: optuna.Study, previous: optuna.Study, space: Sear
     events.note(
         f"warm start: {added} of the {len(configs)} configurations on the front of {previous.study_name} queued"
     )
+
+
+def _adopt_compiled_code(session: Session, previous: optuna.Study, previous_url: str, events: SearchEvents) -> None:
+    """The warm start's archives of compiled code, taken as this study's: its trials of the same graphs find them."""
+    store = session.artifact_store
+    if previous_url != session.storage_url:
+        store = artifacts.open_store(session.request.storage.artifacts, previous_url)
+    taken = session.compile_archives.adopt(session.study, previous, store)
+    if taken:
+        what = f"archives of what {previous.study_name} compiled"
+        events.note(f"warm start: {taken} {what}, loaded by this study's trials before they compile")
 
 
 def _enqueue_new(study: optuna.Study, configs: list[tuple[Config, list[str]]]) -> int:

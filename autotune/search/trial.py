@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Container
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -38,6 +38,7 @@ from autotune.search.session import Session
 from autotune.space import Config, SearchSpace, build_plan, config_key
 from autotune.study import TrialRecord, artifacts, kept, moments
 from autotune.study.claims import OWNER_ATTR, WORKER_PID_ATTR, claim_configuration, this_process
+from autotune.study.compile_archives import ARCHIVE_SUFFIX
 from autotune.study.optuna_internals import trial_id
 from autotune.study.recovery import Heartbeat
 
@@ -89,7 +90,7 @@ class StudyRead:
 class Measured:
     result: TaskResult
     duration_s: float
-    compiles: bool  # its plan compiles (a compile knob): its first calls were compiling
+    compiles: bool  # its plan compiles (a compile knob), or its worker compiled: its first calls were compiling
 
 
 class Trial:
@@ -185,9 +186,12 @@ class Trial:
 
     # ----------------------------------------------------------------------------------------------- run
 
-    def run(self, deadline: float | None, launch_index: int, forecast: Duration) -> Measured:
+    def run(
+        self, deadline: float | None, launch_index: int, forecast: Duration, records: Sequence[TrialRecord] = ()
+    ) -> Measured:
         """Launch it in a worker under a heartbeat, then store what it measured. `launch_index`: how many trials
-        this process launched before; `forecast`: what the budget expects it to take."""
+        this process launched before; `forecast`: what the budget expects it to take; `records`: the study's trials as
+        last read (whose archives of compiled code the worker loads first)."""
         assert self.asked is not None
         asked, session, request = self.asked, self.session, self.session.request
         self.events.trial_started(self.number, self.config, self.roles)
@@ -198,6 +202,8 @@ class Trial:
         if (fault := injected_fault(launch_index, self.config)) is not None:
             spec.fault = fault
         workdir = session.trial_workdir(self.number)
+        archive = workdir / f"trial-{self.number:04d}{ARCHIVE_SUFFIX}"  # what it compiles anew, stored with the study
+        spec.compile_cache = session.compile_archives.spec(records, archive)
         limits = Limits(request.budget.trial_timeout_s, deadline)
         on_start = lambda pid: asked.set_user_attr(WORKER_PID_ATTR, pid)  # noqa: E731 - which process measures it
         on_phase = lambda name: self.events.progress(f"trial #{asked.number}: {phases.label(name, built.compiles)}")  # noqa: E731
@@ -206,7 +212,10 @@ class Trial:
             result = run_in_worker(spec, workdir, limits, on_start=on_start, on_phase=on_phase)
             duration = time.monotonic() - started
             self._store(result, duration, workdir)
-        return Measured(result, duration, built.compiles)
+        compiled = result.details.compile
+        for note in compiled.notes if compiled else ():
+            self.events.note(f"trial #{self.number}: {note}")
+        return Measured(result, duration, built.compiles or bool(compiled and compiled.compiled))
 
     def record(self) -> TrialRecord:
         """The trial as stored now."""
@@ -223,6 +232,7 @@ class Trial:
             with deferred():
                 log = workdir / "worker.log"
                 artifacts.attach(self.session.artifact_store, self.asked, log, artifacts.LOG_MIMETYPE)
+                self.session.compile_archives.store_archive(self.asked, result)
                 self._tell(result, duration)
         except StorageUnavailableError as error:
             self.in_hand = False  # not to be recorded as interrupted: its result waits on disk

@@ -14,7 +14,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.figures.constraints import Constraint, violations
 from autotune.figures.metrics import OBJECTIVES, Metric
 from autotune.figures.quality import PREFILL
-from autotune.process.results import Outcome, TaskResult
+from autotune.process.results import CompileFigures, Outcome, TaskResult
 from autotune.space import Config, config_key
 from autotune.study import migrations
 from autotune.study.evaluations import evaluation_figures
@@ -22,6 +22,7 @@ from autotune.workloads.capacity import Capacity
 
 log = logging.getLogger(__name__)
 FAIL_REASON_ATTR = "fail_reason"  # one line, on every failed trial, where Optuna's tools show it
+COMPILE_ATTR = "compile"  # what a trial compiled: cold or warm, torch's seconds, its archive's artifact id
 
 MAX_INTERRUPTIONS = 1  # an interrupted configuration is retried once, then never run again
 
@@ -54,6 +55,7 @@ class TrialRecord:
     capacity: Capacity | None = None  # an SLO or a capacity probe: its unit, target, points and what stopped it
     blame: dict[str, Any] | None = None  # failed: {"knob", "value", "certain"}, the value its failure points at
     quality_path: str = PREFILL  # where its quality figures came from (autotune.figures.quality)
+    compiled: CompileFigures | None = None  # what it compiled, cold or warm, and its archive (studies before: None)
 
     @property
     def feasible(self) -> bool:
@@ -103,6 +105,7 @@ class TrialRecord:
             capacity=Capacity.from_json(migrations.capacity(attrs["capacity"])) if attrs.get("capacity") else None,
             blame=attrs.get("blame"),
             quality_path=migrations.quality_path(attrs.get("quality_path")),
+            compiled=CompileFigures.from_stored(attrs[COMPILE_ATTR]) if attrs.get(COMPILE_ATTR) else None,
         )
 
 
@@ -191,6 +194,9 @@ def record_result(
     trial.set_user_attr("duration_s", duration_s)
     trial.set_user_attr("timings", result.timings)
     trial.set_user_attr("pid", result.pid)
+    compiled = result.details.compile
+    if compiled is not None and (compiled.compiled or compiled.artifact):
+        trial.set_user_attr(COMPILE_ATTR, compiled.to_stored())
     if result.environment:
         trial.set_user_attr("environment", result.environment)
     if result.ok:

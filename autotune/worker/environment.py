@@ -42,13 +42,13 @@ def environment(device: str) -> dict[str, Any]:
         info["cuda"] = torch.version.cuda
         info["driver"] = _nvidia_driver()
     else:
-        info["device_name"] = _cpu_name()
+        info["device_name"] = cpu_name()
         info["cpu_threads"] = torch.get_num_threads()
         info["bf16_changes_fp32_matmuls"] = bf16_changes_fp32_matmuls()  # the probe the cpu profile prunes with
     return info
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):

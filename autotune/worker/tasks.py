@@ -38,6 +38,7 @@ from autotune.process.results import (
 from autotune.space.knobs import AttentionKnob
 from autotune.space.plan import Plan
 from autotune.validate import context_problem, position_limit
+from autotune.worker.compile_cache import CompileCache, cache_key
 from autotune.worker.demo_model import demo_model_built, ensure_demo_draft
 from autotune.worker.environment import environment
 from autotune.worker.failures import UnsupportedError, classify
@@ -85,9 +86,11 @@ class Phases:
 
 
 def perform(spec: TaskSpec, startup_s: float) -> TaskResult:
-    """Run a task; every failure becomes a result with its outcome, never an exception."""
+    """Run a task; every failure becomes a result with its outcome, never an exception. A study's trial compiles in
+    the study's folder, which holds what its archives brought (autotune/worker/compile_cache.py)."""
     phases = Phases(spec.fault)
     phases.timings["startup"] = startup_s
+    compile_cache = _compile_cache(spec, phases)
     try:
         with phases("start"):
             _configure(spec)
@@ -103,7 +106,26 @@ def perform(spec: TaskSpec, startup_s: float) -> TaskResult:
             else:
                 result.suspects = blamed
     result.timings = {**phases.timings, **result.timings}
+    if compile_cache is not None:
+        result.details.compile = compile_cache.close(result.details.compile)
+        result.timings[phase_lines.COMPILE_CACHE] = compile_cache.seconds
     return result
+
+
+def _compile_cache(spec: TaskSpec, phases: Phases) -> CompileCache | None:
+    """The study's compile folder in use, its archives loaded; None for a task outside a study."""
+    if spec.compile_cache is None:
+        return None
+    if spec.compile_cache.archives:
+        phases.announce(phase_lines.COMPILE_CACHE)
+    try:
+        cache = CompileCache(spec.compile_cache, cache_key(spec.model, spec.device))
+    except Exception as error:  # never the trial's failure: it compiles where torch would
+        log.warning("the study's compile folder is not used: %s: %s", type(error).__name__, error)
+        return None
+    for note in cache.notes:
+        log.warning("%s", note)
+    return cache
 
 
 CEILING_RUNNER = "autotune.worker.ceiling:run"

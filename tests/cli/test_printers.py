@@ -6,7 +6,14 @@ from dataclasses import replace
 from pathlib import Path
 
 from autotune import study as studies
-from autotune.cli.printers import changes_line, out, print_finished, print_front, print_search_summary
+from autotune.cli.printers import (
+    TrialPrinter,
+    changes_line,
+    out,
+    print_finished,
+    print_front,
+    print_search_summary,
+)
 from autotune.report.data import card
 from autotune.search.events import SearchSummary
 from autotune.search.finish import finish
@@ -39,6 +46,29 @@ def test_the_summary_names_what_the_budget_passed_over_and_why():
     with out.capture() as captured:
         print_search_summary(summary)
     assert f"not started, the budget left could not finish them: {fakes.PASSED_OVER}" in captured.get()
+
+
+def test_the_summary_says_how_many_trials_compiled_cold_and_warm():
+    spent = {"measuring": 20.0, "compiling": 40.9}
+    summary = SearchSummary("s", "sqlite://", 8, "8 trials run", 90.0, spent, compiles={"warm": 5, "cold": 3})
+    with out.capture() as captured:
+        print_search_summary(summary)
+    assert "time spent: measuring 20.0s, compiling 40.9s (3 cold, 5 warm)" in captured.get()
+
+
+def test_a_compiling_trials_line_says_its_compile_time_cold_or_warm():
+    from autotune.process.results import CompileFigures
+    from tests.search.test_search_loop import COMPILED, record
+
+    printer = TrialPrinter(out)
+    stopped = replace(record(COMPILED, 26.2, "budget"), state="FAIL", message="stopped at the deadline")
+    with out.capture() as captured:
+        printer.trial_finished(stopped)
+        printer.trial_finished(
+            replace(stopped, duration_s=6.7, compiled=CompileFigures(graphs=1, missed=0, seconds=2.64))
+        )
+    lines = captured.get().splitlines()
+    assert lines[0].endswith("(26.2s)") and lines[1].endswith("(6.7s, compiling 2.6s warm)")
 
 
 def test_after_a_capacity_search_the_front_and_the_best_figures_say_their_capacity_and_slo(tmp_path: Path):
