@@ -173,8 +173,8 @@ def test_measure_refuses_torchao_int4_on_cpu_and_quanto_int4_under_inference_mod
                      "--set", "quantization=torchao-int4"], tmp_path, cli_env)  # fmt: skip
     assert int4.returncode == 2 and "Traceback" not in int4.stderr
     assert int4.stderr == (
-        "autotune: error: quantization=torchao-int4 is not measured on profile cpu: needs a CUDA GPU (torchao int4 runs "
-        "tinygemm's CUDA kernel (Ampere or newer); every int4 packing fails on CPU)\n"
+        "autotune: error: quantization=torchao-int4 is not measured on profile cpu: needs a CUDA GPU (torchao int4 "
+        "runs tinygemm's CUDA kernel (Ampere or newer); every int4 packing fails on CPU)\n"
     )
     quanto = run_cli(["measure", "--model", "demo", "--device", "cpu", "--set", "quantization=quanto-int4",
                       "--set", "execution_mode=inference_mode"], tmp_path, cli_env)  # fmt: skip
