@@ -7,8 +7,6 @@ from the host every few tokens, not after each: the profiler counts it."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,16 +17,6 @@ from autotune.worker.decode_loops import KEPT_CACHE, KEPT_STEPS, LOOPS
 
 PROMPTS = ("The quick brown fox", "Once upon a time in a land far away there", "A", "In the beginning the model was")
 NEW_TOKENS = 24
-
-
-@pytest.fixture(autouse=True)
-def environment_kept() -> Iterator[None]:
-    """generate() sets TOKENIZERS_PARALLELISM in this process when it compiles: the fork template, which reads it as
-    an import-time setting, would refuse the test processes' next commands. Restored after each test."""
-    saved = dict(os.environ)
-    yield
-    os.environ.clear()
-    os.environ.update(saved)
 
 
 @pytest.fixture(scope="module")
