@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import tarfile
+from collections import Counter
 from pathlib import Path
 
 import optuna
@@ -122,8 +123,13 @@ def test_a_warm_started_study_loads_what_its_source_compiled_and_ignores_a_stale
     study = optuna.load_study(study_name="tonight", storage=url)
     assert [r.outcome for r in records(study) if r.launched] == ["ok"] * 5
     ran = compiled(records(study))
-    assert ran and all(r.compiled.cache == "warm" for r in ran), done.stdout  # type: ignore[union-attr]
-    assert f"({len(ran)} warm)" in next(line for line in done.stdout.splitlines() if line.startswith("time spent"))
+    # The source's graph loads warm; a graph it never compiled (float32, the reference's dtype, where this machine's
+    # strategy goes there) compiles cold once, then warm in this study
+    source_graph = [r for r in ran if COMPILED.items() <= r.config.items()]
+    assert source_graph and all(r.compiled.cache == "warm" for r in source_graph), done.stdout  # type: ignore[union-attr]
+    counts = Counter(r.compiled.cache for r in ran)  # type: ignore[union-attr]
+    said = ", ".join(f"{counts[cache]} {cache}" for cache in ("cold", "warm") if counts[cache])
+    assert f"({said})" in next(line for line in done.stdout.splitlines() if line.startswith("time spent"))
 
 
 def _with_torch(archive: bytes, version: str) -> bytes:

@@ -52,6 +52,9 @@ def test_the_fused_steps_card_carries_the_loop_and_its_python_gives_generates_to
     agreement = {key: record.metrics["greedy_agreement"] for key, record in complete.items()}
     assert agreement[("float32", "fused-step")] == 1.0, agreement  # the float32 reference's own tokens
     assert agreement[("bfloat16", "fused-step")] == agreement[("bfloat16", "generate")], agreement
+    for front_card in data.cards:  # whichever the machine put there
+        loop = front_card.record.config["decode_loop"]
+        assert ("custom_generate=" in front_card.python) == (loop != "generate"), front_card.python
     fused_card = card(complete[("float32", "fused-step")], data.settings, data.baseline)
     assert "custom_generate='./autotune-fused-step'" in fused_card.python
     assert "decode_loop=fused-step (serve runs its own decoding loop)" in fused_card.serve
