@@ -28,7 +28,6 @@ from autotune.figures.metrics import (
     on_cards,
 )
 from autotune.figures.quality import path_note
-from autotune.report.serving import deployed_command, load_facts
 from autotune.report.snippets import Batch, json_snippet, python_snippet, serve_command
 from autotune.space.knobs.batching import paged_cache_for
 from autotune.space.plan import Plan
@@ -84,11 +83,8 @@ def deploy_card(record: TrialRecord, settings: StudySettings, baseline: TrialRec
     device = settings.prepared.device or "cuda"
     m = record.metrics
     # serve trials: the command that ran (its host and port included) and the load it held, else the plan's
-    served = (
-        deployed_command(record.serve, record.capacity)
-        if record.serve
-        else serve_command(model_id, plan, device, batch)
-    )
+    deployed = record.details.deployed_command(record.capacity) if record.details else None
+    served = deployed if deployed is not None else serve_command(model_id, plan, device, batch)
     return DeployCard(
         record=record,
         speedup=_ratio(record, baseline, THROUGHPUT.name),
@@ -151,8 +147,8 @@ def card_facts(card: DeployCard) -> list[str]:
         facts.append(f"${card.cost_per_million_tokens_usd:.4g} per 1M generated tokens")
     ttft, per_token = m.get(TTFT.name, math.nan) * 1000, m.get(TPOT.name, math.nan) * 1000
     facts.append(f"ttft {ttft:.1f} ms, {per_token:.2f} ms/token{at}")
-    if card.record.serve:
-        facts += load_facts(card.record.serve, m)
+    if card.record.details is not None:
+        facts += card.record.details.facts(m)
     elif ENERGY_PER_TOKEN.name in m:
         facts.append(f"{m[ENERGY_PER_TOKEN.name]:.3g} J per generated token (GPU energy counter)")
     return [fact for fact in facts if fact]

@@ -28,11 +28,10 @@ from autotune.report.charts import (
 )
 from autotune.report.data import FailureGroup, ParetoCard, ReportData
 from autotune.report.pages import write_page
-from autotune.report.serving import load_table
 from autotune.study import TrialRecord
 from autotune.study.opened import Terms
 from autotune.units import format_duration
-from autotune.workloads import describe_workload
+from autotune.workloads import DetailsTable, describe_workload
 
 
 def write_report(data: ReportData, path: Path) -> Path:
@@ -135,7 +134,19 @@ def _card(card: ParetoCard, index: int) -> str:
     return (
         f"<article class='card'><h3>Trial #{record.number}{roles}</h3><p class='knobs'>{knobs}</p>"
         f"<ul>{''.join(f'<li>{escape(fact)}</li>' for fact in facts)}</ul>{curve}"
-        f"{load_table(record.serve) if record.serve else ''}{snippets}</article>"
+        f"{details_table(record.details.table()) if record.details else ''}{snippets}</article>"
+    )
+
+
+def details_table(table: DetailsTable | None) -> str:
+    """A kind's details as the card's table (serve: latency against load)."""
+    if table is None:
+        return ""
+    header = "".join(f"<th>{escape(heading)}</th>" for heading in table.headings)
+    rows = "".join("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in row) + "</tr>" for row in table.rows)
+    return (
+        f"<table class='{escape(table.css_class)}'><caption>{escape(table.caption)}</caption><tr>{header}</tr>"
+        f"{rows}</table>"
     )
 
 

@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 
 from autotune import study as studies
+from autotune.figures.metrics import FIRST_CALL_S
 from autotune.process import phases
 from autotune.process.results import Outcome, TaskResult
 from autotune.search.durations import Durations, ended, warm_ended
@@ -79,9 +80,9 @@ def trial_phases(result: TaskResult, compiles: bool) -> dict[str, float]:
 def _first_calls_s(result: TaskResult) -> float:
     """The seconds of the workload's first calls: one per batch a capacity probe measured (each compiles anew where
     its shapes are new: 35 s and 48 s of an 8B model's probe on an H100), else the one of its single batch."""
-    points = (result.details.capacity or {}).get("points", [])
-    per_point = [point["figures"]["first_call_s"] for point in points if "first_call_s" in point.get("figures", {})]
-    return sum(per_point) if per_point else result.metrics.get("first_call_s", 0.0)
+    points = result.details.capacity.points if result.details.capacity else []
+    per_point = [point.figures[FIRST_CALL_S] for point in points if FIRST_CALL_S in point.figures]
+    return sum(per_point) if per_point else result.metrics.get(FIRST_CALL_S, 0.0)
 
 
 class TrialLoop:

@@ -103,7 +103,7 @@ def run(spec: TaskSpec, phases: Phases) -> TaskResult:
             MEETS_SLO_FIGURE.name: float(bool(capacity.chosen)),
         }
         metrics |= found
-        details.capacity = capacity.to_json()
+        details.capacity = capacity
     return TaskResult(Outcome.OK, metrics=metrics, stats=stats, environment=environment(spec.device), details=details)
 
 

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from autotune.errors import UserError
 from autotune.extras import Package
 from autotune.figures.slo import describe_slo, parse_slo
 from autotune.specs import WorkloadSpec
+
+if TYPE_CHECKING:
+    from autotune.workloads.capacity import Capacity
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,42 @@ MIN_SECONDS = Flag(
 GENERATION_AIMS: Mapping[str, tuple[str, ...]] = {"speed": ("throughput",), "time": ("latency",), "memory": ("memory",)}
 
 
+@dataclass(frozen=True)
+class DetailsTable:
+    """A kind's details as a table of a configuration's card in the report: its class, caption, headings and cells,
+    as text (the report escapes and lays it out)."""
+
+    css_class: str
+    caption: str
+    headings: tuple[str, ...]
+    rows: list[tuple[str, ...]]
+
+
+class KindDetails:
+    """What a trial of one kind returns of its own beside its figures (serve: the command that ran, each load level):
+    a type its kind owns (`WorkloadKind.details`), written as JSON under the kind's name in a task's result and in the
+    trial's user attributes, and rendered by it for the card, the report and `measure --json`."""
+
+    def to_json(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> KindDetails:
+        raise NotImplementedError
+
+    def facts(self, metrics: Mapping[str, float]) -> list[str]:
+        """Sentences of the configuration's card, in the place of the energy per token's."""
+        return []
+
+    def deployed_command(self, capacity: Capacity | None) -> str | None:
+        """The command that ran, as a deployment runs it (the card's serve command); None: the plan's."""
+        return None
+
+    def table(self) -> DetailsTable | None:
+        """A table of the configuration's card in the report; None: none."""
+        return None
+
+
 class WorkloadKind:
     """The handler of one workload kind (`--workload NAME`, and a value of the `workload` knob)."""
 
@@ -83,6 +122,8 @@ class WorkloadKind:
     times_generate: ClassVar[bool] = True
     # A trial's duration against a throughput trial of the same configuration (the forecast's prior).
     time_factor: ClassVar[float] = 1.0
+    # What its trials return of their own beside their figures, typed (None: nothing).
+    details: ClassVar[type[KindDetails] | None] = None
 
     def requests(self, spec: WorkloadSpec) -> int:
         """How many requests a trial runs at once: it sizes the plan (paged cache) and what a value may run with."""
@@ -143,8 +184,7 @@ def workload_kind(name: str) -> WorkloadKind:
 
 
 def workload_as_run(stored: Mapping[str, Any]) -> dict[str, Any]:
-    """A stored workload as its trials ran: studies and results written before the spec said so kept what the kind
-    decides itself (a latency workload's batch size, 8 by default, though it ran one prompt at a time)."""
+    """A workload as its trials run it: what its kind decides itself fixed (`WorkloadKind.as_run`)."""
     spec = WorkloadSpec.from_json(stored)
     return KINDS[spec.kind].as_run(spec).to_json()
 
@@ -157,6 +197,24 @@ def describe_workload(stored: Mapping[str, Any]) -> str:
     if slo and kind.probes == "load":
         slo += f" for {spec.slo_share:.0%} of requests"
     return f"{spec.kind}, {kind.describe(kind.as_run(spec))}{slo}"
+
+
+def details_of(written: Mapping[str, Any]) -> KindDetails | None:
+    """The details a kind's trial wrote under the kind's name (in a task's result, a trial's user attributes), typed;
+    None where no kind's are there."""
+    for kind in KINDS.values():
+        if kind.details is not None and written.get(kind.name) is not None:
+            return kind.details.from_json(written[kind.name])
+    return None
+
+
+def details_written(details: KindDetails | None) -> dict[str, Any]:
+    """Each kind that has details -> its trial's, as JSON, or None (how `measure --json` and a result write them)."""
+    return {
+        kind.name: details.to_json() if details is not None and isinstance(details, kind.details) else None
+        for kind in KINDS.values()
+        if kind.details is not None
+    }
 
 
 def metrics_of_one_kind() -> dict[str, str]:

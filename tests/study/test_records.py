@@ -98,7 +98,7 @@ def test_a_trial_that_meets_the_slo_at_no_batch_is_off_the_front_with_its_reason
         probe.record(8, {"itl_p95_s": step_s})
         capacity = probe.capacity("batch")
         metrics = fakes.metrics(1000 * step_s / 0.004, 2.0, 1e-3, 0.99, 10.1, meets_slo=float(bool(capacity.chosen)))
-        details = TaskDetails(capacity=capacity.to_json())
+        details = TaskDetails(capacity=capacity)
         studies.record_result(study, study.ask(), TaskResult(Outcome.OK, metrics=metrics, details=details), 3.0,
                               settings.feasibility)  # fmt: skip
     met, missed = studies.records(study)
