@@ -14,6 +14,7 @@ from autotune.figures.metrics import OBJECTIVES
 from autotune.figures.quality import stored_path
 from autotune.profiles import STORED_DEVICE_TYPE
 from autotune.space.knobs import DeviceType
+from autotune.space.plan import Call, encode
 from autotune.workloads import workload_as_run
 from autotune.workloads.capacity import Point, stop_of
 
@@ -22,8 +23,8 @@ UNNAMED_DEVICE_TYPE: DeviceType = "cuda"  # profiles stored before they named th
 
 def workload(stored: Mapping[str, Any]) -> dict[str, Any]:
     """A study's workload as its trials ran: the serve load's SLO, stored inside the load before the SLO was every
-    kind's, lifted out; what a kind decides itself, which studies before the spec said so kept at its default (a
-    latency workload's batch size, 8, though it ran one prompt at a time), as the kind decides it."""
+    kind's, lifted out; what a kind decides itself, which studies and results written before the spec said so kept
+    at its default (a latency workload's batch size, 8, though it ran one prompt at a time), as the kind decides it."""
     data = dict(stored)
     if isinstance(data.get("serve"), Mapping) and "slo" in data["serve"]:
         serve = dict(data["serve"])
@@ -59,6 +60,15 @@ def capacity(stored: Mapping[str, Any]) -> dict[str, Any]:
         stop = stop_of(sorted((Point.from_json(point) for point in data.get("points", [])), key=lambda p: p.size))
         data["stopped"] = stop.to_json() if stop else None
     return data
+
+
+def plan(stored: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A trial's plan (autotune.space.plan.Plan.to_json) with its contexts: plans stored before contexts were general
+    said `execution_mode` (inference_mode: generate() inside torch.inference_mode()), or nothing before that knob."""
+    if stored is None or "contexts" in stored:
+        return None if stored is None else dict(stored)
+    contexts = [Call("torch.inference_mode")] if stored.get("execution_mode") == "inference_mode" else []
+    return {**stored, "contexts": encode(contexts)}
 
 
 def quality_path(stored: str | None) -> str:

@@ -92,7 +92,7 @@ class TrialRecord:
             metrics=attrs.get("metrics", {}),
             timings=attrs.get("timings", {}),
             environment=attrs.get("environment", {}),
-            plan=attrs.get("plan"),
+            plan=migrations.plan(attrs.get("plan")),
             skipped=attrs.get("skipped"),
             duration_s=duration,
             pid=attrs.get("pid"),

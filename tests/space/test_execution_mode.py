@@ -11,6 +11,7 @@ from autotune.report.snippets import json_snippet, python_snippet, serve_command
 from autotune.space import Target, build_plan, load_space
 from autotune.space.plan import Call, Plan
 from autotune.specs import ModelSpec, WorkloadSpec
+from autotune.study import migrations
 
 BASE = {"dtype": "float32", "attn_implementation": "sdpa", "quantization": "none", "batching": "generate"}
 
@@ -20,11 +21,10 @@ def test_the_knob_sets_the_plan_and_old_plans_read_as_they_ran():
     assert plan.contexts == [Call("torch.inference_mode")]
     assert Plan.from_json(json.loads(json.dumps(plan.to_json()))) == plan
     newer = {key: value for key, value in plan.to_json().items() if key != "contexts"}
-    assert (
-        Plan.from_json({**newer, "execution_mode": "inference_mode"}).contexts == plan.contexts
-    )  # stored by an older version
-    assert Plan.from_json({**newer, "execution_mode": "no_grad"}).contexts == []
-    assert Plan.from_json(newer).contexts == []  # stored before the knob existed
+    older = migrations.plan({**newer, "execution_mode": "inference_mode"})  # stored by an older version
+    assert Plan.from_json(older).contexts == plan.contexts  # type: ignore[arg-type]
+    assert Plan.from_json(migrations.plan({**newer, "execution_mode": "no_grad"})).contexts == []  # type: ignore[arg-type]
+    assert Plan.from_json(migrations.plan(newer)).contexts == []  # type: ignore[arg-type] - stored before the knob
     assert build_plan({**BASE, "execution_mode": "no_grad"}, Target("cpu")) == build_plan(BASE, Target("cpu"))
 
 
