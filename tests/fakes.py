@@ -21,6 +21,7 @@ from autotune.figures.quality import DECODE
 from autotune.paths import PACKAGED_SPACE
 from autotune.profiles import PROFILES
 from autotune.space import Target, build_plan, config_key, load_space
+from autotune.specs import QualitySpec, WorkloadSpec
 from autotune.study import PreparedFacts, StudySettings
 from autotune.workloads.capacity import Capacity, Point, Probe, SloTarget, capacity_unit, stop_of
 
@@ -68,11 +69,11 @@ def settings(
     return StudySettings(
         model=model,
         revision=None,
-        profile=PROFILES["a10g"].to_json(),
+        profile=PROFILES["a10g"],
         space_fingerprint=SPACE.fingerprint(),
         space=SPACE.to_json(),
-        workload=workload or {"batch_size": 8, "input_len": 128, "output_len": 64},
-        quality={},
+        workload=WorkloadSpec.from_json(workload or {"batch_size": 8, "input_len": 128, "output_len": 64}),
+        quality=QualitySpec(),
         prepared=PreparedFacts(
             device="cuda",
             reference_config=REFERENCE,
@@ -266,7 +267,7 @@ def probed(stack: Stack, slo: dict[str, float]) -> Capacity:
 
 def add_probed(study: optuna.Study, cfg: dict[str, Any], stack: Stack, kl: float, roles=("sampler",)) -> Capacity:
     """A complete trial whose figures are those of its chosen batch, as the throughput worker reports them."""
-    capacity = probed(stack, studies.stored_settings(study).workload["slo"])
+    capacity = probed(stack, studies.stored_settings(study).workload.slo)
     chosen = capacity.chosen or capacity.points[0]
     point = chosen.figures
     tok_s = point["throughput_tok_s"]

@@ -8,7 +8,7 @@ its chosen batch). Plain arithmetic over stored records, for the report's cards,
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,8 +22,8 @@ from autotune.figures.metrics import (
 )
 from autotune.specs import WorkloadSpec
 from autotune.study import TrialRecord
-from autotune.study.opened import Terms, slo_target
-from autotune.workloads import KINDS
+from autotune.study.opened import Terms
+from autotune.workloads import KINDS, slo_target
 from autotune.workloads.capacity import CapacityUnit, SloTarget
 
 # Generated tokens per second of the whole call or request, in the order a point or a trial may hold them: a batch's
@@ -149,6 +149,12 @@ def at_capacity(record: TrialRecord, terms: Terms) -> AtCapacity | None:
         requests,
         _price(record, terms),
     )
+
+
+def capacities(records: Iterable[TrialRecord], terms: Terms) -> dict[int, AtCapacity]:
+    """Trial number -> its capacity and its figures there, for the trials that probed one: computed once, read by
+    every part of the report and by `best`."""
+    return {record.number: found for record in records if (found := at_capacity(record, terms)) is not None}
 
 
 def _first(sources: Sequence[Mapping[str, float]], names: Sequence[str]) -> float | None:

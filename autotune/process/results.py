@@ -116,7 +116,7 @@ class TaskSpec:
         data = dict(data)
         data["model"] = ModelSpec(**data["model"])
         data["workload"] = WorkloadSpec.from_json(data["workload"])
-        data["quality"] = QualitySpec.from_stored(data["quality"])
+        data["quality"] = QualitySpec(**data["quality"])
         data["candidate"] = Candidate(**data["candidate"]) if data.get("candidate") else None
         data["reference_candidates"] = [Candidate(**c) for c in data.get("reference_candidates", [])]
         data["ceiling"] = CeilingSpec.from_json(data["ceiling"]) if data.get("ceiling") else None

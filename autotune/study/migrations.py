@@ -15,6 +15,7 @@ from autotune.figures.quality import stored_path
 from autotune.profiles import STORED_DEVICE_TYPE
 from autotune.space.knobs import DeviceType
 from autotune.space.plan import Call, encode
+from autotune.specs import QualitySpec
 from autotune.workloads import workload_as_run
 from autotune.workloads.capacity import Point, stop_of
 
@@ -40,9 +41,18 @@ def profile(stored: Mapping[str, Any]) -> dict[str, Any]:
     return {**stored, STORED_DEVICE_TYPE: stored.get(STORED_DEVICE_TYPE) or UNNAMED_DEVICE_TYPE}
 
 
-def device_type(stored: Mapping[str, Any]) -> DeviceType:
-    """The device type of a study's stored hardware profile: cuda or cpu."""
-    return profile(stored)[STORED_DEVICE_TYPE]
+PREFILL_QUALITY_KEY = "window"  # studies before the decoding path stored the window of their one forward pass
+
+
+def quality(stored: Mapping[str, Any]) -> dict[str, Any]:
+    """A study's quality settings (autotune.specs.QualitySpec): studies written before the decoding path (2026-11-27)
+    kept a window and a number of tokens of one forward pass, which are not the spec's and are dropped."""
+    return {name: value for name, value in stored.items() if name in QualitySpec.__dataclass_fields__}
+
+
+def quality_on_prefill(stored: Mapping[str, Any]) -> bool:
+    """Whether a study's quality settings are those of the prefill path: a study written before 2026-11-27."""
+    return PREFILL_QUALITY_KEY in stored
 
 
 def objectives(stored: list[str] | None) -> list[str]:

@@ -21,6 +21,7 @@ from autotune.workloads.base import (
     kind_flags,
     metrics_of_one_kind,
     register,
+    slo_target,
     workload_as_run,
     workload_kind,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "kind_flags",
     "metrics_of_one_kind",
     "register",
+    "slo_target",
     "workload_as_run",
     "workload_kind",
 ]

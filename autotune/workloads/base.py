@@ -16,6 +16,7 @@ from autotune.errors import UserError
 from autotune.extras import Package
 from autotune.figures.slo import describe_slo, parse_slo
 from autotune.specs import WorkloadSpec
+from autotune.workloads.capacity import SloTarget
 
 if TYPE_CHECKING:
     from autotune.workloads.capacity import Capacity
@@ -189,9 +190,14 @@ def workload_as_run(stored: Mapping[str, Any]) -> dict[str, Any]:
     return KINDS[spec.kind].as_run(spec).to_json()
 
 
-def describe_workload(stored: Mapping[str, Any]) -> str:
+def slo_target(spec: WorkloadSpec) -> SloTarget:
+    """The SLO a workload's capacities are judged by: under load, a level meets it for a share of its requests."""
+    by_share = KINDS[spec.kind].probes == "load"
+    return SloTarget(dict(spec.slo), spec.slo_share if by_share else None)
+
+
+def describe_workload(spec: WorkloadSpec) -> str:
     """One line: the kind and the shape of its trials, "latency, 1 prompt at a time, 128 tokens in, 64 out"."""
-    spec = WorkloadSpec.from_json(stored)
     kind = KINDS[spec.kind]
     slo = f"; SLO {describe_slo(spec.slo)}" if spec.slo else ""
     if slo and kind.probes == "load":
