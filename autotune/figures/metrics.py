@@ -31,7 +31,7 @@ Compared = Literal["column", "where measured", "kept"]
 COLUMN: Compared = "column"
 WHERE_MEASURED: Compared = "where measured"
 KEPT: Compared = "kept"
-# Which expected effect of a knob moves it in the forecast (search/forecast.py): speed (higher is faster), time
+# Which expected effect of a knob moves it in the forecast (strategy/forecast.py): speed (higher is faster), time
 # (lower is faster), memory, kl.
 Family = Literal["speed", "time", "memory", "kl"]
 BYTES = "bytes"  # a cell written as a size (format_bytes)

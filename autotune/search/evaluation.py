@@ -14,10 +14,10 @@ from typing import Any
 
 from autotune.errors import SearchError, UserError
 from autotune.figures.metrics import TASK_ACCURACY, TASK_FLIPS, TASK_RECOVERY, THROUGHPUT, WARMUP
+from autotune.measure.prepare import Prepared, plan_target, trial_spec
 from autotune.process.results import Candidate, TaskResult, TaskSpec
 from autotune.process.runner import Limits, run_in_worker
 from autotune.search.events import SearchEvents
-from autotune.search.prepare import Prepared, plan_target, trial_spec
 from autotune.search.session import Session
 from autotune.search.trial import injected_fault
 from autotune.space import Config, build_plan

@@ -10,16 +10,16 @@ from dataclasses import dataclass, field
 
 from autotune import study as studies
 from autotune.figures.metrics import FIRST_CALL_S
+from autotune.measure.prepare import plan_target
 from autotune.process import phases
 from autotune.process.results import Outcome, TaskResult
-from autotune.search.durations import Durations, ended, warm_ended
 from autotune.search.events import SearchEvents
 from autotune.search.interrupts import Interrupted, deferred
-from autotune.search.prepare import plan_target
 from autotune.search.session import Session
-from autotune.search.strategy import Situation, next_queued, ruled_out, warm_up_set
 from autotune.search.trial import SAMPLER, StudyRead, Trial, judge_values
 from autotune.space import Config, build_plan, config_key, rules
+from autotune.strategy.durations import Durations, ended, warm_ended
+from autotune.strategy.queue import Situation, next_queued, ruled_out, warm_up_set
 from autotune.study import TrialRecord
 from autotune.workloads import KINDS
 
@@ -145,7 +145,7 @@ class TrialLoop:
         return None
 
     def _would_overrun(self, config: Config, durations: Durations) -> str | None:
-        """Why this trial must not start: the longest it should take (search/durations.py) exceeds the budget left."""
+        """Why this trial must not start: the longest it should take (strategy/durations.py) exceeds the budget left."""
         if self.deadline is None:
             return None
         return overrun_reason(config, durations, self.deadline - time.monotonic())

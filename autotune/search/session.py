@@ -18,11 +18,11 @@ from autotune import study as studies
 from autotune.errors import UserError
 from autotune.figures.constraints import Constraint, parse_constraints
 from autotune.figures.objectives import ENERGY, check_available
+from autotune.measure.prepare import Prepared, plan_target, runnable_space
 from autotune.paths import default_space_path
 from autotune.profiles import HardwareProfile, ResolvedHardware, hardware_for, has_energy_counter, resolve_hardware
 from autotune.search import interrupts
 from autotune.search.events import SearchEvents
-from autotune.search.prepare import Prepared, plan_target, runnable_space
 from autotune.space import Config, SearchSpace, config_key, load_space, rules
 from autotune.specs import HardwareSpec, ModelSpec, SearchRequest, WorkerRequest
 from autotune.study import StudySettings, artifacts, moments

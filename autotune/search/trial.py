@@ -27,15 +27,15 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune import study as studies
 from autotune.errors import StorageUnavailableError
+from autotune.measure.prepare import plan_target, trial_spec
 from autotune.process import phases
 from autotune.process.results import Outcome, TaskResult
 from autotune.process.runner import Limits, run_in_worker
-from autotune.search.durations import Duration
 from autotune.search.events import SearchEvents
 from autotune.search.interrupts import Interrupted, deferred
-from autotune.search.prepare import plan_target, trial_spec
 from autotune.search.session import Session
 from autotune.space import Config, SearchSpace, build_plan, config_key
+from autotune.strategy.durations import Duration
 from autotune.study import TrialRecord, artifacts, kept, moments
 from autotune.study.claims import OWNER_ATTR, WORKER_PID_ATTR, claim_configuration, this_process
 from autotune.study.compile_archives import ARCHIVE_SUFFIX

@@ -59,7 +59,7 @@ MIN_SECONDS = Flag(
     show_default=f"{WorkloadSpec.min_seconds:g}",
 )
 
-# What the objectives of each family call for on most kinds (an objective's family: autotune/search/forecast.py).
+# What the objectives of each family call for on most kinds (an objective's family: autotune/strategy/forecast.py).
 GENERATION_AIMS: Mapping[str, tuple[str, ...]] = {"speed": ("throughput",), "time": ("latency",), "memory": ("memory",)}
 
 
@@ -144,7 +144,7 @@ class WorkloadKind:
 
     def probe_allowance_s(self, spec: WorkloadSpec) -> float:
         """Seconds a trial may take beyond an alike one that ended, because its capacity probe may take a longer course
-        (search/durations.py adds them to the at-most duration); 0 where the kind cannot say before anything runs."""
+        (strategy/durations.py adds them to the at-most duration); 0 where the kind cannot say before anything runs."""
         return 0.0
 
     def describe_probe(self, spec: WorkloadSpec) -> str | None:

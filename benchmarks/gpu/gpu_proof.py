@@ -44,8 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # autotune and ben
 from autotune import study as studies
 from autotune.figures.metrics import KL_DIVERGENCE, PEAK_MEMORY, THROUGHPUT
 from autotune.paths import PACKAGED_SPACE, default_cache_dir
-from autotune.search.strategy import ruled_out, warm_up_set
 from autotune.space import Config, SearchSpace, config_key, load_space
+from autotune.strategy.queue import ruled_out, warm_up_set
 from autotune.study import StudySettings, TrialRecord
 from autotune.study.ceilings import ceilings
 from autotune.units import format_bytes, format_duration, parse_duration

@@ -9,8 +9,8 @@ from autotune.errors import StudyMismatchError, UserError
 from autotune.figures.metrics import METRICS, OBJECTIVES, objectives_named
 from autotune.figures.objectives import PRESETS, check_available, parse_objectives, search_goal
 from autotune.profiles import PROFILES
-from autotune.search.strategy import trade_offs
 from autotune.specs import QualitySpec, WorkloadSpec
+from autotune.strategy.queue import trade_offs
 from autotune.study import StudySettings
 from autotune.workloads import metrics_of_one_kind
 

@@ -73,8 +73,8 @@ def test_the_worker_generates_inside_inference_mode_only_when_asked(cache_dir):
 
 
 def test_the_baseline_and_the_reference_run_generate_as_it_is():
+    from autotune.measure.prepare import baseline_config
     from autotune.profiles import PROFILES
-    from autotune.search.prepare import baseline_config
 
     space = load_space(PACKAGED_SPACE)
     baseline = baseline_config(space, "float32", PROFILES["cpu"], "throughput")
