@@ -16,6 +16,7 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
 
 from autotune import study as studies
+from autotune.figures.capacity import Capacity, Point, Probe, SloTarget, capacity_unit, stop_of
 from autotune.figures.constraints import MEETS_SLO
 from autotune.figures.quality import DECODE
 from autotune.paths import PACKAGED_SPACE
@@ -23,7 +24,6 @@ from autotune.profiles import PROFILES
 from autotune.space import Target, build_plan, config_key, load_space
 from autotune.specs import QualitySpec, WorkloadSpec
 from autotune.study import PreparedFacts, StudySettings
-from autotune.workloads.capacity import Capacity, Point, Probe, SloTarget, capacity_unit, stop_of
 
 SPACE = load_space(PACKAGED_SPACE)
 SCRIPT = "<script>alert(1)</script>"
@@ -252,7 +252,7 @@ class Stack:
 
 
 def probed(stack: Stack, slo: dict[str, float]) -> Capacity:
-    """The stack's capacity as the worker's probe finds it (autotune.workloads.capacity.Probe, driven as the worker
+    """The stack's capacity as the worker's probe finds it (autotune.figures.capacity.Probe, driven as the worker
     drives it)."""
     probe = Probe(CAPACITY_WORKLOAD["batch_sizes"], slo, MEMORY_LIMIT)
     while (size := probe.next_size()) is not None:

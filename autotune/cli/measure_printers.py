@@ -14,11 +14,11 @@ from autotune.cli.printers import capacity_lines, knobs_line, out
 from autotune.figures.quality import PATHS
 
 if TYPE_CHECKING:
+    from autotune.figures.capacity import Capacity
     from autotune.process.ceiling import Ceiling
     from autotune.process.results import TaskResult
     from autotune.space import Config
     from autotune.specs import ModelSpec, WorkloadSpec
-    from autotune.workloads.capacity import Capacity
 
 
 def print_measurement(

@@ -363,7 +363,7 @@ ENERGY_PER_TOKEN = Metric(
     "energy_j_per_token", "GPU energy per generated token", "J", "minimize", aliases=(("energy", "j"),),
     forecast="time",
 )  # fmt: skip
-# capacity: the largest batch or load within the SLO (autotune/workloads/capacity.py)
+# capacity: the largest batch or load within the SLO (autotune/figures/capacity.py)
 CAPACITY = Metric(
     "capacity", "capacity: the largest batch or load within the SLO", "", "maximize", column="capacity",
     compared=WHERE_MEASURED,

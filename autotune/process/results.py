@@ -13,10 +13,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
+from autotune.figures.capacity import Capacity
 from autotune.process.ceiling import Ceiling, CeilingSpec
 from autotune.specs import EvalSpec, ModelSpec, QualitySpec, WorkloadSpec
 from autotune.workloads import KindDetails, details_of, details_written
-from autotune.workloads.capacity import Capacity
 
 TaskKind = Literal["prepare", "trial", "ceiling", "evaluate"]
 

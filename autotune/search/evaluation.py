@@ -18,8 +18,8 @@ from autotune.measure.prepare import Prepared, plan_target, trial_spec
 from autotune.process.results import Candidate, TaskResult, TaskSpec
 from autotune.process.runner import Limits, run_in_worker
 from autotune.search.events import SearchEvents
+from autotune.search.faults import injected_fault
 from autotune.search.session import Session
-from autotune.search.trial import injected_fault
 from autotune.space import Config, build_plan
 from autotune.specs import EvalSpec, SearchRequest
 from autotune.study import TrialRecord

@@ -14,9 +14,10 @@ from autotune.measure.prepare import plan_target
 from autotune.process import phases
 from autotune.process.results import Outcome, TaskResult
 from autotune.search.events import SearchEvents
+from autotune.search.exclusions import judge_values
 from autotune.search.interrupts import Interrupted, deferred
 from autotune.search.session import Session
-from autotune.search.trial import SAMPLER, StudyRead, Trial, judge_values
+from autotune.search.trial import SAMPLER, StudyRead, Trial
 from autotune.space import Config, build_plan, config_key, rules
 from autotune.strategy.durations import Durations, ended, warm_ended
 from autotune.strategy.queue import Situation, next_queued, ruled_out, warm_up_set

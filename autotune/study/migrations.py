@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from autotune.figures.capacity import Point, stop_of
 from autotune.figures.metrics import OBJECTIVES
 from autotune.figures.quality import stored_path
 from autotune.profiles import STORED_DEVICE_TYPE
@@ -17,7 +18,6 @@ from autotune.space.knobs import DeviceType
 from autotune.space.plan import Call, encode
 from autotune.specs import QualitySpec
 from autotune.workloads import workload_as_run
-from autotune.workloads.capacity import Point, stop_of
 
 UNNAMED_DEVICE_TYPE: DeviceType = "cuda"  # profiles stored before they named their device type were all GPU profiles
 
@@ -61,7 +61,7 @@ def objectives(stored: list[str] | None) -> list[str]:
 
 
 def capacity(stored: Mapping[str, Any]) -> dict[str, Any]:
-    """A trial's capacity in today's form (autotune.workloads.capacity.Capacity.to_json): capacities stored before
+    """A trial's capacity in today's form (autotune.figures.capacity.Capacity.to_json): capacities stored before
     it carried what the probe found as a sentence ("said", dropped: the words are made when it is shown) and no stop,
     which their points say; the first named no unit (a batch)."""
     data = {key: value for key, value in stored.items() if key != "said"}

@@ -11,13 +11,13 @@ from typing import Any
 
 import optuna
 
+from autotune.figures.capacity import SloTarget
 from autotune.study import moments
 from autotune.study.patience import DEFAULT_WAITING, Waiting
 from autotune.study.records import TrialRecord, front_numbers, records, with_evaluations
 from autotune.study.settings import StudySettings, exclusions, search_runs, stored_settings, suspicions
 from autotune.study.storage import load_stored_study
 from autotune.workloads import slo_target
-from autotune.workloads.capacity import SloTarget
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.figures.capacity import Capacity
 from autotune.figures.constraints import Constraint, violations
 from autotune.figures.metrics import OBJECTIVES, Metric
 from autotune.figures.quality import PREFILL
@@ -19,7 +20,6 @@ from autotune.space import Config, config_key
 from autotune.study import migrations
 from autotune.study.evaluations import evaluation_figures
 from autotune.workloads import KindDetails, details_of, details_written
-from autotune.workloads.capacity import Capacity
 
 log = logging.getLogger(__name__)
 FAIL_REASON_ATTR = "fail_reason"  # one line, on every failed trial, where Optuna's tools show it

@@ -21,6 +21,7 @@ from typing import Any
 
 import psutil
 
+from autotune.figures.capacity import Capacity, Probe
 from autotune.figures.metrics import (
     CAPACITY,
     COST_PER_MILLION_TOKENS,
@@ -52,7 +53,6 @@ from autotune.worker.loading import load_model, load_tokenizer
 from autotune.worker.measurement.energy import EnergyCounter, energy_figures
 from autotune.worker.measurement.quality import degenerate_figures, eos_ids_of, judged_quality, load_reference
 from autotune.worker.measurement.speed import cost_per_million_tokens
-from autotune.workloads.capacity import Capacity, Probe
 from autotune.workloads.serve import ServeDetails, ServeSpec, level_probe, level_requests
 
 HEALTH_TIMEOUT_S = 600.0

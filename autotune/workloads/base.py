@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from autotune.errors import UserError
 from autotune.extras import Package
+from autotune.figures.capacity import SloTarget
 from autotune.figures.slo import describe_slo, parse_slo
 from autotune.specs import WorkloadSpec
-from autotune.workloads.capacity import SloTarget
 
 if TYPE_CHECKING:
-    from autotune.workloads.capacity import Capacity
+    from autotune.figures.capacity import Capacity
 
 
 @dataclass(frozen=True)

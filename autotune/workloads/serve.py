@@ -1,6 +1,6 @@
 """serve: the configuration as deployed, `transformers serve` under a load of concurrent requests (`--load`), judged
 by latency percentiles and goodput under an SLO (`--slo`): each listed load level, or the highest level a range holds
-within the SLO (its capacity, found by a bracket: autotune/workloads/capacity.py). A trial's own details
+within the SLO (its capacity, found by a bracket: autotune/figures/capacity.py). A trial's own details
 (`ServeDetails`: the command that ran, each level's figures) are its type, rendered here: the card's sentences and
 command, the report's table of latency against load."""
 
@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Literal
 
 from autotune.errors import UserError
 from autotune.extras import SERVE
+from autotune.figures.capacity import Capacity, Probe, bisections, doubling, extent
 from autotune.figures.metrics import (
     E2E_P95,
     ENERGY_PER_TOKEN,
@@ -31,7 +32,6 @@ from autotune.figures.slo import describe_slo
 from autotune.specs import WorkloadSpec
 from autotune.units import format_bytes
 from autotune.workloads.base import SLO, DetailsTable, Flag, KindDetails, WorkloadKind, register
-from autotune.workloads.capacity import Capacity, Probe, bisections, doubling, extent
 
 MIN_LEVEL_S = 2.0  # the least a rate level sends for
 CLIENT_ROUNDS = 4  # requests per client at a concurrency level, at least
@@ -51,7 +51,7 @@ class ServeSpec:
     rate: requests arrive as a Poisson process at each rate (requests/s); concurrency: that many clients,
     each sending its next request when the last one ends. `levels`: the levels measured, each of them; `bracket`:
     (lowest, highest) of the levels a capacity probe may try, climbing by doubling from the lowest while the workload's
-    `slo_share` of a level's requests meet the SLO, then narrowing by bisection (autotune/workloads/capacity.py).
+    `slo_share` of a level's requests meet the SLO, then narrowing by bisection (autotune/figures/capacity.py).
     """
 
     mode: LoadMode = "concurrency"

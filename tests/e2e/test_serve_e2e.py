@@ -13,10 +13,10 @@ import optuna
 import psutil
 import pytest
 
+from autotune.figures.capacity import doubling
 from autotune.report.data import collect
 from autotune.specs import WorkloadSpec
 from autotune.study import front_numbers, records
-from autotune.workloads.capacity import doubling
 from autotune.workloads.serve import ServeDetails, ServeSpec, level_requests
 from tests.conftest import run_cli
 

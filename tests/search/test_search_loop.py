@@ -2,13 +2,13 @@
 
 import pytest
 
+from autotune.figures.capacity import Probe
 from autotune.process import phases
 from autotune.process.results import CompileFigures, Outcome, TaskDetails, TaskResult
 from autotune.search.loop import TRIAL_PROCESSES, Spending, overrun_reason
 from autotune.space import config_key
 from autotune.strategy.durations import ALIKE_MARGIN, Durations, ended, warm_ended
 from autotune.study import TrialRecord
-from autotune.workloads.capacity import Probe
 
 
 def record(

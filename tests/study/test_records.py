@@ -86,9 +86,9 @@ def test_task_details_keep_the_json_the_worker_wrote():
 
 
 def test_a_trial_that_meets_the_slo_at_no_batch_is_off_the_front_with_its_reason(tmp_path):
+    from autotune.figures.capacity import Probe
     from autotune.process.results import Outcome, TaskDetails, TaskResult
     from autotune.study import front_numbers
-    from autotune.workloads.capacity import Probe
 
     settings = fakes.settings()
     settings.workload = replace(settings.workload, slo={"itl_p95_s": 0.005})

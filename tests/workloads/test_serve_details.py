@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import shlex
 
+from autotune.figures.capacity import Capacity, Probe
 from autotune.report.html import details_table
-from autotune.workloads.capacity import Capacity, Probe
 from autotune.workloads.serve import ServeDetails
 
 SLO = {"ttft_p95_s": 0.3}
