@@ -119,7 +119,7 @@ class WorkloadKind:
     # The worker code that measures one trial: "module:function", called with (task spec, phases).
     runner: ClassVar[str] = "autotune.worker.generation_trial:run"
     # Its trials time generate() on the workload's batch, as the hand-written decode loop does
-    # (benchmarks/decode_ceiling.py): their decode throughput compares with that ceiling.
+    # (`autotune ceiling`, worker/ceiling.py): their decode throughput compares with that ceiling.
     times_generate: ClassVar[bool] = True
     # A trial's duration against a throughput trial of the same configuration (the forecast's prior).
     time_factor: ClassVar[float] = 1.0
