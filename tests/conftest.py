@@ -122,6 +122,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def import_time_settings_kept() -> Iterator[None]:
+    """What a test's own code set in this process's environment among the settings libraries read when imported,
+    undone after it: importing scikit-learn (lm-eval's) sets KMP_DUPLICATE_LIB_OK, a compiling generate() sets
+    TOKENIZERS_PARALLELISM. The fork template compares them with its own: every command a later test of this process
+    started ran a fork server of its own (two fork template tests failed on it)."""
+    from autotune.worker.forkserver import IMPORT_TIME_VARIABLES
+
+    before = {name: value for name, value in os.environ.items() if name.startswith(IMPORT_TIME_VARIABLES)}
+    yield
+    for name in [name for name in os.environ if name.startswith(IMPORT_TIME_VARIABLES) and name not in before]:
+        del os.environ[name]
+    os.environ.update(before)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def fork_template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A fork template per test process (autotune.worker.forkserver): each autotune command a test starts forks its

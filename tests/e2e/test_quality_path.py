@@ -87,7 +87,13 @@ def test_tier_0_catches_a_runaway_generation_teacher_forcing_cannot_see_and_the_
     runaway = [r for r in trials if _runaway(r)]
     sound = [r for r in trials if _sound(r)]
     assert runaway and all(r.metrics["degenerate_share"] >= 0.25 for r in runaway), [r.metrics for r in runaway]
-    assert all(r.metrics["degenerate_share"] == 0 for r in sound)  # dtypes and quantized caches: none
+    exact = [r for r in sound if r.metrics["greedy_agreement"] == 1.0]  # the reference's tokens: nothing new in them
+    assert exact and all(r.metrics["degenerate_share"] == 0 for r in exact), [r.metrics for r in exact]
+    # bfloat16 and the quantized caches decode other tokens, which on some CPUs loop where the reference's do not (a
+    # CPU with bf16 units rounds otherwise); a runaway loops far more often than they do
+    assert max(r.metrics["degenerate_share"] for r in sound) < min(r.metrics["degenerate_share"] for r in runaway), [
+        (r.config, r.metrics["degenerate_share"]) for r in trials
+    ]
     forced_blind = [r for r in runaway if r.metrics["kl_divergence"] <= 0.01 and r.metrics["token_agreement"] >= 0.95]
     assert forced_blind  # the decoding path's figures pass it: only tier 0 keeps it out
     assert all(not r.feasible for r in runaway) and not front & {r.number for r in runaway}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -47,7 +48,12 @@ def test_an_allocation_that_cannot_be_served_is_an_oom(tmp_path):
 
 
 def _fault_children() -> list[psutil.Process]:
-    return [p for p in psutil.process_iter(["cmdline"]) if CHILD_MARKER in " ".join(p.info["cmdline"] or [])]
+    """The fault's children this checkout's Python started (another checkout's tests may run beside these)."""
+    return [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if CHILD_MARKER in " ".join(p.info["cmdline"] or []) and p.info["cmdline"][0] == sys.executable
+    ]
 
 
 def _running(pids: set[int]) -> list[int]:
