@@ -77,12 +77,6 @@ class QualitySpec:
     positions: int = 256  # decoded positions judged at least (whole batches of the workload's output length)
     top_k: int = 1024  # reference probabilities kept per position (the rest is one bucket)
 
-    @classmethod
-    def from_stored(cls, stored: dict[str, Any]) -> QualitySpec:
-        """As a study stored it: studies written before the decoding path (2026-11-27) kept a window and a number of
-        tokens of one forward pass; they are not this spec's and are dropped."""
-        return cls(**{name: value for name, value in stored.items() if name in cls.__dataclass_fields__})
-
 
 @dataclass(frozen=True)
 class EvalSpec:

@@ -16,13 +16,14 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
 
 from autotune import study as studies
+from autotune.figures.capacity import Capacity, Point, Probe, SloTarget, capacity_unit, stop_of
 from autotune.figures.constraints import MEETS_SLO
 from autotune.figures.quality import DECODE
 from autotune.paths import PACKAGED_SPACE
 from autotune.profiles import PROFILES
 from autotune.space import Target, build_plan, config_key, load_space
+from autotune.specs import QualitySpec, WorkloadSpec
 from autotune.study import PreparedFacts, StudySettings
-from autotune.workloads.capacity import Capacity, Point, Probe, SloTarget, capacity_unit, stop_of
 
 SPACE = load_space(PACKAGED_SPACE)
 SCRIPT = "<script>alert(1)</script>"
@@ -68,11 +69,11 @@ def settings(
     return StudySettings(
         model=model,
         revision=None,
-        profile=PROFILES["a10g"].to_json(),
+        profile=PROFILES["a10g"],
         space_fingerprint=SPACE.fingerprint(),
         space=SPACE.to_json(),
-        workload=workload or {"batch_size": 8, "input_len": 128, "output_len": 64},
-        quality={},
+        workload=WorkloadSpec.from_json(workload or {"batch_size": 8, "input_len": 128, "output_len": 64}),
+        quality=QualitySpec(),
         prepared=PreparedFacts(
             device="cuda",
             reference_config=REFERENCE,
@@ -251,7 +252,7 @@ class Stack:
 
 
 def probed(stack: Stack, slo: dict[str, float]) -> Capacity:
-    """The stack's capacity as the worker's probe finds it (autotune.workloads.capacity.Probe, driven as the worker
+    """The stack's capacity as the worker's probe finds it (autotune.figures.capacity.Probe, driven as the worker
     drives it)."""
     probe = Probe(CAPACITY_WORKLOAD["batch_sizes"], slo, MEMORY_LIMIT)
     while (size := probe.next_size()) is not None:
@@ -266,7 +267,7 @@ def probed(stack: Stack, slo: dict[str, float]) -> Capacity:
 
 def add_probed(study: optuna.Study, cfg: dict[str, Any], stack: Stack, kl: float, roles=("sampler",)) -> Capacity:
     """A complete trial whose figures are those of its chosen batch, as the throughput worker reports them."""
-    capacity = probed(stack, studies.stored_settings(study).workload["slo"])
+    capacity = probed(stack, studies.stored_settings(study).workload.slo)
     chosen = capacity.chosen or capacity.points[0]
     point = chosen.figures
     tok_s = point["throughput_tok_s"]

@@ -12,9 +12,9 @@ import pytest
 from autotune import extras
 from autotune.errors import UserError
 from autotune.extras import Package, why_missing, why_storage_missing
+from autotune.measure.prepare import runnable_space
 from autotune.paths import PACKAGED_SPACE
 from autotune.profiles import PROFILES
-from autotune.search.prepare import runnable_space
 from autotune.search.session import uninstalled_notes
 from autotune.space import Target, load_space
 from autotune.validate import check_storage

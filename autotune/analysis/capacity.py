@@ -1,17 +1,18 @@
 """What a configuration carries at its capacity, in the figures a capacity plan is made of: generated tokens/s per
 GPU, tokens and requests per hour, and what a million tokens cost, each with the SLO it holds within.
 
-A trial with a capacity (autotune/workloads/capacity.py) stores its probe's points. Its figures at capacity are the
+A trial with a capacity (autotune/figures/capacity.py) stores its probe's points. Its figures at capacity are the
 chosen point's own where the point holds them (a serve level), else the trial's (a throughput trial reports those of
 its chosen batch). Plain arithmetic over stored records, for the report's cards, `best`, `compare` and `history`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from autotune.figures.capacity import CapacityUnit, SloTarget
 from autotune.figures.metrics import (
     COST_PER_MILLION_TOKENS,
     E2E_THROUGHPUT,
@@ -22,9 +23,8 @@ from autotune.figures.metrics import (
 )
 from autotune.specs import WorkloadSpec
 from autotune.study import TrialRecord
-from autotune.study.opened import Terms, slo_target
-from autotune.workloads import KINDS
-from autotune.workloads.capacity import CapacityUnit, SloTarget
+from autotune.study.opened import Terms
+from autotune.workloads import KINDS, slo_target
 
 # Generated tokens per second of the whole call or request, in the order a point or a trial may hold them: a batch's
 # end-to-end figure, a serve level's output, a trial's decode throughput when it holds nothing else.
@@ -149,6 +149,12 @@ def at_capacity(record: TrialRecord, terms: Terms) -> AtCapacity | None:
         requests,
         _price(record, terms),
     )
+
+
+def capacities(records: Iterable[TrialRecord], terms: Terms) -> dict[int, AtCapacity]:
+    """Trial number -> its capacity and its figures there, for the trials that probed one: computed once, read by
+    every part of the report and by `best`."""
+    return {record.number: found for record in records if (found := at_capacity(record, terms)) is not None}
 
 
 def _first(sources: Sequence[Mapping[str, float]], names: Sequence[str]) -> float | None:

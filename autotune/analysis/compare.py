@@ -15,11 +15,11 @@ from dataclasses import dataclass, field, replace
 from autotune.analysis.capacity import AtCapacity, at_capacity
 from autotune.analysis.tolerances import DEFAULT_TOLERANCES, GivenTolerances, Tolerances
 from autotune.errors import UserError
+from autotune.figures.capacity import SloTarget
 from autotune.figures.metrics import KL_DIVERGENCE, KL_FLOOR, METRICS, PEAK_MEMORY, THROUGHPUT, compared
 from autotune.figures.quality import ON_THE_PATH
 from autotune.study import DEFAULT_WAITING, TrialRecord, Waiting
 from autotune.study.opened import OpenedStudy, Terms
-from autotune.workloads.capacity import SloTarget
 
 __all__ = [
     "DEFAULT_TOLERANCES",

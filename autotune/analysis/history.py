@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 
 from autotune.analysis.capacity import AtCapacity, at_capacity
 from autotune.analysis.compare import Comparison, GivenTolerances, compare
+from autotune.figures.capacity import SloTarget
 from autotune.figures.metrics import KL_DIVERGENCE, PEAK_MEMORY, THROUGHPUT, Metric, in_history
 from autotune.space import Config
 from autotune.study import TrialRecord
 from autotune.study.opened import OpenedStudy, Terms
-from autotune.workloads.capacity import SloTarget
 
 DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 

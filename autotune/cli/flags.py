@@ -20,6 +20,7 @@ from autotune.analysis.tolerances import DEFAULT_TOLERANCES, GivenTolerances
 from autotune.data import load_prompts
 from autotune.errors import UserError
 from autotune.extras import why_missing
+from autotune.figures.capacity import parse_batch_sizes
 from autotune.specs import (
     DEFAULT_STORAGE_PATIENCE,
     DEFAULT_TRIAL_TIMEOUT,
@@ -30,7 +31,6 @@ from autotune.specs import (
 )
 from autotune.units import parse_duration
 from autotune.workloads import KINDS, Flag, foreign_flags, kind_flags, workload_kind
-from autotune.workloads.capacity import parse_batch_sizes
 
 Command = TypeVar("Command", bound=Callable[..., Any])
 

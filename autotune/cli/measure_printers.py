@@ -14,20 +14,18 @@ from autotune.cli.printers import capacity_lines, knobs_line, out
 from autotune.figures.quality import PATHS
 
 if TYPE_CHECKING:
+    from autotune.figures.capacity import Capacity
     from autotune.process.ceiling import Ceiling
     from autotune.process.results import TaskResult
     from autotune.space import Config
     from autotune.specs import ModelSpec, WorkloadSpec
-    from autotune.workloads.capacity import Capacity
 
 
 def print_measurement(
     model: ModelSpec, workload: WorkloadSpec, config: Config, result: TaskResult, as_json: bool
 ) -> None:
     """The measurement's document as JSON, or its figures as a table, then its capacity probe's lines."""
-    from autotune.workloads.capacity import Capacity
-
-    capacity = Capacity.from_json(result.details.capacity) if result.details.capacity else None
+    capacity = result.details.capacity
     _print_document(measurement_document(model, workload, config, result, capacity), as_json, capacity)
 
 
@@ -36,7 +34,7 @@ def measurement_document(
 ) -> dict[str, Any]:
     """What `measure --json` prints: the configuration, the workload it ran, its outcome and figures."""
     from autotune.space.knobs import WorkloadKnob
-    from autotune.workloads import workload_as_run
+    from autotune.workloads import details_written, workload_as_run
 
     return {
         "model": model.id,
@@ -50,7 +48,7 @@ def measurement_document(
         "stats": result.stats,
         "timings": result.timings,
         "environment": result.environment,
-        "serve": result.details.serve,  # serve workload: the command that ran, figures per load level
+        **details_written(result.details.workload),  # a kind's own (serve: the command that ran, each load level)
         "capacity": capacity.shown() if capacity else None,  # an SLO or a capacity probe: its points, what it found
         "quality_path": result.details.quality_path,  # where its quality figures came from (figures/quality.py)
     }

@@ -34,13 +34,13 @@ from autotune.units import format_bytes, format_duration
 
 if TYPE_CHECKING:
     from autotune.analysis.found import BestFound
+    from autotune.figures.capacity import Capacity, Point
     from autotune.profiles import DetectedDevice, HardwareProfile
     from autotune.report.data import ParetoCard
     from autotune.search.dry_run import DryRun
     from autotune.search.events import SearchSummary
     from autotune.search.finish import Finished
     from autotune.study import TrialRecord
-    from autotune.workloads.capacity import Capacity, Point
 
 out = Console(highlight=False, markup=False, soft_wrap=True)
 if not out.is_terminal:  # piped or logged: do not squeeze tables into 80 columns

@@ -294,8 +294,8 @@ def measure(
 
     Example: autotune measure --model demo --set dtype=bfloat16 --set attn_implementation=sdpa --json
     """
-    from autotune.search.measure import measure as measure_configuration
-    from autotune.search.measure import parse_overrides
+    from autotune.measure.configuration import measure as measure_configuration
+    from autotune.measure.configuration import parse_overrides
     from autotune.validate import check_measure_inputs
 
     request = SearchRequest(
@@ -358,8 +358,8 @@ def ceiling(
 
     Example: autotune ceiling --model demo --batch-size 1 --batch-size 8 --study demo-cpu --storage sqlite:///s.db
     """
+    from autotune.measure.ceiling import CeilingRequest, measure_ceilings
     from autotune.process.ceiling import CeilingSpec
-    from autotune.search.ceiling import CeilingRequest, measure_ceilings
 
     if output_len < 2:
         raise UserError("--output-len must be at least 2: decode throughput needs two tokens")

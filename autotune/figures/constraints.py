@@ -105,7 +105,7 @@ class Constraint:
 
 
 # What a workload with an SLO adds to a study's constraints: a trial that meets the SLO at no batch or load is
-# infeasible, so off the front (its reason: the trial's capacity, autotune/workloads/capacity.py).
+# infeasible, so off the front (its reason: the trial's capacity, autotune/figures/capacity.py).
 MEETS_SLO = Constraint("meets_slo", ">=", 1.0)
 
 

@@ -31,7 +31,7 @@ Compared = Literal["column", "where measured", "kept"]
 COLUMN: Compared = "column"
 WHERE_MEASURED: Compared = "where measured"
 KEPT: Compared = "kept"
-# Which expected effect of a knob moves it in the forecast (search/forecast.py): speed (higher is faster), time
+# Which expected effect of a knob moves it in the forecast (strategy/forecast.py): speed (higher is faster), time
 # (lower is faster), memory, kl.
 Family = Literal["speed", "time", "memory", "kl"]
 BYTES = "bytes"  # a cell written as a size (format_bytes)
@@ -363,7 +363,7 @@ ENERGY_PER_TOKEN = Metric(
     "energy_j_per_token", "GPU energy per generated token", "J", "minimize", aliases=(("energy", "j"),),
     forecast="time",
 )  # fmt: skip
-# capacity: the largest batch or load within the SLO (autotune/workloads/capacity.py)
+# capacity: the largest batch or load within the SLO (autotune/figures/capacity.py)
 CAPACITY = Metric(
     "capacity", "capacity: the largest batch or load within the SLO", "", "maximize", column="capacity",
     compared=WHERE_MEASURED,

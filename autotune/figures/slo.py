@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 from autotune.errors import UserError
 
@@ -45,3 +46,20 @@ def _seconds(bound: float) -> str:
 def in_ms(seconds: float) -> str:
     """0.0062 -> "6.2 ms"."""
     return f"{seconds * 1000:.3g} ms"
+
+
+def slo_misses(figures: Mapping[str, float], slo: Mapping[str, float]) -> list[str]:
+    """The one judge of an SLO: the bounds the figures exceed, as users write them ("itl_p95 6.2 ms > 5 ms"); a bound
+    whose figure was not measured is missed ("itl_p95 not measured"). None missed: within the SLO."""
+    misses = []
+    for name, bound in slo.items():
+        value, label = figures.get(name), name.removesuffix("_s")
+        if value is None:
+            misses.append(f"{label} not measured")
+        elif value > bound:
+            misses.append(f"{label} {in_ms(value)} > {in_ms(bound)}")
+    return misses
+
+
+def within_slo(figures: Mapping[str, float], slo: Mapping[str, float]) -> bool:
+    return not slo_misses(figures, slo)

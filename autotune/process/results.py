@@ -13,8 +13,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
-from autotune.process.ceiling import CeilingSpec
-from autotune.specs import ModelSpec, QualitySpec, WorkloadSpec
+from autotune.figures.capacity import Capacity
+from autotune.process.ceiling import Ceiling, CeilingSpec
+from autotune.specs import EvalSpec, ModelSpec, QualitySpec, WorkloadSpec
+from autotune.workloads import KindDetails, details_of, details_written
 
 TaskKind = Literal["prepare", "trial", "ceiling", "evaluate"]
 
@@ -103,7 +105,7 @@ class TaskSpec:
     price_per_hour: float | None = None  # for the cost per million tokens
     fault: dict[str, str] | None = None  # tests: {"phase": ..., "kind": ...} makes the worker fail for real
     ceiling: CeilingSpec | None = None  # ceiling: the hand loop's dtype, compile mode, batches and timing
-    evaluation: dict[str, Any] | None = None  # evaluate: {"task": demo, a name or a folder, "limit": items or None}
+    evaluation: EvalSpec | None = None  # evaluate: the task (demo, a name or a folder) and how many of its items
     compile_cache: CompileCacheSpec | None = None  # a study's trial: its compile folder and archives; None: torch's own
 
     def to_json(self) -> dict[str, Any]:
@@ -114,10 +116,11 @@ class TaskSpec:
         data = dict(data)
         data["model"] = ModelSpec(**data["model"])
         data["workload"] = WorkloadSpec.from_json(data["workload"])
-        data["quality"] = QualitySpec.from_stored(data["quality"])
+        data["quality"] = QualitySpec(**data["quality"])
         data["candidate"] = Candidate(**data["candidate"]) if data.get("candidate") else None
         data["reference_candidates"] = [Candidate(**c) for c in data.get("reference_candidates", [])]
         data["ceiling"] = CeilingSpec.from_json(data["ceiling"]) if data.get("ceiling") else None
+        data["evaluation"] = EvalSpec(**data["evaluation"]) if data.get("evaluation") else None
         data["compile_cache"] = CompileCacheSpec(**data["compile_cache"]) if data.get("compile_cache") else None
         return cls(**data)
 
@@ -133,6 +136,17 @@ class FoundReference:
 
 
 @dataclass
+class Answers:
+    """What an evaluate task returns: the task, the metric that judged its items, each item's answer right or wrong
+    by "<task>/<item>", and the path its generations took (autotune.figures.quality)."""
+
+    task: str
+    metric: str
+    answers: dict[str, bool]
+    path: str
+
+
+@dataclass
 class TaskDetails:
     """What a task returns besides its figures; each field belongs to one kind of task, None elsewhere."""
 
@@ -140,24 +154,42 @@ class TaskDetails:
     model: dict[str, Any] | None = None  # prepare: parameters, checkpoint dtype, default attention, position limit
     reference: FoundReference | None = None  # prepare
     plan: dict[str, Any] | None = None  # trial: the plan that ran, when this installation changed the planned one
-    serve: dict[str, Any] | None = None  # serve trial: the command that ran and the figures of each load level
-    # trial with an SLO or a capacity probe: its points (autotune.workloads.capacity.Capacity), unit, what it found
-    capacity: dict[str, Any] | None = None
+    # a trial of a kind with details of its own (serve: the command that ran, each load level), its kind's type
+    workload: KindDetails | None = None
+    capacity: Capacity | None = None  # a trial with an SLO or a capacity probe: its unit, target, points and stop
     quality_path: str | None = None  # trial: the path its quality figures came from (autotune.figures.quality)
-    ceilings: list[dict[str, Any]] | None = None  # ceiling: the hand loop's figures per batch (process.ceiling.Ceiling)
-    evaluation: dict[str, Any] | None = None  # evaluate: the task, its metric, each item's answer right or wrong, path
+    ceilings: list[Ceiling] | None = None  # ceiling: the hand loop's figures per batch
+    evaluation: Answers | None = None  # evaluate: the task, its metric, each item's answer right or wrong, path
     compile: CompileFigures | None = None  # a study's trial: what it compiled, cold or warm, and its archive
 
     def to_json(self) -> dict[str, Any]:
-        return {key: value for key, value in asdict(self).items() if value is not None}
+        written = {
+            "model_path": self.model_path,
+            "model": self.model,
+            "reference": asdict(self.reference) if self.reference else None,
+            "plan": self.plan,
+            **(details_written(self.workload) if self.workload is not None else {}),
+            "capacity": self.capacity.to_json() if self.capacity else None,
+            "quality_path": self.quality_path,
+            "ceilings": None if self.ceilings is None else [asdict(ceiling) for ceiling in self.ceilings],
+            "evaluation": asdict(self.evaluation) if self.evaluation else None,
+            "compile": asdict(self.compile) if self.compile else None,
+        }
+        return {key: value for key, value in written.items() if value is not None}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TaskDetails:
-        reference, compiled = data.get("reference"), data.get("compile")
+        reference, capacity, ceilings = data.get("reference"), data.get("capacity"), data.get("ceilings")
+        evaluation, compiled = data.get("evaluation"), data.get("compile")
+        known = {known.name for known in fields(cls)}
         return cls(
             **{
-                **data,
+                **{key: value for key, value in data.items() if key in known},
                 "reference": FoundReference(**reference) if reference else None,
+                "workload": details_of(data),
+                "capacity": Capacity.from_json(capacity) if capacity else None,
+                "ceilings": None if ceilings is None else [Ceiling(**ceiling) for ceiling in ceilings],
+                "evaluation": Answers(**evaluation) if evaluation else None,
                 "compile": CompileFigures(**compiled) if compiled else None,
             }
         )
@@ -184,10 +216,8 @@ class TaskResult:
         return self.outcome == Outcome.OK
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["outcome"] = self.outcome.value
-        data["details"] = self.details.to_json()
-        return data
+        data = {known.name: getattr(self, known.name) for known in fields(self)}
+        return data | {"outcome": self.outcome.value, "details": self.details.to_json()}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TaskResult:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from autotune.analysis.capacity import capacities
 from autotune.analysis.pick import Goal, Pick, pick
 from autotune.errors import NothingSatisfiesError
 from autotune.figures.constraints import Constraint
@@ -35,4 +36,5 @@ def best(
     if chosen.chosen is None:
         raise NothingSatisfiesError(chosen.why_none())
     baseline = next((r for r in opened.records if "baseline" in r.roles and r.complete), None)
-    return Best(study_name, chosen, deploy_card(chosen.chosen, settings, baseline))
+    found = capacities([chosen.chosen, *([baseline] if baseline else [])], opened.terms)
+    return Best(study_name, chosen, deploy_card(chosen.chosen, settings, baseline, found))

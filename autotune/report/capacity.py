@@ -1,16 +1,16 @@
 """A capacity probe in the report, as data (no drawing here): what the configuration carried and its latency at each
 size, the SLO, the size chosen and the first refused above it, from the trial's stored capacity
-(autotune.workloads.capacity.Capacity). report/capacity_chart.py draws it."""
+(autotune.figures.capacity.Capacity). report/capacity_chart.py draws it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from autotune.analysis.capacity import AtCapacity
+from autotune.figures.capacity import CapacityUnit, Point, SloTarget
 from autotune.figures.metrics import ITL_P95, PEAK_MEMORY_BYTES, SLO_SHARE
 from autotune.figures.slo import describe_slo
 from autotune.study import TrialRecord
-from autotune.workloads.capacity import CapacityUnit, Point, SloTarget
 
 
 @dataclass(frozen=True)
@@ -18,7 +18,7 @@ class CurvePoint:
     """One point of a capacity probe as the curve draws it."""
 
     size: float
-    verdict: str  # met, or why it was refused: slo, oom, memory (autotune.workloads.capacity.Verdict)
+    verdict: str  # met, or why it was refused: slo, oom, memory (autotune.figures.capacity.Verdict)
     carried: float | None  # the unit's carried figure (tokens/s for a batch, goodput for a load); None: not measured
     latency: dict[str, float]  # the curve's latency figures this point measured, in seconds
     memory_bytes: float | None

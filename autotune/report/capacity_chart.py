@@ -7,9 +7,9 @@ from html import escape
 
 import plotly.graph_objects as go
 
+from autotune.figures.capacity import REFUSED_WHY
 from autotune.report.capacity import CapacityCurve, CurvePoint, SloLine
 from autotune.units import format_bytes
-from autotune.workloads.capacity import REFUSED_WHY
 
 CARRIED_COLOUR = "#1f5fa8"
 LATENCY_COLOURS = ("#e07b00", "#2a9d8f", "#8e44ad", "#7f7f7f")

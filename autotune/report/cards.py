@@ -8,9 +8,10 @@ The card's sentences are made here, for the terminal and the page alike: nothing
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from autotune.analysis.capacity import AtCapacity, at_capacity
+from autotune.analysis.capacity import AtCapacity
 from autotune.figures.metrics import (
     ACHIEVED_BANDWIDTH,
     COST_PER_MILLION_TOKENS,
@@ -28,12 +29,10 @@ from autotune.figures.metrics import (
     on_cards,
 )
 from autotune.figures.quality import path_note
-from autotune.report.serving import deployed_command, load_facts
 from autotune.report.snippets import Batch, json_snippet, python_snippet, serve_command
 from autotune.space.knobs.batching import paged_cache_for
 from autotune.space.plan import Plan
 from autotune.study import StudySettings, TrialRecord
-from autotune.study.opened import Terms
 from autotune.units import format_bytes
 
 
@@ -73,10 +72,12 @@ def model_id_for_code(settings: StudySettings) -> str:
     return settings.model
 
 
-def deploy_card(record: TrialRecord, settings: StudySettings, baseline: TrialRecord | None) -> DeployCard:
-    """Figures against the baseline and the reference, and the snippets, for one measured configuration."""
-    terms = Terms.of(settings)
-    found = at_capacity(record, terms)
+def deploy_card(
+    record: TrialRecord, settings: StudySettings, baseline: TrialRecord | None, capacities: Mapping[int, AtCapacity]
+) -> DeployCard:
+    """Figures against the baseline and the reference, and the snippets, for one measured configuration; `capacities`:
+    each trial's capacity, where it probed one (analysis.capacity.capacities, computed once)."""
+    found = capacities.get(record.number)
     batch = _chosen_batch(found)
     plan = Plan.from_json(record.plan) if record.plan else Plan()
     plan = paged_cache_for(plan, batch.size) if batch else plan  # sized for the batch chosen, not the largest tried
@@ -84,11 +85,8 @@ def deploy_card(record: TrialRecord, settings: StudySettings, baseline: TrialRec
     device = settings.prepared.device or "cuda"
     m = record.metrics
     # serve trials: the command that ran (its host and port included) and the load it held, else the plan's
-    served = (
-        deployed_command(record.serve, record.capacity)
-        if record.serve
-        else serve_command(model_id, plan, device, batch)
-    )
+    deployed = record.details.deployed_command(record.capacity) if record.details else None
+    served = deployed if deployed is not None else serve_command(model_id, plan, device, batch)
     return DeployCard(
         record=record,
         speedup=_ratio(record, baseline, THROUGHPUT.name),
@@ -100,11 +98,11 @@ def deploy_card(record: TrialRecord, settings: StudySettings, baseline: TrialRec
         roofline_fraction=m.get(ROOFLINE_FRACTION.name) if settings.device_type != "cpu" else None,
         achieved_bandwidth_gb_s=m.get(ACHIEVED_BANDWIDTH.name),
         cost_per_million_tokens_usd=m.get(COST_PER_MILLION_TOKENS.name),
-        python=python_snippet(model_id, plan, device, settings.workload["output_len"], batch),
+        python=python_snippet(model_id, plan, device, settings.workload.output_len, batch),
         serve=served,
         json=json_snippet(model_id, record.config, plan, found.to_json() if found else None),
         at_capacity=found,
-        baseline_capacity=at_capacity(baseline, terms) if baseline else None,
+        baseline_capacity=capacities.get(baseline.number) if baseline else None,
     )
 
 
@@ -151,8 +149,8 @@ def card_facts(card: DeployCard) -> list[str]:
         facts.append(f"${card.cost_per_million_tokens_usd:.4g} per 1M generated tokens")
     ttft, per_token = m.get(TTFT.name, math.nan) * 1000, m.get(TPOT.name, math.nan) * 1000
     facts.append(f"ttft {ttft:.1f} ms, {per_token:.2f} ms/token{at}")
-    if card.record.serve:
-        facts += load_facts(card.record.serve, m)
+    if card.record.details is not None:
+        facts += card.record.details.facts(m)
     elif ENERGY_PER_TOKEN.name in m:
         facts.append(f"{m[ENERGY_PER_TOKEN.name]:.3g} J per generated token (GPU energy counter)")
     return [fact for fact in facts if fact]

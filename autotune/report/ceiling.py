@@ -9,8 +9,9 @@ from html import escape
 from typing import Any
 
 from autotune.figures.metrics import THROUGHPUT
+from autotune.specs import WorkloadSpec
 from autotune.study import TrialRecord
-from autotune.workloads import DEFAULT_KIND, KINDS
+from autotune.workloads import KINDS
 
 SHAPE = ("batch_size", "input_len", "output_len")
 
@@ -28,27 +29,27 @@ class CeilingRow:
         return self.best_tok_s / self.figure["decode_tok_s"]
 
 
-def ceiling_rows(stored: list[dict[str, Any]], workload: dict[str, Any], trials: list[TrialRecord]) -> list[CeilingRow]:
+def ceiling_rows(stored: list[dict[str, Any]], workload: WorkloadSpec, trials: list[TrialRecord]) -> list[CeilingRow]:
     """One row per stored figure, smallest batch first; compared only where the study ran the same workload."""
     measured = [t for t in trials if t.complete and t.feasible and THROUGHPUT.name in t.metrics]
-    same_kind = KINDS[workload.get("kind", DEFAULT_KIND)].times_generate
+    same_kind = KINDS[workload.kind].times_generate
     rows = []
     for figure in sorted(stored, key=lambda f: tuple(f[key] for key in SHAPE)):
-        same_lengths = same_kind and all(figure[key] == workload.get(key) for key in SHAPE[1:])
+        same_lengths = same_kind and all(figure[key] == getattr(workload, key) for key in SHAPE[1:])
         at_batch = [(t, tok_s) for t in measured if (tok_s := _at_batch(t, figure["batch_size"], workload))]
         best = max(at_batch, key=lambda pair: pair[1], default=None) if same_lengths else None
         rows.append(CeilingRow(figure, *best) if best else CeilingRow(figure, None))
     return rows
 
 
-def _at_batch(trial: TrialRecord, batch: int, workload: dict[str, Any]) -> float | None:
+def _at_batch(trial: TrialRecord, batch: int, workload: WorkloadSpec) -> float | None:
     """The trial's decode throughput at this batch: its probe's point there, or its own figure where it ran only the
     study's batch."""
     points = trial.capacity.points if trial.capacity is not None else []
     if points:
         found = [p.figures[THROUGHPUT.name] for p in points if p.size == batch and THROUGHPUT.name in p.figures]
         return found[0] if found else None
-    return trial.metrics[THROUGHPUT.name] if workload.get("batch_size") == batch else None
+    return trial.metrics[THROUGHPUT.name] if workload.batch_size == batch else None
 
 
 def ceiling_section(rows: list[CeilingRow]) -> str:

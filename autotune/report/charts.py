@@ -15,7 +15,6 @@ import plotly.graph_objects as go
 from autotune.figures.metrics import KL_DIVERGENCE, METRICS, PEAK_MEMORY_BYTES, THROUGHPUT, TTFT, Metric
 from autotune.report.data import Progress, ReportData
 from autotune.study import TrialRecord
-from autotune.study.opened import Terms
 from autotune.units import format_bytes, format_duration
 
 
@@ -111,7 +110,7 @@ def _at_capacity(data: ReportData) -> str:
     if not data.capacities:
         return ""
     none = any(found.size is None for found in data.capacities.values())
-    return f"<br>at each one's capacity {escape(Terms.of(data.settings).target.within)}" + (
+    return f"<br>at each one's capacity {escape(data.terms.target.within)}" + (
         " (trials with none: figures past the SLO)" if none else ""
     )
 

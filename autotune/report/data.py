@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from typing import Any
@@ -21,7 +21,7 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from autotune import study as studies
-from autotune.analysis.capacity import AtCapacity, at_capacity
+from autotune.analysis.capacity import AtCapacity, capacities
 from autotune.analysis.found import BestFound, best_found
 from autotune.analysis.pareto import hypervolume, scaled_losses
 from autotune.figures.constraints import MEETS_SLO, Constraint
@@ -107,6 +107,7 @@ class ReportData:
     study_name: str
     storage_url: str
     settings: StudySettings
+    terms: Terms  # what its figures at capacity hold under: the SLO, the device, the price (read once, with the study)
     trials: list[TrialRecord]  # launched trials, in order
     skipped: list[TrialRecord]
     pareto: list[int]  # trial numbers on the front, best throughput first
@@ -159,7 +160,7 @@ class ReportData:
     def constraint_label(self, constraint: Constraint) -> str:
         """For people: `peak memory <= 20 GB`, or the SLO's `a capacity within itl_p95<=5ms`."""
         if constraint == MEETS_SLO:
-            return f"a capacity {Terms.of(self.settings).target.within}"
+            return f"a capacity {self.terms.target.within}"
         return constraint.label
 
 
@@ -174,14 +175,16 @@ def report_data(opened: OpenedStudy) -> ReportData:
     objectives = settings.objective_metrics
     front = opened.front
     baseline = _with_role(launched, "baseline")
+    found = capacities(launched, opened.terms)
     return ReportData(
         study_name=opened.name,
         storage_url=studies.redact(opened.storage_url),
         settings=settings,
+        terms=opened.terms,
         trials=launched,
         skipped=[record for record in opened.records if not record.launched],
         pareto=[record.number for record in front],
-        cards=[card(record, settings, baseline) for record in front],
+        cards=[card(record, settings, baseline, found) for record in front],
         baseline=baseline,
         reference=_with_role(launched, "reference"),
         outcomes=dict(Counter(record.outcome for record in launched)),
@@ -195,7 +198,7 @@ def report_data(opened: OpenedStudy) -> ReportData:
         environment={**environment(settings, runs, launched), **task_evaluation(opened)},
         best=best_found(launched, objectives, runs),
         ceilings=ceiling_rows(ceilings(opened.study), settings.workload, launched),
-        capacities={record.number: found for record in launched if (found := at_capacity(record, opened.terms))},
+        capacities=found,
     )
 
 
@@ -226,9 +229,12 @@ def _with_role(records: list[TrialRecord], role: str) -> TrialRecord | None:
 # --------------------------------------------------------------------------------- front and cards
 
 
-def card(record: TrialRecord, settings: StudySettings, baseline: TrialRecord | None) -> ParetoCard:
-    """The card of a configuration on the front: its deploy card and its capacity curve."""
-    deploy = deploy_card(record, settings, baseline)
+def card(
+    record: TrialRecord, settings: StudySettings, baseline: TrialRecord | None, found: Mapping[int, AtCapacity]
+) -> ParetoCard:
+    """The card of a configuration on the front: its deploy card and its capacity curve; `found`: each trial's
+    capacity, where it probed one."""
+    deploy = deploy_card(record, settings, baseline, found)
     shared = {field.name: getattr(deploy, field.name) for field in fields(deploy)}
     return ParetoCard(**shared, curve=capacity_curve(record, deploy.at_capacity))
 

@@ -15,7 +15,7 @@ def environment(settings: StudySettings, runs: list[dict[str, Any]], launched: l
     prepared = settings.prepared
     rows: dict[str, Any] = {
         "device": prepared.device,
-        "profile": f"{settings.profile['name']}: {settings.profile['description']}",
+        "profile": f"{settings.profile.name}: {settings.profile.description}",
         **prepared.environment,
         "model parameters": prepared.model_info.get("parameters"),
         "reference configuration": prepared.reference_config,

@@ -28,11 +28,9 @@ from autotune.report.charts import (
 )
 from autotune.report.data import FailureGroup, ParetoCard, ReportData
 from autotune.report.pages import write_page
-from autotune.report.serving import load_table
 from autotune.study import TrialRecord
-from autotune.study.opened import Terms
 from autotune.units import format_duration
-from autotune.workloads import describe_workload
+from autotune.workloads import DetailsTable, describe_workload
 
 
 def write_report(data: ReportData, path: Path) -> Path:
@@ -68,8 +66,8 @@ def _header(data: ReportData) -> str:
     counts = ", ".join(f"{count} {escape(outcome)}" for outcome, count in sorted(data.outcomes.items()))
     return (
         f"<header><h1>{escape(data.study_name)}</h1>"
-        f"<p>Model <b>{escape(settings.model)}</b> on profile <b>{escape(settings.profile['name'])}</b> "
-        f"({escape(settings.profile['description'])}); workload: {escape(describe_workload(settings.workload))}.</p>"
+        f"<p>Model <b>{escape(settings.model)}</b> on profile <b>{escape(settings.profile.name)}</b> "
+        f"({escape(settings.profile.description)}); workload: {escape(describe_workload(settings.workload))}.</p>"
         f"<p>{len(data.trials)} trials ({counts or 'none'}), {len(data.skipped)} sampled configurations skipped "
         f"before launch; {len(data.pareto)} on the Pareto front. Storage: <code>{escape(data.storage_url)}</code>. "
         f"Generated {escape(data.generated_at)}.</p>{_constraints_line(data)}</header>"
@@ -135,7 +133,19 @@ def _card(card: ParetoCard, index: int) -> str:
     return (
         f"<article class='card'><h3>Trial #{record.number}{roles}</h3><p class='knobs'>{knobs}</p>"
         f"<ul>{''.join(f'<li>{escape(fact)}</li>' for fact in facts)}</ul>{curve}"
-        f"{load_table(record.serve) if record.serve else ''}{snippets}</article>"
+        f"{details_table(record.details.table()) if record.details else ''}{snippets}</article>"
+    )
+
+
+def details_table(table: DetailsTable | None) -> str:
+    """A kind's details as the card's table (serve: latency against load)."""
+    if table is None:
+        return ""
+    header = "".join(f"<th>{escape(heading)}</th>" for heading in table.headings)
+    rows = "".join("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in row) + "</tr>" for row in table.rows)
+    return (
+        f"<table class='{escape(table.css_class)}'><caption>{escape(table.caption)}</caption><tr>{header}</tr>"
+        f"{rows}</table>"
     )
 
 
@@ -257,7 +267,7 @@ def _trials_table(data: ReportData) -> str:
     rows = "".join(_trial_row(data, record, record.number in front, figures) for record in data.trials)
     columns = [*_COLUMNS, *(metric.column_heading for metric in figures), "time", "details"]
     if data.capacities:  # before the time: a figure, as the others
-        columns.insert(-2, f"capacity {Terms.of(data.settings).target.within}")
+        columns.insert(-2, f"capacity {data.terms.target.within}")
     head = "".join(f"<th>{escape(column)}</th>" for column in columns)
     skipped = "".join(
         f"<li>#{r.number} {escape(_config_text(r))}: {escape(r.skipped or '')}</li>" for r in data.skipped

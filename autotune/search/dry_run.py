@@ -1,6 +1,6 @@
 """`autotune search --dry-run`: the trials a search would run first, in order, each with why.
 
-Nothing runs and no study is created: the plan is the strategy's own (search/strategy.py), made from
+Nothing runs and no study is created: the plan is the strategy's own (strategy/queue.py), made from
 the profile's runnable space, the model's checkpoint dtype (read from its config.json where that can
 be found without the network) and the knob handlers' priors, each planned trial taken to measure what
 its forecast says. A real search changes course as soon as a trial measures something else.
@@ -15,21 +15,21 @@ from pathlib import Path
 
 from autotune.errors import UserError
 from autotune.figures.metrics import OBJECTIVES, Metric, objectives_named
-from autotune.paths import default_space_path
-from autotune.profiles import PROFILES, HardwareProfile, resolve_hardware
-from autotune.search.durations import Durations
-from autotune.search.forecast import Forecaster
-from autotune.search.prepare import (
+from autotune.measure.prepare import (
     baseline_config,
     expected_reference,
     machine_notes,
     plan_target,
     runnable_space,
 )
-from autotune.search.ranking import Planned
-from autotune.search.strategy import Situation, next_queued, warm_up_set
+from autotune.paths import default_space_path
+from autotune.profiles import PROFILES, HardwareProfile, resolve_hardware
 from autotune.space import Config, SearchSpace, Target, build_plan, config_key, load_space, rules
 from autotune.specs import SearchRequest
+from autotune.strategy.durations import Durations
+from autotune.strategy.forecast import Forecaster
+from autotune.strategy.queue import Situation, next_queued, warm_up_set
+from autotune.strategy.ranking import Planned
 from autotune.workloads import KINDS
 
 DEMO_CHECKPOINT_DTYPE = "bfloat16"  # worker/demo_model.py saves the demo's weights in bfloat16

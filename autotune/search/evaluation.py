@@ -14,12 +14,12 @@ from typing import Any
 
 from autotune.errors import SearchError, UserError
 from autotune.figures.metrics import TASK_ACCURACY, TASK_FLIPS, TASK_RECOVERY, THROUGHPUT, WARMUP
+from autotune.measure.prepare import Prepared, plan_target, trial_spec
 from autotune.process.results import Candidate, TaskResult, TaskSpec
 from autotune.process.runner import Limits, run_in_worker
 from autotune.search.events import SearchEvents
-from autotune.search.prepare import Prepared, plan_target, trial_spec
+from autotune.search.faults import injected_fault
 from autotune.search.session import Session
-from autotune.search.trial import injected_fault
 from autotune.space import Config, build_plan
 from autotune.specs import EvalSpec, SearchRequest
 from autotune.study import TrialRecord
@@ -72,11 +72,11 @@ def evaluate_reference(
     result = run_in_worker(spec, workdir / "evaluation-reference", Limits(request.budget.trial_timeout_s, deadline))
     if not result.ok:
         raise _reference_error(asked, result)
-    evaluated = result.details.evaluation or {}
+    evaluated = result.details.evaluation
     stored = {
         **asked.to_json(),
-        "metric": evaluated.get("metric"),
-        "reference": {"answers": evaluated.get("answers", {}), "seconds": _seconds(result)},
+        "metric": evaluated.metric if evaluated else None,
+        "reference": {"answers": evaluated.answers if evaluated else {}, "seconds": _seconds(result)},
         "unevaluated": [],
     }
     return ReferenceEvaluation(stored, new=True)
@@ -95,7 +95,7 @@ def evaluation_spec(request: SearchRequest, prepared: Prepared, config: Config) 
     spec = trial_spec(request, prepared, config, plan)
     spec.task = "evaluate"
     spec.candidate = Candidate(config, plan)
-    spec.evaluation = request.evaluation.to_json() if request.evaluation else None
+    spec.evaluation = request.evaluation
     spec.fault = injected_fault(-1, config)
     return spec
 
@@ -151,12 +151,9 @@ def _evaluate(session: Session, record: TrialRecord, expected: float, deadline: 
     if not result.ok:
         first = result.message.splitlines()[0] if result.message else ""
         return f"#{record.number}: not evaluated, {result.outcome.value}: {first[:160]} ({took})"
-    evaluated = result.details.evaluation or {}
-    store_answers(
-        session.study,
-        record.number,
-        {"answers": evaluated.get("answers", {}), "seconds": _seconds(result), "path": evaluated.get("path")},
-    )
+    evaluated = result.details.evaluation
+    answers, path = (evaluated.answers, evaluated.path) if evaluated else ({}, None)
+    store_answers(session.study, record.number, {"answers": answers, "seconds": _seconds(result), "path": path})
     opened = OpenedStudy.of(session.study, session.storage_url)
     figures = next(r for r in opened.records if r.number == record.number).metrics
     shown = ", ".join(

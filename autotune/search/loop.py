@@ -9,16 +9,18 @@ import time
 from dataclasses import dataclass, field
 
 from autotune import study as studies
+from autotune.figures.metrics import FIRST_CALL_S
+from autotune.measure.prepare import plan_target
 from autotune.process import phases
 from autotune.process.results import Outcome, TaskResult
-from autotune.search.durations import Durations, ended, warm_ended
 from autotune.search.events import SearchEvents
+from autotune.search.exclusions import judge_values
 from autotune.search.interrupts import Interrupted, deferred
-from autotune.search.prepare import plan_target
 from autotune.search.session import Session
-from autotune.search.strategy import Situation, next_queued, ruled_out, warm_up_set
-from autotune.search.trial import SAMPLER, StudyRead, Trial, judge_values
+from autotune.search.trial import SAMPLER, StudyRead, Trial
 from autotune.space import Config, build_plan, config_key, rules
+from autotune.strategy.durations import Durations, ended, warm_ended
+from autotune.strategy.queue import Situation, next_queued, ruled_out, warm_up_set
 from autotune.study import TrialRecord
 from autotune.workloads import KINDS
 
@@ -79,9 +81,9 @@ def trial_phases(result: TaskResult, compiles: bool) -> dict[str, float]:
 def _first_calls_s(result: TaskResult) -> float:
     """The seconds of the workload's first calls: one per batch a capacity probe measured (each compiles anew where
     its shapes are new: 35 s and 48 s of an 8B model's probe on an H100), else the one of its single batch."""
-    points = (result.details.capacity or {}).get("points", [])
-    per_point = [point["figures"]["first_call_s"] for point in points if "first_call_s" in point.get("figures", {})]
-    return sum(per_point) if per_point else result.metrics.get("first_call_s", 0.0)
+    points = result.details.capacity.points if result.details.capacity else []
+    per_point = [point.figures[FIRST_CALL_S] for point in points if FIRST_CALL_S in point.figures]
+    return sum(per_point) if per_point else result.metrics.get(FIRST_CALL_S, 0.0)
 
 
 class TrialLoop:
@@ -144,7 +146,7 @@ class TrialLoop:
         return None
 
     def _would_overrun(self, config: Config, durations: Durations) -> str | None:
-        """Why this trial must not start: the longest it should take (search/durations.py) exceeds the budget left."""
+        """Why this trial must not start: the longest it should take (strategy/durations.py) exceeds the budget left."""
         if self.deadline is None:
             return None
         return overrun_reason(config, durations, self.deadline - time.monotonic())

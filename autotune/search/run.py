@@ -30,6 +30,7 @@ import optuna
 from autotune import study as studies
 from autotune.analysis.found import best_found
 from autotune.errors import UserError
+from autotune.measure.prepare import Prepared, machine_notes, prepare
 from autotune.process import phases
 from autotune.process.life import child_environment
 from autotune.profiles import detect_gpu
@@ -37,7 +38,6 @@ from autotune.search.evaluation import ReferenceEvaluation, evaluate_finalists, 
 from autotune.search.events import SearchEvents, SearchSummary
 from autotune.search.interrupts import Interrupted, StudyPlace, deferred
 from autotune.search.loop import TrialLoop
-from autotune.search.prepare import Prepared, machine_notes, prepare
 from autotune.search.session import Checked, Session, check_search, check_worker, open_session
 from autotune.space.knobs import DeviceType
 from autotune.specs import BudgetSpec, SearchRequest, WorkerRequest

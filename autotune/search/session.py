@@ -18,13 +18,13 @@ from autotune import study as studies
 from autotune.errors import UserError
 from autotune.figures.constraints import Constraint, parse_constraints
 from autotune.figures.objectives import ENERGY, check_available
+from autotune.measure.prepare import Prepared, plan_target, runnable_space
 from autotune.paths import default_space_path
 from autotune.profiles import HardwareProfile, ResolvedHardware, hardware_for, has_energy_counter, resolve_hardware
 from autotune.search import interrupts
 from autotune.search.events import SearchEvents
-from autotune.search.prepare import Prepared, plan_target, runnable_space
 from autotune.space import Config, SearchSpace, config_key, load_space, rules
-from autotune.specs import HardwareSpec, ModelSpec, QualitySpec, SearchRequest, WorkerRequest, WorkloadSpec
+from autotune.specs import HardwareSpec, ModelSpec, SearchRequest, WorkerRequest
 from autotune.study import StudySettings, artifacts, moments
 from autotune.study.claims import Claims
 from autotune.study.compile_archives import CompileArchives
@@ -192,11 +192,11 @@ def check_search(request: SearchRequest, events: SearchEvents) -> Checked:
     settings = StudySettings(
         model=request.model.id,
         revision=request.model.revision,
-        profile=hardware.profile.to_json(),
+        profile=hardware.profile,
         space_fingerprint=declared.fingerprint(),
         space=space.to_json(),
-        workload=request.workload.to_json(),
-        quality=request.quality.__dict__,
+        workload=request.workload,
+        quality=request.quality,
         constraints=[str(constraint) for constraint in request.constraints],
     )
     if request.objectives:
@@ -245,8 +245,7 @@ def _check_objectives(settings: StudySettings, hardware: ResolvedHardware) -> No
     """An objective this device or workload cannot measure is bad input, not a study of failed trials."""
     counter = ENERGY in settings.objectives and has_energy_counter(hardware.device)
     device_type = "cuda" if hardware.device.startswith("cuda") else "cpu"
-    workload_kind = settings.workload.get("kind", "throughput")
-    check_available(settings.objectives, workload_kind, metrics_of_one_kind(), device_type, counter)
+    check_available(settings.objectives, settings.workload.kind, metrics_of_one_kind(), device_type, counter)
 
 
 def find_warm_start(request: SearchRequest, url: str, events: SearchEvents) -> tuple[optuna.Study, str]:
@@ -270,7 +269,7 @@ def check_worker(worker: WorkerRequest, events: SearchEvents) -> tuple[Checked, 
     patient_storage = studies.open_storage(url, storage_waiting(worker.storage.patience_s, events))
     study = studies.stored_study(patient_storage, name, url)
     stored = studies.stored_settings(study)
-    hardware = hardware_for(HardwareProfile.from_json(stored.profile), worker.device)
+    hardware = hardware_for(stored.profile, worker.device)
     if hardware.note:
         events.note(hardware.note)
     _check_objectives(stored, hardware)
@@ -286,8 +285,8 @@ def _joined(worker: WorkerRequest, stored: StudySettings) -> SearchRequest:
     return SearchRequest(
         model=ModelSpec(stored.model, revision=stored.revision, trust_remote_code=worker.trust_remote_code),
         hardware=HardwareSpec(device=worker.device),
-        workload=WorkloadSpec.from_json(stored.workload),
-        quality=QualitySpec.from_stored(stored.quality),
+        workload=stored.workload,
+        quality=stored.quality,
         budget=worker.budget,
         storage=worker.storage,
         constraints=tuple(parse_constraints(stored.constraints)),

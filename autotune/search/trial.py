@@ -2,19 +2,19 @@
 
 take   asked of Optuna (a queued trial first), marked as this process's with a first heartbeat at once, its
        configuration claimed (study/claims.py), or skipped with why;
-run    measured in a worker while a thread records its heartbeat; tests inject a real fault into chosen trials;
+run    measured in a worker while a thread records its heartbeat; tests inject a real fault into chosen trials
+       (search/faults.py);
 store  its log and result told to the storage; the result is kept on disk until the storage has it (study/kept.py);
 retry  an interrupted configuration is measured by its queued retry and by nothing else meanwhile, and never again
-       once its retry is interrupted too; a failure that points at a knob value excludes or suspects it.
+       once its retry is interrupted too.
 
 The loop (search/loop.py) decides which trial runs next; the study it decides from is read once per trial
-(StudyRead), and what the trial checks before it runs reads that same read.
+(StudyRead), and what the trial checks before it runs reads that same read; what a failure says of a knob value, the
+loop asks search/exclusions.py.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from collections.abc import Container, Sequence
 from dataclasses import dataclass
@@ -27,15 +27,16 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune import study as studies
 from autotune.errors import StorageUnavailableError
+from autotune.measure.prepare import plan_target, trial_spec
 from autotune.process import phases
 from autotune.process.results import Outcome, TaskResult
 from autotune.process.runner import Limits, run_in_worker
-from autotune.search.durations import Duration
 from autotune.search.events import SearchEvents
+from autotune.search.faults import injected_fault
 from autotune.search.interrupts import Interrupted, deferred
-from autotune.search.prepare import plan_target, trial_spec
 from autotune.search.session import Session
 from autotune.space import Config, SearchSpace, build_plan, config_key
+from autotune.strategy.durations import Duration
 from autotune.study import TrialRecord, artifacts, kept, moments
 from autotune.study.claims import OWNER_ATTR, WORKER_PID_ATTR, claim_configuration, this_process
 from autotune.study.compile_archives import ARCHIVE_SUFFIX
@@ -294,58 +295,3 @@ def _record_forecast(trial: optuna.Trial, forecast: Duration) -> None:
     if forecast.at_most is not None:  # seconds only once a trial ended; before, no scale
         figures = {"expected": round(forecast.expected, 1), "at_most": round(forecast.at_most, 1)}
         trial.set_user_attr("forecast_s", figures)
-
-
-def injected_fault(launch_index: int, config: Config) -> dict[str, str] | None:
-    """Tests make a trial fail for real: the n-th trial this process launches (from 0), or every trial of the
-    configurations that have all the knob values a key names, whichever trial launches them.
-
-    AUTOTUNE_INJECT_FAULTS='{"3": {"phase": "load", "kind": "hang"}}' makes the fourth trial hang while loading;
-    '{"dtype=float32,attn_implementation=eager": {"phase": "load", "kind": "raise"}}' makes every float32 eager
-    trial raise while loading.
-    """
-    faults = os.environ.get("AUTOTUNE_INJECT_FAULTS")
-    if not faults:
-        return None
-    for key, fault in json.loads(faults).items():
-        if key == str(launch_index) or ("=" in key and _has_values(config, key)):
-            return fault
-    return None
-
-
-def _has_values(config: Config, pairs: str) -> bool:
-    """Whether `config` has every value of "knob=value,knob=value"."""
-    return all(str(config.get(knob)) == value for knob, _, value in (pair.partition("=") for pair in pairs.split(",")))
-
-
-def judge_values(
-    study: optuna.Study, declared: SearchSpace, number: int, config: Config, result: TaskResult
-) -> SearchSpace:
-    """What a trial's result says of its values; the space left to search.
-
-    A typed refusal excludes its value for the study. A value only the words of an error point at is suspected,
-    and excluded when a trial of another configuration fails on it too; a trial that completes clears the
-    suspicion of its values.
-    """
-    if result.excludes:
-        knob, value = result.excludes["knob"], result.excludes["value"]
-        studies.add_exclusion(study, knob, value, f"{knob}={value} cannot run here: {_first_line(result.message)}")
-    elif result.suspects:
-        knob, value = result.suspects["knob"], result.suspects["value"]
-        earlier = studies.suspicions(study).get(knob, {}).get(str(value))
-        if earlier is None:
-            studies.add_suspicion(study, knob, value, number, config_key(config), _first_line(result.message))
-        elif earlier["config_key"] != config_key(config):
-            why = f"trials #{earlier['trial']} and #{number} failed with words that point at it"
-            reason = f"{knob}={value} is suspected twice ({why}): {_first_line(result.message)}"
-            studies.add_exclusion(study, knob, value, reason)
-    elif result.ok:
-        suspected = studies.suspicions(study)
-        for knob, value in config.items():
-            if str(value) in suspected.get(knob, {}):
-                studies.clear_suspicion(study, knob, value)
-    return studies.space_with_exclusions(declared, study)
-
-
-def _first_line(message: str) -> str:
-    return message.splitlines()[0] if message else ""

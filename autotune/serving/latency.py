@@ -32,7 +32,7 @@ from autotune.figures.metrics import (
     TTFT_P50,
     TTFT_P95,
 )
-from autotune.figures.slo import PERCENTILES
+from autotune.figures.slo import PERCENTILES, within_slo
 from autotune.figures.stats import Summary, percentile
 from autotune.serving.load import RequestRecord
 
@@ -54,22 +54,25 @@ def latency_percentiles(records: Sequence[RequestRecord]) -> dict[str, float]:
     }
 
 
-def meets_slo(record: RequestRecord, slo: dict[str, float]) -> bool:
-    """Whether one completed request is within every bound (`ttft_p95_s`: its TTFT; `itl_p95_s`: its gaps' p95)."""
-    if not record.ok:
-        return False
-    for name, bound in slo.items():
+def request_figures(record: RequestRecord, slo: dict[str, float]) -> dict[str, float]:
+    """One completed request's own figure for each bound of the SLO: `ttft_p95_s` its TTFT, `e2e_p95_s` its latency,
+    `itl_p95_s` the p95 of its own gaps (0 without any)."""
+    figures = {}
+    for name in slo:
         figure, q = name.split("_")[0], float(name.split("_")[1][1:])
         if figure == "ttft":
-            value = record.ttft_s
+            figures[name] = record.ttft_s
         elif figure == "e2e":
-            value = record.e2e_s
+            figures[name] = record.e2e_s
         else:
             gaps = sorted(record.gaps_s)
-            value = percentile(gaps, q) if gaps else 0.0
-        if value > bound:
-            return False
-    return True
+            figures[name] = percentile(gaps, q) if gaps else 0.0
+    return figures
+
+
+def meets_slo(record: RequestRecord, slo: dict[str, float]) -> bool:
+    """Whether one request completed within every bound of the SLO, judged by its own figures."""
+    return record.ok and within_slo(request_figures(record, slo), slo)
 
 
 def level_figures(level: float, records: Sequence[RequestRecord], slo: dict[str, float]) -> dict[str, Any]:
@@ -88,7 +91,7 @@ def level_figures(level: float, records: Sequence[RequestRecord], slo: dict[str,
         OUTPUT_TOK_S: sum(record.tokens for record in done) / duration if duration > 0 else 0.0,
         GOODPUT.name: met / duration if duration > 0 else 0.0,
         SLO_SHARE: met / len(records) if records else 0.0,  # of the requests sent, those that met the SLO
-        "slo_met": bool(done) and all(percentiles.get(name, float("inf")) <= bound for name, bound in slo.items()),
+        "slo_met": bool(done) and within_slo(percentiles, slo),
         IN_FLIGHT_PEAK: float(in_flight_peak(records)),
         **percentiles,
     }

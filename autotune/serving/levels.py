@@ -1,5 +1,5 @@
 """The load levels of a serve trial, one at a time on one running server: each listed level, or a capacity bracket that
-climbs by doubling while a level is sustained and then narrows by bisection (its decisions: workloads/capacity.py).
+climbs by doubling while a level is sustained and then narrows by bisection (its decisions: figures/capacity.py).
 
 Between levels the server is watched: one that fell over during a level refuses that level with the reason and ends
 the levels there, those below kept (at the first level, there is none: the trial fails, worker/serve_trial.py).
@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from autotune.figures.capacity import Probe
 from autotune.serving.latency import level_figures
 from autotune.serving.load import Endpoint, RequestRecord, load_client, run_level, warm_up
-from autotune.workloads.capacity import Probe
 
 
 class Watch(Protocol):

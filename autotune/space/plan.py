@@ -105,16 +105,11 @@ class Plan:
             continuous=decode(data["continuous"]),
             serve_flags=list(data.get("serve_flags", [])),
             not_servable=list(data.get("not_servable", [])),
-            contexts=decode(data["contexts"]) if "contexts" in data else _contexts_before_they_were_general(data),
+            contexts=decode(data.get("contexts", [])),
             workload=data.get("workload"),
             worker_hooks=dict(data.get("worker_hooks", {})),
             decode_loop=data.get("decode_loop"),
         )
-
-
-def _contexts_before_they_were_general(data: dict[str, Any]) -> list[Call]:
-    """Plans stored by older versions said `execution_mode` (or nothing, before that knob existed)."""
-    return [Call("torch.inference_mode")] if data.get("execution_mode") == "inference_mode" else []
 
 
 def encode(value: Any) -> Any:

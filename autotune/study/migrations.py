@@ -10,20 +10,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from autotune.figures.capacity import Point, stop_of
 from autotune.figures.metrics import OBJECTIVES
 from autotune.figures.quality import stored_path
 from autotune.profiles import STORED_DEVICE_TYPE
 from autotune.space.knobs import DeviceType
+from autotune.space.plan import Call, encode
+from autotune.specs import QualitySpec
 from autotune.workloads import workload_as_run
-from autotune.workloads.capacity import Point, stop_of
 
 UNNAMED_DEVICE_TYPE: DeviceType = "cuda"  # profiles stored before they named their device type were all GPU profiles
 
 
 def workload(stored: Mapping[str, Any]) -> dict[str, Any]:
     """A study's workload as its trials ran: the serve load's SLO, stored inside the load before the SLO was every
-    kind's, lifted out; what a kind decides itself, which studies before the spec said so kept at its default (a
-    latency workload's batch size, 8, though it ran one prompt at a time), as the kind decides it."""
+    kind's, lifted out; what a kind decides itself, which studies and results written before the spec said so kept
+    at its default (a latency workload's batch size, 8, though it ran one prompt at a time), as the kind decides it."""
     data = dict(stored)
     if isinstance(data.get("serve"), Mapping) and "slo" in data["serve"]:
         serve = dict(data["serve"])
@@ -39,9 +41,18 @@ def profile(stored: Mapping[str, Any]) -> dict[str, Any]:
     return {**stored, STORED_DEVICE_TYPE: stored.get(STORED_DEVICE_TYPE) or UNNAMED_DEVICE_TYPE}
 
 
-def device_type(stored: Mapping[str, Any]) -> DeviceType:
-    """The device type of a study's stored hardware profile: cuda or cpu."""
-    return profile(stored)[STORED_DEVICE_TYPE]
+PREFILL_QUALITY_KEY = "window"  # studies before the decoding path stored the window of their one forward pass
+
+
+def quality(stored: Mapping[str, Any]) -> dict[str, Any]:
+    """A study's quality settings (autotune.specs.QualitySpec): studies written before the decoding path (2026-11-27)
+    kept a window and a number of tokens of one forward pass, which are not the spec's and are dropped."""
+    return {name: value for name, value in stored.items() if name in QualitySpec.__dataclass_fields__}
+
+
+def quality_on_prefill(stored: Mapping[str, Any]) -> bool:
+    """Whether a study's quality settings are those of the prefill path: a study written before 2026-11-27."""
+    return PREFILL_QUALITY_KEY in stored
 
 
 def objectives(stored: list[str] | None) -> list[str]:
@@ -50,7 +61,7 @@ def objectives(stored: list[str] | None) -> list[str]:
 
 
 def capacity(stored: Mapping[str, Any]) -> dict[str, Any]:
-    """A trial's capacity in today's form (autotune.workloads.capacity.Capacity.to_json): capacities stored before
+    """A trial's capacity in today's form (autotune.figures.capacity.Capacity.to_json): capacities stored before
     it carried what the probe found as a sentence ("said", dropped: the words are made when it is shown) and no stop,
     which their points say; the first named no unit (a batch)."""
     data = {key: value for key, value in stored.items() if key != "said"}
@@ -59,6 +70,15 @@ def capacity(stored: Mapping[str, Any]) -> dict[str, Any]:
         stop = stop_of(sorted((Point.from_json(point) for point in data.get("points", [])), key=lambda p: p.size))
         data["stopped"] = stop.to_json() if stop else None
     return data
+
+
+def plan(stored: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A trial's plan (autotune.space.plan.Plan.to_json) with its contexts: plans stored before contexts were general
+    said `execution_mode` (inference_mode: generate() inside torch.inference_mode()), or nothing before that knob."""
+    if stored is None or "contexts" in stored:
+        return None if stored is None else dict(stored)
+    contexts = [Call("torch.inference_mode")] if stored.get("execution_mode") == "inference_mode" else []
+    return {**stored, "contexts": encode(contexts)}
 
 
 def quality_path(stored: str | None) -> str:

@@ -11,14 +11,13 @@ from typing import Any
 
 import optuna
 
-from autotune.specs import WorkloadSpec
+from autotune.figures.capacity import SloTarget
 from autotune.study import moments
 from autotune.study.patience import DEFAULT_WAITING, Waiting
 from autotune.study.records import TrialRecord, front_numbers, records, with_evaluations
 from autotune.study.settings import StudySettings, exclusions, search_runs, stored_settings, suspicions
 from autotune.study.storage import load_stored_study
-from autotune.workloads import KINDS
-from autotune.workloads.capacity import SloTarget
+from autotune.workloads import slo_target
 
 
 @dataclass(frozen=True)
@@ -32,15 +31,9 @@ class Terms:
 
     @classmethod
     def of(cls, settings: StudySettings) -> Terms:
-        workload = settings.workload_spec
+        workload = settings.workload
         device = "GPU" if settings.device_type == "cuda" else "CPU"
-        return cls(slo_target(workload), workload.output_len, device, settings.profile.get("price_per_hour"))
-
-
-def slo_target(workload: WorkloadSpec) -> SloTarget:
-    """The SLO a workload's capacities are judged by."""
-    by_share = KINDS[workload.kind].probes == "load"  # a load level meets the SLO for a share of its requests
-    return SloTarget(dict(workload.slo), workload.slo_share if by_share else None)
+        return cls(slo_target(workload), workload.output_len, device, settings.profile.price_per_hour)
 
 
 @dataclass

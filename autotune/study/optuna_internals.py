@@ -4,7 +4,7 @@ Optuna 5 has no public way to compute a hypervolume, test a set of loss vectors 
 optimality, read a trial's storage id, reach a study's storage or system attributes, or list the
 trials whose heartbeat is stale. Each use is a small function here, resolved when it is first
 called, so that an Optuna upgrade that moves one fails with a line naming it and the version
-(tests/test_optuna_internals.py checks every one against the installed Optuna).
+(tests/study/test_optuna_internals.py checks every one against the installed Optuna).
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.figures.capacity import Capacity
 from autotune.figures.constraints import Constraint, violations
 from autotune.figures.metrics import OBJECTIVES, Metric
 from autotune.figures.quality import PREFILL
@@ -18,7 +19,7 @@ from autotune.process.results import CompileFigures, Outcome, TaskResult
 from autotune.space import Config, config_key
 from autotune.study import migrations
 from autotune.study.evaluations import evaluation_figures
-from autotune.workloads.capacity import Capacity
+from autotune.workloads import KindDetails, details_of, details_written
 
 log = logging.getLogger(__name__)
 FAIL_REASON_ATTR = "fail_reason"  # one line, on every failed trial, where Optuna's tools show it
@@ -51,7 +52,7 @@ class TrialRecord:
     run_id: str | None = None  # the `search --devices` run whose worker measured it
     constraints: dict[str, float] = field(default_factory=dict)  # Optuna's values: feasible when all <= 0
     finished_at: datetime | None = None
-    serve: dict[str, Any] | None = None  # serve workload: the command that ran, figures per load level
+    details: KindDetails | None = None  # its kind's own (serve: the command that ran, figures per load level)
     capacity: Capacity | None = None  # an SLO or a capacity probe: its unit, target, points and what stopped it
     blame: dict[str, Any] | None = None  # failed: {"knob", "value", "certain"}, the value its failure points at
     quality_path: str = PREFILL  # where its quality figures came from (autotune.figures.quality)
@@ -91,7 +92,7 @@ class TrialRecord:
             metrics=attrs.get("metrics", {}),
             timings=attrs.get("timings", {}),
             environment=attrs.get("environment", {}),
-            plan=attrs.get("plan"),
+            plan=migrations.plan(attrs.get("plan")),
             skipped=attrs.get("skipped"),
             duration_s=duration,
             pid=attrs.get("pid"),
@@ -101,7 +102,7 @@ class TrialRecord:
             run_id=attrs.get("run_id"),
             constraints=dict(trial.constraints),
             finished_at=trial.datetime_complete,
-            serve=attrs.get("serve"),
+            details=details_of(attrs),
             capacity=Capacity.from_json(migrations.capacity(attrs["capacity"])) if attrs.get("capacity") else None,
             blame=attrs.get("blame"),
             quality_path=migrations.quality_path(attrs.get("quality_path")),
@@ -202,10 +203,11 @@ def record_result(
     if result.ok:
         if result.details.plan is not None:  # the worker ran an adapted plan (e.g. another quantized-cache backend)
             trial.set_user_attr("plan", result.details.plan)
-        if result.details.serve is not None:
-            trial.set_user_attr("serve", result.details.serve)
+        for kind, details in details_written(result.details.workload).items():
+            if details is not None:
+                trial.set_user_attr(kind, details)
         if result.details.capacity is not None:
-            trial.set_user_attr("capacity", result.details.capacity)
+            trial.set_user_attr("capacity", result.details.capacity.to_json())
         if result.details.quality_path is not None:
             trial.set_user_attr("quality_path", result.details.quality_path)
         trial.set_user_attr("metrics", result.metrics)

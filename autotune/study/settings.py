@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import optuna
@@ -13,9 +13,10 @@ import optuna
 from autotune.errors import StudyMismatchError, UserError
 from autotune.figures.constraints import MEETS_SLO, Constraint, parse_constraints
 from autotune.figures.metrics import OBJECTIVES, PERPLEXITY, Metric, objectives_named
+from autotune.profiles import HardwareProfile
 from autotune.space import SearchSpace
 from autotune.space.knobs import DeviceType
-from autotune.specs import WorkloadSpec
+from autotune.specs import QualitySpec, WorkloadSpec
 from autotune.study import migrations
 from autotune.study.optuna_internals import set_study_system_attr, study_system_attrs
 from autotune.workloads import describe_workload, workload_as_run
@@ -78,59 +79,74 @@ class PreparedFacts:
         )
 
 
-PREFILL_QUALITY_KEY = "window"  # studies before the decoding path stored the window of their one forward pass
-
-
 @dataclass
 class StudySettings:
-    """What a study is bound to: resuming with other values would mix figures that do not compare."""
+    """What a study is bound to: resuming with other values would mix figures that do not compare. Read from storage
+    once, typed (older stored forms through autotune.study.migrations)."""
 
     model: str
     revision: str | None
-    profile: dict[str, Any]
+    profile: HardwareProfile
     space_fingerprint: str
     space: dict[str, Any]
-    workload: dict[str, Any]
-    quality: dict[str, Any]
+    workload: WorkloadSpec  # as its trials run it
+    quality: QualitySpec
     prepared: PreparedFacts = field(default_factory=PreparedFacts)  # stored as "extra"
     constraints: list[str] = field(default_factory=list)  # `search --constraint`, as str(Constraint)
     # metric names, in the order Optuna stores their values; studies stored before it have the default three
     objectives: list[str] = field(default_factory=lambda: [metric.name for metric in OBJECTIVES])
+    # quality measured on the prefill path: a study written before 2026-11-27 (never written again: it cannot resume)
+    quality_on_prefill: bool = False
 
     BINDING = ("model", "revision", "space_fingerprint", "workload", "quality", "objectives")
 
     def to_json(self) -> dict[str, Any]:
-        data = {key: getattr(self, key) for key in self.__dataclass_fields__ if key != "prepared"}
-        return {**data, "extra": self.prepared.to_json()}
+        return {
+            "model": self.model,
+            "revision": self.revision,
+            "profile": self.profile.to_json(),
+            "space_fingerprint": self.space_fingerprint,
+            "space": self.space,
+            "workload": self.workload.to_json(),
+            "quality": asdict(self.quality),
+            "constraints": self.constraints,
+            "objectives": self.objectives,
+            "extra": self.prepared.to_json(),
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> StudySettings:
-        values = {key: data.get(key) for key in cls.__dataclass_fields__}
-        values["workload"] = migrations.workload(data.get("workload") or {})
-        values["profile"] = migrations.profile(data.get("profile") or {})
-        values["prepared"] = PreparedFacts.from_json(data.get("extra") or {})
-        values["constraints"] = list(data.get("constraints") or [])
-        values["objectives"] = migrations.objectives(data.get("objectives"))
-        return cls(**values)
-
-    @property
-    def workload_spec(self) -> WorkloadSpec:
-        """The workload every trial of the study runs, as a spec."""
-        return WorkloadSpec.from_json(self.workload)
+        quality = data.get("quality") or {}
+        return cls(
+            model=data["model"],
+            revision=data.get("revision"),
+            profile=HardwareProfile.from_json(migrations.profile(data.get("profile") or {})),
+            space_fingerprint=data["space_fingerprint"],
+            space=data.get("space") or {},
+            workload=WorkloadSpec.from_json(migrations.workload(data.get("workload") or {})),
+            quality=QualitySpec(**migrations.quality(quality)),
+            prepared=PreparedFacts.from_json(data.get("extra") or {}),
+            constraints=list(data.get("constraints") or []),
+            objectives=migrations.objectives(data.get("objectives")),
+            quality_on_prefill=migrations.quality_on_prefill(quality),
+        )
 
     @property
     def device_type(self) -> DeviceType:
         """The device type of the study's hardware profile: cuda or cpu."""
-        return migrations.device_type(self.profile)
+        return self.profile.device_type
 
     def _bound(self, key: str) -> Any:
-        """A binding setting as it compares: a workload as its trials run it (every field, each kind's own)."""
-        return workload_as_run(self.workload) if key == "workload" else getattr(self, key)
+        """A binding setting as it compares, as plain data: a workload as its trials run it (every field, each kind's
+        own)."""
+        if key == "workload":
+            return workload_as_run(self.workload.to_json())
+        return asdict(self.quality) if key == "quality" else getattr(self, key)
 
     @property
     def feasibility(self) -> list[Constraint]:
         """What a trial must meet to be on the front: the study's --constraint flags, and its workload's SLO."""
-        slo = [MEETS_SLO] if self.workload.get("slo") else []
+        slo = [MEETS_SLO] if self.workload.slo else []
         return [*parse_constraints(self.constraints), *slo]
 
     @property
@@ -144,7 +160,7 @@ class StudySettings:
                 f"study {name!r} optimises {', '.join(stored.objectives)}, not {', '.join(self.objectives)}; repeat "
                 "its --objective/--objectives flags or give none to keep them, or pass --study NEW_NAME"
             )
-        if PREFILL_QUALITY_KEY in stored.quality and PREFILL_QUALITY_KEY not in self.quality:
+        if stored.quality_on_prefill and not self.quality_on_prefill:
             raise StudyMismatchError(
                 f"study {name!r} measured quality on the prefill path (it was written before 2026-11-27); new trials "
                 "measure it through each configuration's own decoding path, and their figures would not compare; "
@@ -158,9 +174,9 @@ class StudySettings:
                     f"study {name!r} was created with another {label} ({was}, now {now}); "
                     "pass --study NEW_NAME to start a new study"
                 )
-        if self.profile["name"] != stored.profile["name"]:
+        if self.profile.name != stored.profile.name:
             raise StudyMismatchError(
-                f"study {name!r} was created for --gpu {stored.profile['name']}, not {self.profile['name']}; "
+                f"study {name!r} was created for --gpu {stored.profile.name}, not {self.profile.name}; "
                 "pass --study NEW_NAME to start a new study"
             )
         if self.constraints and sorted(self.constraints) != sorted(stored.constraints):
@@ -240,7 +256,7 @@ def update_settings(study: optuna.Study, settings: StudySettings) -> None:
 def settings_summary(settings: StudySettings) -> dict[str, str]:
     return {
         "model": settings.model + (f"@{settings.revision}" if settings.revision else ""),
-        "profile": settings.profile["name"],
+        "profile": settings.profile.name,
         "workload": describe_workload(settings.workload),
         "constraints": ", ".join(settings.constraints) or "none",
     }

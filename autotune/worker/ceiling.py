@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -183,5 +182,5 @@ def run(spec: TaskSpec, phases: Phases) -> TaskResult:
     with phases("measure"):
         copy_gb_s = copy_bandwidth_gb_s(model.device)
         figures = [measure(spec, model, tokenizer, batch, found, copy_gb_s) for batch in hand.batch_sizes]
-    details = TaskDetails(ceilings=[asdict(figure) for figure in figures])
+    details = TaskDetails(ceilings=figures)
     return TaskResult(Outcome.OK, details=details, environment=found)

@@ -25,7 +25,7 @@ import yaml
 
 from autotune.data import CORPUS
 from autotune.figures.quality import DECODE, GENERATE
-from autotune.process.results import Outcome, TaskDetails, TaskResult, TaskSpec
+from autotune.process.results import Answers, Outcome, TaskDetails, TaskResult, TaskSpec
 from autotune.space import rules
 from autotune.space.plan import Plan
 from autotune.worker.environment import environment
@@ -69,11 +69,10 @@ def _evaluate(spec: TaskSpec, phases: Phases) -> TaskResult:
         model = load_model(spec.model, plan, spec.device)
     plant_model_fault(model, spec.fault)  # tests: a fault planted as in the trial
     with phases("evaluate"):
-        task_names, manager = _tasks(spec.evaluation["task"], Path(spec.cache_dir))
+        task_names, manager = _tasks(spec.evaluation.task, Path(spec.cache_dir))
         answers, metric = answer(model, tokenizer, plan, spec, task_names, manager)
     path = GENERATE if plan.batching == "continuous" else DECODE
-    evaluation = {"task": spec.evaluation["task"], "metric": metric, "answers": answers, "path": path}
-    details = TaskDetails(evaluation=evaluation)
+    details = TaskDetails(evaluation=Answers(spec.evaluation.task, metric, answers, path))
     return TaskResult(Outcome.OK, environment=environment(spec.device), details=details)
 
 
@@ -87,9 +86,9 @@ def answer(
     try:
         task_dict = get_task_dict(task_names, manager)
     except Exception as error:  # a download this machine cannot make, an unknown name, a YAML the harness refuses
-        raise EvaluationTaskError(_cannot_load(spec.evaluation["task"], error)) from None  # type: ignore[index]
+        raise EvaluationTaskError(_cannot_load(spec.evaluation.task, error)) from None  # type: ignore[union-attr]
     harness_model = planned_model(model, tokenizer, plan, spec.workload.batch_size)
-    limit = spec.evaluation.get("limit")  # type: ignore[union-attr]
+    limit = spec.evaluation.limit  # type: ignore[union-attr]
     results = evaluate(harness_model, task_dict, limit=limit, log_samples=True, bootstrap_iters=0, verbosity="WARNING")
     return _answers(results["samples"], task_dict)
 

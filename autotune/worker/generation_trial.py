@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from autotune.figures.capacity import Probe
 from autotune.figures.metrics import (
     CAPACITY,
     COST_PER_MILLION_TOKENS,
@@ -57,13 +58,12 @@ from autotune.worker.measurement.timing import repeat_until
 from autotune.worker.tasks import Phases, inject_fault, plant_model_fault
 from autotune.worker.tensor_parallel import ranks_of, shared_clock
 from autotune.workloads import KINDS
-from autotune.workloads.capacity import Probe
 
 
 def run(spec: TaskSpec, phases: Phases) -> TaskResult:
     """Load the model with the plan, run the timed generation (warm-up, then measured iterations), check quality.
 
-    With a capacity probe (several batch sizes, autotune/workloads/capacity.py), the loaded model measures each
+    With a capacity probe (several batch sizes, autotune/figures/capacity.py), the loaded model measures each
     batch in ascending order until one is past the SLO, out of memory, or predicted not to fit; the trial's figures
     are those of the largest batch that met the SLO.
     """
@@ -103,7 +103,7 @@ def run(spec: TaskSpec, phases: Phases) -> TaskResult:
             MEETS_SLO_FIGURE.name: float(bool(capacity.chosen)),
         }
         metrics |= found
-        details.capacity = capacity.to_json()
+        details.capacity = capacity
     return TaskResult(Outcome.OK, metrics=metrics, stats=stats, environment=environment(spec.device), details=details)
 
 

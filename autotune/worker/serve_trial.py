@@ -21,6 +21,7 @@ from typing import Any
 
 import psutil
 
+from autotune.figures.capacity import Capacity, Probe
 from autotune.figures.metrics import (
     CAPACITY,
     COST_PER_MILLION_TOKENS,
@@ -52,8 +53,7 @@ from autotune.worker.loading import load_model, load_tokenizer
 from autotune.worker.measurement.energy import EnergyCounter, energy_figures
 from autotune.worker.measurement.quality import degenerate_figures, eos_ids_of, judged_quality, load_reference
 from autotune.worker.measurement.speed import cost_per_million_tokens
-from autotune.workloads.capacity import Capacity, Probe
-from autotune.workloads.serve import ServeSpec, level_probe, level_requests
+from autotune.workloads.serve import ServeDetails, ServeSpec, level_probe, level_requests
 
 HEALTH_TIMEOUT_S = 600.0
 MEMORY_SAMPLE_S = 0.1
@@ -83,13 +83,22 @@ def run(spec: TaskSpec, phases: Any) -> TaskResult:
     if spec.price_per_hour is not None and metrics[THROUGHPUT.name] > 0:  # at the trial's level, as its throughput
         price = spec.price_per_hour
         metrics[COST_PER_MILLION_TOKENS.name] = cost_per_million_tokens(price, metrics[THROUGHPUT.name])
-    serve = _details(argv, load, slo, _judged(levels, capacity, bool(slo)), server_cores, client_cores)
-    served = {**serve, "server_pid": server.process.pid if server.process else None}
-    details = TaskDetails(serve=served, quality_path=SERVED)
+    served = ServeDetails(
+        shlex.join(argv),
+        argv,
+        load.mode,
+        slo,
+        load.bracket,  # a capacity bracket (lowest, highest level), else None: the levels listed
+        _judged(levels, capacity, bool(slo)),
+        server_cores,
+        client_cores,
+        server.process.pid if server.process else None,
+    )
+    details = TaskDetails(workload=served, quality_path=SERVED)
     if slo:
         chosen = capacity.chosen
         metrics |= {CAPACITY.name: chosen.size if chosen else 0.0, MEETS_SLO_FIGURE.name: float(chosen is not None)}
-        details.capacity = capacity.to_json()
+        details.capacity = capacity
     return TaskResult(Outcome.OK, metrics=metrics, stats=stats, environment=environment(spec.device), details=details)
 
 
@@ -231,26 +240,6 @@ def _memory(capacity: Capacity, at: float | None) -> dict[str, float]:
 
 def _generated_tokens(records: list[RequestRecord]) -> float:
     return float(sum(record.tokens for record in records if record.ok))
-
-
-def _details(
-    argv: list[str],
-    load: ServeSpec,
-    slo: dict[str, float],
-    levels: list[dict],
-    server_cores: list[int],
-    client_cores: list[int],
-) -> dict[str, Any]:
-    return {
-        "command": shlex.join(argv),
-        "argv": argv,
-        "mode": load.mode,
-        "slo": slo,
-        "bracket": load.bracket,  # a capacity bracket (lowest, highest level), else None: the levels listed
-        "levels": levels,
-        "server_cores": server_cores,
-        "client_cores": client_cores,
-    }
 
 
 __all__ = ["ServerError", "run"]

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from autotune.errors import UserError
 from autotune.extras import Package
+from autotune.figures.capacity import SloTarget
 from autotune.figures.slo import describe_slo, parse_slo
 from autotune.specs import WorkloadSpec
+
+if TYPE_CHECKING:
+    from autotune.figures.capacity import Capacity
 
 
 @dataclass(frozen=True)
@@ -55,8 +59,44 @@ MIN_SECONDS = Flag(
     show_default=f"{WorkloadSpec.min_seconds:g}",
 )
 
-# What the objectives of each family call for on most kinds (an objective's family: autotune/search/forecast.py).
+# What the objectives of each family call for on most kinds (an objective's family: autotune/strategy/forecast.py).
 GENERATION_AIMS: Mapping[str, tuple[str, ...]] = {"speed": ("throughput",), "time": ("latency",), "memory": ("memory",)}
+
+
+@dataclass(frozen=True)
+class DetailsTable:
+    """A kind's details as a table of a configuration's card in the report: its class, caption, headings and cells,
+    as text (the report escapes and lays it out)."""
+
+    css_class: str
+    caption: str
+    headings: tuple[str, ...]
+    rows: list[tuple[str, ...]]
+
+
+class KindDetails:
+    """What a trial of one kind returns of its own beside its figures (serve: the command that ran, each load level):
+    a type its kind owns (`WorkloadKind.details`), written as JSON under the kind's name in a task's result and in the
+    trial's user attributes, and rendered by it for the card, the report and `measure --json`."""
+
+    def to_json(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> KindDetails:
+        raise NotImplementedError
+
+    def facts(self, metrics: Mapping[str, float]) -> list[str]:
+        """Sentences of the configuration's card, in the place of the energy per token's."""
+        return []
+
+    def deployed_command(self, capacity: Capacity | None) -> str | None:
+        """The command that ran, as a deployment runs it (the card's serve command); None: the plan's."""
+        return None
+
+    def table(self) -> DetailsTable | None:
+        """A table of the configuration's card in the report; None: none."""
+        return None
 
 
 class WorkloadKind:
@@ -79,10 +119,12 @@ class WorkloadKind:
     # The worker code that measures one trial: "module:function", called with (task spec, phases).
     runner: ClassVar[str] = "autotune.worker.generation_trial:run"
     # Its trials time generate() on the workload's batch, as the hand-written decode loop does
-    # (benchmarks/decode_ceiling.py): their decode throughput compares with that ceiling.
+    # (`autotune ceiling`, worker/ceiling.py): their decode throughput compares with that ceiling.
     times_generate: ClassVar[bool] = True
     # A trial's duration against a throughput trial of the same configuration (the forecast's prior).
     time_factor: ClassVar[float] = 1.0
+    # What its trials return of their own beside their figures, typed (None: nothing).
+    details: ClassVar[type[KindDetails] | None] = None
 
     def requests(self, spec: WorkloadSpec) -> int:
         """How many requests a trial runs at once: it sizes the plan (paged cache) and what a value may run with."""
@@ -102,7 +144,7 @@ class WorkloadKind:
 
     def probe_allowance_s(self, spec: WorkloadSpec) -> float:
         """Seconds a trial may take beyond an alike one that ended, because its capacity probe may take a longer course
-        (search/durations.py adds them to the at-most duration); 0 where the kind cannot say before anything runs."""
+        (strategy/durations.py adds them to the at-most duration); 0 where the kind cannot say before anything runs."""
         return 0.0
 
     def describe_probe(self, spec: WorkloadSpec) -> str | None:
@@ -143,20 +185,42 @@ def workload_kind(name: str) -> WorkloadKind:
 
 
 def workload_as_run(stored: Mapping[str, Any]) -> dict[str, Any]:
-    """A stored workload as its trials ran: studies and results written before the spec said so kept what the kind
-    decides itself (a latency workload's batch size, 8 by default, though it ran one prompt at a time)."""
+    """A workload as its trials run it: what its kind decides itself fixed (`WorkloadKind.as_run`)."""
     spec = WorkloadSpec.from_json(stored)
     return KINDS[spec.kind].as_run(spec).to_json()
 
 
-def describe_workload(stored: Mapping[str, Any]) -> str:
+def slo_target(spec: WorkloadSpec) -> SloTarget:
+    """The SLO a workload's capacities are judged by: under load, a level meets it for a share of its requests."""
+    by_share = KINDS[spec.kind].probes == "load"
+    return SloTarget(dict(spec.slo), spec.slo_share if by_share else None)
+
+
+def describe_workload(spec: WorkloadSpec) -> str:
     """One line: the kind and the shape of its trials, "latency, 1 prompt at a time, 128 tokens in, 64 out"."""
-    spec = WorkloadSpec.from_json(stored)
     kind = KINDS[spec.kind]
     slo = f"; SLO {describe_slo(spec.slo)}" if spec.slo else ""
     if slo and kind.probes == "load":
         slo += f" for {spec.slo_share:.0%} of requests"
     return f"{spec.kind}, {kind.describe(kind.as_run(spec))}{slo}"
+
+
+def details_of(written: Mapping[str, Any]) -> KindDetails | None:
+    """The details a kind's trial wrote under the kind's name (in a task's result, a trial's user attributes), typed;
+    None where no kind's are there."""
+    for kind in KINDS.values():
+        if kind.details is not None and written.get(kind.name) is not None:
+            return kind.details.from_json(written[kind.name])
+    return None
+
+
+def details_written(details: KindDetails | None) -> dict[str, Any]:
+    """Each kind that has details -> its trial's, as JSON, or None (how `measure --json` and a result write them)."""
+    return {
+        kind.name: details.to_json() if details is not None and isinstance(details, kind.details) else None
+        for kind in KINDS.values()
+        if kind.details is not None
+    }
 
 
 def metrics_of_one_kind() -> dict[str, str]:

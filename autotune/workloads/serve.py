@@ -1,20 +1,37 @@
 """serve: the configuration as deployed, `transformers serve` under a load of concurrent requests (`--load`), judged
 by latency percentiles and goodput under an SLO (`--slo`): each listed load level, or the highest level a range holds
-within the SLO (its capacity, found by a bracket: autotune/workloads/capacity.py)."""
+within the SLO (its capacity, found by a bracket: autotune/figures/capacity.py). A trial's own details
+(`ServeDetails`: the command that ran, each level's figures) are its type, rendered here: the card's sentences and
+command, the report's table of latency against load."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, ClassVar, Literal
 
 from autotune.errors import UserError
 from autotune.extras import SERVE
-from autotune.figures.metrics import ERRORS, GOODPUT, REQUESTS_PER_S
+from autotune.figures.capacity import Capacity, Probe, bisections, doubling, extent
+from autotune.figures.metrics import (
+    E2E_P95,
+    ENERGY_PER_TOKEN,
+    ERRORS,
+    GOODPUT,
+    IN_FLIGHT_PEAK,
+    ITL_P95,
+    OUTPUT_TOK_S,
+    PEAK_MEMORY_BYTES,
+    REQUESTS_PER_S,
+    TTFT_P50,
+    TTFT_P95,
+)
+from autotune.figures.metrics import SLO_SHARE as SHARE_WITHIN_SLO
+from autotune.figures.slo import describe_slo
 from autotune.specs import WorkloadSpec
-from autotune.workloads.base import SLO, Flag, WorkloadKind, register
-from autotune.workloads.capacity import Probe, bisections, doubling, extent
+from autotune.units import format_bytes
+from autotune.workloads.base import SLO, DetailsTable, Flag, KindDetails, WorkloadKind, register
 
 MIN_LEVEL_S = 2.0  # the least a rate level sends for
 CLIENT_ROUNDS = 4  # requests per client at a concurrency level, at least
@@ -34,7 +51,7 @@ class ServeSpec:
     rate: requests arrive as a Poisson process at each rate (requests/s); concurrency: that many clients,
     each sending its next request when the last one ends. `levels`: the levels measured, each of them; `bracket`:
     (lowest, highest) of the levels a capacity probe may try, climbing by doubling from the lowest while the workload's
-    `slo_share` of a level's requests meet the SLO, then narrowing by bisection (autotune/workloads/capacity.py).
+    `slo_share` of a level's requests meet the SLO, then narrowing by bisection (autotune/figures/capacity.py).
     """
 
     mode: LoadMode = "concurrency"
@@ -76,6 +93,107 @@ SLO_SHARE = Flag(
 SERVE_PORT = Flag("--serve-port", "serve: port of the server; a free one if not given.", int, 1, 65535, port=True)
 
 
+_COLUMNS = (
+    ("completed req/s", REQUESTS_PER_S.name, 1.0, "{:.2f}"),
+    ("goodput req/s", GOODPUT.name, 1.0, "{:.2f}"),
+    ("output tok/s", OUTPUT_TOK_S, 1.0, "{:.1f}"),
+    ("TTFT p50 ms", TTFT_P50, 1000.0, "{:.1f}"),
+    ("TTFT p95 ms", TTFT_P95, 1000.0, "{:.1f}"),
+    ("ITL p95 ms", ITL_P95, 1000.0, "{:.2f}"),
+    ("e2e p95 ms", E2E_P95, 1000.0, "{:.0f}"),
+    ("in flight at most", IN_FLIGHT_PEAK, 1.0, "{:.0f}"),
+    ("errors", ERRORS.name, 1.0, "{:.0f}"),
+    ("within the SLO", SHARE_WITHIN_SLO, 100.0, "{:.1f}%"),
+)
+
+
+@dataclass
+class ServeDetails(KindDetails):
+    """What a serve trial returns of its own: the command that ran (with its host and port), the load's mode, the SLO,
+    the bracket of a capacity probe (None: the levels listed), each level's figures (serving/latency.py's, with its
+    peak memory and, with an SLO, its verdict and reason), and the cores the server and the load client ran on."""
+
+    command: str
+    argv: list[str]
+    mode: str
+    slo: dict[str, float] = field(default_factory=dict)
+    bracket: list[float] | None = None
+    levels: list[dict[str, Any]] = field(default_factory=list)  # one row of figures per load level
+    server_cores: list[int] = field(default_factory=list)
+    client_cores: list[int] = field(default_factory=list)
+    server_pid: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ServeDetails:
+        known = {known.name for known in fields(cls)}
+        return cls(**{key: value for key, value in data.items() if key in known})
+
+    def facts(self, figures: Mapping[str, float]) -> list[str]:
+        """Goodput under the SLO, errors, energy where measured."""
+        slo = describe_slo(self.slo) or "no SLO given: every completed request counts"
+        goodput, failed = figures.get(GOODPUT.name, 0.0), figures.get(ERRORS.name, 0)
+        facts = [f"goodput {goodput:.2f} req/s ({slo}), {failed:.0f} failed"]
+        if ENERGY_PER_TOKEN.name in figures:
+            facts.append(f"{figures[ENERGY_PER_TOKEN.name]:.3g} J per generated token (GPU energy counter)")
+        return facts
+
+    def deployed_command(self, capacity: Capacity | None) -> str:
+        """The command that ran, then, as comments, the load it was measured to sustain within the SLO and what the
+        server held there: requests in flight, continuous batching's tokens per forward pass."""
+        if capacity is None:
+            return self.command
+        lines = [self.command, f"# capacity within {describe_slo(capacity.slo)}: {capacity.found()}"]
+        chosen = capacity.chosen
+        if chosen is not None:
+            lines.append(f"# at {capacity.unit.name} {chosen.size:g}: {_held(chosen.figures, self.argv)}")
+        return "\n".join(lines)
+
+    def table(self) -> DetailsTable:
+        """One row per load level: what was offered and the latency the server answered with."""
+        offered = "requests/s offered" if self.mode == "rate" else "concurrent clients"
+        headings = (offered, *(column[0] for column in _COLUMNS), "peak memory", "SLO met")
+        caption = "latency against load (transformers serve, warm-up requests excluded)"
+        return DetailsTable("load", caption, headings, [_level_cells(level) for level in self.levels])
+
+
+def _level_cells(level: Mapping[str, Any]) -> tuple[str, ...]:
+    cells = [f"{level['load']:g}"]
+    cells += [_cell(level.get(key), scale, form) for _, key, scale, form in _COLUMNS]
+    memory = level.get(PEAK_MEMORY_BYTES)
+    cells.append(format_bytes(memory) if memory else "-")
+    cells.append(_verdict(level))
+    return tuple(cells)
+
+
+def _verdict(level: Mapping[str, Any]) -> str:
+    """A level judged by its share of requests within the SLO (a capacity), else by its percentiles."""
+    if "verdict" not in level:
+        return "yes" if level.get("slo_met") else "no"
+    return "sustained" if level["verdict"] == "met" else f"refused: {level.get('reason', '')}"
+
+
+def _held(figures: Mapping[str, float], argv: list[str]) -> str:
+    served = f"{figures.get(REQUESTS_PER_S.name, 0.0):.2f} req/s and {figures.get(OUTPUT_TOK_S, 0.0):.1f} output tok/s"
+    in_flight = f"at most {figures.get(IN_FLIGHT_PEAK, 0.0):.0f} requests in flight at once"
+    return f"{served}, {in_flight}; {_batching(argv)}"
+
+
+def _batching(argv: list[str]) -> str:
+    """What bounded the batch: continuous batching's tokens per forward pass, or one generate() at a time."""
+    if "--continuous-batching" not in argv:
+        return "no --continuous-batching: requests queue for one generate() at a time"
+    if "--cb-max-batch-tokens" in argv:
+        return f"continuous batching, max_batch_tokens {argv[argv.index('--cb-max-batch-tokens') + 1]}"
+    return "continuous batching, transformers' default max_batch_tokens (no --cb-max-batch-tokens)"
+
+
+def _cell(value: float | None, scale: float, form: str) -> str:
+    return "-" if value is None else form.format(value * scale)
+
+
 @register
 class Serve(WorkloadKind):
     name = "serve"
@@ -93,6 +211,7 @@ class Serve(WorkloadKind):
     times_generate = False  # requests through a server: no decode ceiling compares with them
     packages = SERVE
     runner = "autotune.worker.serve_trial:run"
+    details = ServeDetails
 
     def describe(self, spec: WorkloadSpec) -> str:
         prompts = "1 prompt" if spec.batch_size == 1 else f"{spec.batch_size} prompts"

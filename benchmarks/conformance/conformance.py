@@ -47,16 +47,16 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # autotune, run as a script
 
 from autotune.errors import UserError
+from autotune.measure.configuration import measure as measure_configuration
+from autotune.measure.prepare import baseline_config
 from autotune.paths import PACKAGED_SPACE
 from autotune.process import runner
 from autotune.profiles import PROFILES
-from autotune.search.measure import measure as measure_configuration
-from autotune.search.prepare import baseline_config
-from autotune.search.strategy import warm_up_set
 from autotune.space import Config, load_space
 from autotune.space.knobs import KNOBS, Target
 from autotune.space.rules import depends_on_version, workload_problem
 from autotune.specs import BudgetSpec, HardwareSpec, ModelSpec, SearchRequest, WorkloadSpec
+from autotune.strategy.queue import warm_up_set
 from autotune.units import parse_duration
 
 REPO = Path(__file__).resolve().parents[2]

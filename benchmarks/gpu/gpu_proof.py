@@ -44,8 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # autotune and ben
 from autotune import study as studies
 from autotune.figures.metrics import KL_DIVERGENCE, PEAK_MEMORY, THROUGHPUT
 from autotune.paths import PACKAGED_SPACE, default_cache_dir
-from autotune.search.strategy import ruled_out, warm_up_set
 from autotune.space import Config, SearchSpace, config_key, load_space
+from autotune.strategy.queue import ruled_out, warm_up_set
 from autotune.study import StudySettings, TrialRecord
 from autotune.study.ceilings import ceilings
 from autotune.units import format_bytes, format_duration, parse_duration
@@ -369,13 +369,13 @@ def best_speedup(ev: Evidence) -> str:
 
 
 def roofline_at_batch(ev: Evidence) -> str:
-    batch = ev.settings.workload["batch_size"]
+    batch = ev.settings.workload.batch_size
     label = f"Memory-bandwidth roofline share at batch {batch} (the search's workload)"
     if ev.best is None:
         return f"{label}: cannot be computed: autotune best chose no configuration."
     best = _share(ev.best["metrics"].get("roofline_fraction"))
     baseline = _share(ev.baseline.metrics.get("roofline_fraction") if ev.baseline else None)
-    peak = ev.settings.profile["bandwidth_gb_s"]
+    peak = ev.settings.profile.bandwidth_gb_s
     return f"{label}: best configuration (trial #{ev.best['trial']}) {best}; baseline {baseline}; of {peak} GB/s peak."
 
 
@@ -389,7 +389,7 @@ def against_the_ceiling(ev: Evidence) -> list[str]:
     """The best configuration's decode throughput as a fraction of the hand loop's, at the search's batch and at 1."""
     label = "Best configuration against the hand-written decode loop (autotune ceiling)"
     workload = ev.settings.workload
-    search = (workload["batch_size"], workload["input_len"], workload["output_len"])
+    search = (workload.batch_size, workload.input_len, workload.output_len)
     lines = []
     for batch, best_tok_s, source in (
         (search[0], ev.best["metrics"][THROUGHPUT.name] if ev.best else None, "the search's trial"),
@@ -516,7 +516,7 @@ def _values(declared: Iterable[Any], stored: SearchSpace, name: str) -> list[Any
 def _value_status(ev: Evidence, stored: SearchSpace, warm_up: dict[str, Config], name: str, value: Any) -> str:
     removed = stored.removed.get(name, {}).get(str(value))
     if removed:
-        return f"skipped (removed for profile {ev.settings.profile['name']}: {removed})"
+        return f"skipped (removed for profile {ev.settings.profile.name}: {removed})"
     having = [r for r in ev.records if r.config.get(name) == value]
     launched = [r for r in having if r.launched and r.outcome]
     if launched:
@@ -583,7 +583,7 @@ def environment_rows(ev: Evidence) -> list[list[str]]:
             value = format_bytes(value)
         rows.append([key, str(value) if value is not None else _absent(key, environment)])
     profile = ev.settings.profile
-    rows.append(["profile", f"{profile['name']}: {profile['description']}, {profile['bandwidth_gb_s']} GB/s peak"])
+    rows.append(["profile", f"{profile.name}: {profile.description}, {profile.bandwidth_gb_s} GB/s peak"])
     if ev.settings.prepared.hardware_note:
         rows.append(["note", ev.settings.prepared.hardware_note])
     return rows
@@ -597,7 +597,7 @@ def model_rows(ev: Evidence) -> list[list[str]]:
         ["model", f"{ev.settings.model} ({ev.settings.prepared.model_path})"],
         ["architecture", f"{info.get('architecture')}, {info.get('parameters', 0):,} parameters, "
          f"checkpoint {info.get('checkpoint_dtype')}"],
-        ["search workload", _workload(workload)],
+        ["search workload", _workload(workload.to_json())],
         ["batch-1 workload (measure)", _workload(latency) if latency else "not measured"],
         ["reference", _describe_change(ev.settings.prepared.reference_config, {})],
         ["baseline", _describe_change(ev.baseline_config, {})],

@@ -28,10 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # autotune, when r
 
 from autotune.errors import UserError
 from autotune.figures.quality import PATHS
+from autotune.measure.configuration import measure
+from autotune.measure.prepare import plan_target
 from autotune.paths import default_cache_dir, demo_model_path
 from autotune.profiles import resolve_hardware
-from autotune.search.measure import measure
-from autotune.search.prepare import plan_target
 from autotune.space import build_plan
 from autotune.specs import BudgetSpec, HardwareSpec, ModelSpec, SearchRequest, WorkloadSpec
 

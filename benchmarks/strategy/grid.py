@@ -16,10 +16,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from autotune.figures.metrics import OBJECTIVES
+from autotune.measure.prepare import plan_target, prepare, trial_spec
 from autotune.process.results import write_json_atomically
 from autotune.process.runner import Limits, run_in_worker
 from autotune.profiles import resolve_hardware
-from autotune.search.prepare import plan_target, prepare, trial_spec
 from autotune.space import build_plan, config_key, load_space
 from autotune.specs import BudgetSpec, HardwareSpec, ModelSpec, SearchRequest, WorkloadSpec
 

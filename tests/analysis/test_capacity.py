@@ -12,9 +12,9 @@ import pytest
 
 from autotune import study as studies
 from autotune.analysis.capacity import at_capacity, count
+from autotune.figures.capacity import SloTarget
 from autotune.profiles import PROFILES
 from autotune.study.opened import Terms
-from autotune.workloads.capacity import SloTarget
 from tests import fakes
 
 PRICE = PROFILES["a10g"].price_per_hour

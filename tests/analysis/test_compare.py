@@ -9,9 +9,9 @@ import pytest
 
 from autotune import study as studies
 from autotune.analysis.compare import DEFAULT_TOLERANCES, Tolerances, compare
+from autotune.figures.capacity import SloTarget
 from autotune.study import front_numbers
 from autotune.study.opened import Terms
-from autotune.workloads.capacity import SloTarget
 from tests import fakes
 from tests.conftest import run_cli, run_main
 

@@ -63,8 +63,8 @@ def test_a_study_from_before_and_one_after_compare_throughput_and_memory_but_not
 
 def test_resuming_a_study_from_before_is_refused_in_one_line(tmp_path):
     study, _ = study_of(tmp_path, "before", None)
-    stored = stored_settings(study)
-    stored.quality = {"window": 256, "max_tokens": 2048, "top_k": 1024}  # what studies from before stored
-    now = StudySettings(**{**stored.__dict__, "quality": {"positions": 256, "top_k": 1024}})
+    before = {**stored_settings(study).to_json(), "quality": {"window": 256, "max_tokens": 2048, "top_k": 1024}}
+    stored = StudySettings.from_json(before)  # what studies from before stored
+    now = StudySettings.from_json(stored_settings(study).to_json())
     with pytest.raises(StudyMismatchError, match=r"measured quality on the prefill path .* pass --study NEW_NAME"):
         now.check_resumable(stored, "before")

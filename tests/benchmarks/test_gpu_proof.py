@@ -91,7 +91,7 @@ def test_gpu_proof_on_the_demo_model(tmp_path: Path, cli_env: dict[str, str]) ->
     assert "torch" in summary and "transformers" in summary and "bitsandbytes" in summary
     assert "Memory-bandwidth roofline share at batch 1" in summary
     # The hand-written loop (autotune ceiling, compiled), stored, in the summary and report; once, as the search ran at
-    # batch 1 (each batch compiles anew: 19 s more on a cold cache; tests/search/test_ceiling.py runs two, uncompiled).
+    # batch 1 (each batch compiles anew: 19 s more on a cold cache; tests/measure/test_ceiling.py runs two, uncompiled).
     assert [figure["batch_size"] for figure in json.loads((out / "ceiling.json").read_text())] == [1]
     line = next(line for line in summary.splitlines() if "decode loop (autotune ceiling), batch 1:" in line)
     assert "cannot be computed" not in line and "x (" in line and "compile default" in line, line

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -116,10 +117,10 @@ def _plant_study(tmp_path: Path, **changes) -> str:
     from autotune.study import SETTINGS_ATTR, StudySettings
 
     space = load_space(PACKAGED_SPACE)
-    settings = StudySettings("demo", None, PROFILES["cpu"].to_json(), space.fingerprint(), space.to_json(),
-                             WorkloadSpec().__dict__, QualitySpec().__dict__)  # fmt: skip
+    settings = StudySettings("demo", None, PROFILES["cpu"], space.fingerprint(), space.to_json(), WorkloadSpec(),
+                             QualitySpec())  # fmt: skip
     for key, value in changes.items():
-        setattr(settings, key, {**getattr(settings, key), **value} if isinstance(value, dict) else value)
+        setattr(settings, key, replace(getattr(settings, key), **value) if isinstance(value, dict) else value)
     url = f"sqlite:///{tmp_path}/studies/demo-cpu.db"
     (tmp_path / "studies").mkdir()
     study = optuna.create_study(study_name="demo-cpu", storage=url, directions=["maximize", "minimize", "minimize"])

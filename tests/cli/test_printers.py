@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from autotune import study as studies
 from autotune.cli.printers import (
     TrialPrinter,
     changes_line,
@@ -72,8 +71,10 @@ def test_a_compiling_trials_line_says_its_compile_time_cold_or_warm():
 
 
 def test_after_a_capacity_search_the_front_and_the_best_figures_say_their_capacity_and_slo(tmp_path: Path):
+    from autotune.analysis.capacity import capacities
     from autotune.analysis.found import BestFound
     from autotune.figures.metrics import KL_DIVERGENCE, THROUGHPUT
+    from autotune.study.opened import OpenedStudy
 
     study, url = fakes.capacity_study(tmp_path / "capacity.db")
     summary = SearchSummary(study.study_name, url, 5, "5 trials run", 95.0, {})
@@ -83,9 +84,11 @@ def test_after_a_capacity_search_the_front_and_the_best_figures_say_their_capaci
     assert "each at its capacity within itl_p95<=6ms" in printed and "the baseline meets it at no" not in printed
     assert "capacity" in next(line for line in printed.splitlines() if "vs baseline" in line)  # a column
     assert next(line for line in printed.splitlines() if line.startswith("│ 2 ")).count("batch 32") == 1
-    records, settings = studies.records(study), studies.stored_settings(study)
+    opened = OpenedStudy.of(study, url)
+    records, settings = opened.records, opened.settings
+    found = capacities(records, opened.terms)
     with out.capture() as captured:  # against a baseline that meets the SLO at no batch (eager fp16, #4)
-        print_front("capacity", [card(records[2], settings, records[4])], baseline=records[4].config)
+        print_front("capacity", [card(records[2], settings, records[4], found)], baseline=records[4].config)
     assert "; the baseline meets it at no batch: vs baseline compares with its figures past it" in captured.get()
     best = (BestFound(THROUGHPUT, 2, 2283.3, 1.5, 1), BestFound(KL_DIVERGENCE, 0, 0.0, 0.2, 1))
     with out.capture() as captured:

@@ -125,9 +125,9 @@ def test_a_workload_longer_than_the_context_is_refused_by_the_prepare_worker_too
     Without the check, gpt2's learned position embeddings end in an IndexError inside the reference.
     """
     from autotune.errors import UserError
+    from autotune.measure.prepare import prepare
     from autotune.paths import PACKAGED_SPACE
     from autotune.profiles import resolve_hardware
-    from autotune.search.prepare import prepare
     from autotune.space import load_space
     from autotune.specs import ModelSpec, SearchRequest, StorageSpec, WorkloadSpec
 

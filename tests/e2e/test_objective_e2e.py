@@ -36,8 +36,8 @@ def test_a_latency_search_stores_and_plots_the_latency_objectives(tmp_path: Path
 
     study = load_stored_study(f"sqlite:///{tmp_path}/studies/latency-demo.db", "latency-demo")
     settings = stored_settings(study)
-    assert settings.objectives == ["tpot_s", "ttft_s"] and settings.workload["kind"] == "latency"
-    assert settings.workload["batch_size"] == 1  # what ran, not the default batch of 8 it was given
+    assert settings.objectives == ["tpot_s", "ttft_s"] and settings.workload.kind == "latency"
+    assert settings.workload.batch_size == 1  # what ran, not the default batch of 8 it was given
     assert study.directions == [optuna.study.StudyDirection.MINIMIZE] * 2
     assert study.metric_names == ["per-token latency (p50) [s]", "time to first token (p50) [s]"]
     complete = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))

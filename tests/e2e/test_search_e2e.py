@@ -94,7 +94,8 @@ def test_the_study_holds_eight_distinct_trials_each_in_its_own_process(first_run
 
 
 def test_each_trial_stores_the_duration_the_budget_forecast_for_it_once_one_ended(demo_search: DemoSearch):
-    """Beside what it took (duration_s): what the budget's check expected and allowed at most (search/durations.py)."""
+    """Beside what it took (duration_s): what the budget's check expected and allowed at most
+    (strategy/durations.py)."""
     ran = [trial for trial in demo_search.study().trials if "duration_s" in trial.user_attrs]
     assert "forecast_s" not in ran[0].user_attrs  # nothing had ended: no scale
     for trial in ran[1:]:

@@ -13,11 +13,11 @@ import optuna
 import psutil
 import pytest
 
+from autotune.figures.capacity import doubling
 from autotune.report.data import collect
 from autotune.specs import WorkloadSpec
 from autotune.study import front_numbers, records
-from autotune.workloads.capacity import doubling
-from autotune.workloads.serve import ServeSpec, level_requests
+from autotune.workloads.serve import ServeDetails, ServeSpec, level_requests
 from tests.conftest import run_cli
 
 pytestmark = pytest.mark.slow
@@ -68,15 +68,15 @@ def test_every_trial_is_a_real_server_and_none_is_left_running(serve_search):
     assert len(launched) == 4 and all(record.complete for record in launched), completed.stdout
     pids = set()
     for record in launched:
-        serve = record.serve
-        assert serve is not None and serve["argv"][:2] == ["transformers", "serve"]
-        assert "--port" in serve["argv"] and serve["command"] == shlex.join(serve["argv"])
-        assert serve["server_pid"] not in (record.pid, None)
-        pids.add(serve["server_pid"])
-        assert not _left_running(serve["argv"]), f"trial #{record.number}'s server still runs"
-        assert [level["load"] for level in serve["levels"]] == [point.size for point in record.capacity.points]
-        sent = [level["requests"] for level in serve["levels"]]
-        assert sent == [level_requests(SEARCHED, level["load"]) for level in serve["levels"]]
+        serve = record.details
+        assert isinstance(serve, ServeDetails) and serve.argv[:2] == ["transformers", "serve"]
+        assert "--port" in serve.argv and serve.command == shlex.join(serve.argv)
+        assert serve.server_pid not in (record.pid, None)
+        pids.add(serve.server_pid)
+        assert not _left_running(serve.argv), f"trial #{record.number}'s server still runs"
+        assert [level["load"] for level in serve.levels] == [point.size for point in record.capacity.points]
+        sent = [level["requests"] for level in serve.levels]
+        assert sent == [level_requests(SEARCHED, level["load"]) for level in serve.levels]
         assert record.metrics["requests"] == sum(sent)
         for name in ("ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "itl_p95_s", "e2e_p99_s", "goodput_req_s"):
             assert name in record.metrics
@@ -123,9 +123,9 @@ def test_the_report_shows_the_serve_command_that_ran(serve_search):
     data = collect(study, f"sqlite:///{workdir}/studies/{STUDY}.db")
     assert data.cards
     for card in data.cards:
-        assert card.record.serve is not None
+        assert isinstance(card.record.details, ServeDetails)
         command, capacity, held = card.serve.splitlines()  # the command that ran, then the load it sustained
-        assert command == card.record.serve["command"]
+        assert command == card.record.details.command
         assert capacity == f"# capacity within {SEARCH_SLO}: {card.record.capacity.found()}"
         assert held.startswith(f"# at rate {card.record.metrics['capacity']:g}: ")
     html = (workdir / "reports" / f"{STUDY}.html").read_text()

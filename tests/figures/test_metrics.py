@@ -17,7 +17,7 @@ from autotune.figures.metrics import (
     in_history,
     shown_in,
 )
-from autotune.search.forecast import family
+from autotune.strategy.forecast import family
 
 
 def test_every_shown_metric_writes_a_cell_and_every_column_heading_is_its_own():

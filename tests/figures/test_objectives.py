@@ -8,7 +8,9 @@ import pytest
 from autotune.errors import StudyMismatchError, UserError
 from autotune.figures.metrics import METRICS, OBJECTIVES, objectives_named
 from autotune.figures.objectives import PRESETS, check_available, parse_objectives, search_goal
-from autotune.search.strategy import trade_offs
+from autotune.profiles import PROFILES
+from autotune.specs import QualitySpec, WorkloadSpec
+from autotune.strategy.queue import trade_offs
 from autotune.study import StudySettings
 from autotune.workloads import metrics_of_one_kind
 
@@ -74,7 +76,8 @@ def test_an_objective_the_device_or_workload_cannot_produce_is_refused():
 
 def test_a_study_resumed_with_other_objectives_is_refused_with_both_lists():
     def settings(objectives: list[str]) -> StudySettings:
-        return StudySettings("demo", None, {"name": "cpu"}, "f", {}, {"kind": "latency"}, {}, objectives=objectives)
+        latency = WorkloadSpec("latency")
+        return StudySettings("demo", None, PROFILES["cpu"], "f", {}, latency, QualitySpec(), objectives=objectives)
 
     with pytest.raises(StudyMismatchError, match="optimises tpot_s, ttft_s, not throughput_tok_s, peak_memory_gb"):
         settings(["throughput_tok_s", "peak_memory_gb"]).check_resumable(settings(["tpot_s", "ttft_s"]), "s")

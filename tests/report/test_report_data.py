@@ -65,9 +65,9 @@ def test_cards_compare_with_the_baseline_and_the_reference(data):
 
 
 def test_a_cpu_study_shows_no_share_of_a_nominal_roofline(data):
-    settings = replace(fakes.settings(), profile=PROFILES["cpu"].to_json())
+    settings = replace(fakes.settings(), profile=PROFILES["cpu"])
     four_bit = next(c for c in data.cards if c.record.config == fakes.FOUR_BIT)
-    on_cpu = card(four_bit.record, settings, None)
+    on_cpu = card(four_bit.record, settings, None, data.capacities)
     assert on_cpu.roofline_fraction is None and on_cpu.achieved_bandwidth_gb_s == 252.0
     assert "252 GB/s of memory bandwidth achieved in decode" in card_facts(on_cpu)
 
@@ -337,7 +337,7 @@ def test_the_snippets_carry_the_batch_chosen_and_a_paged_cache_sized_for_it(prob
 
 def test_a_baseline_that_meets_the_slo_nowhere_is_named_so_beside_the_ratios_with_it(probed):
     compiled, eager = probed.trials[2], probed.trials[4]  # eager fp16 meets the SLO at no batch
-    facts = card_facts(card(compiled, probed.settings, eager))
+    facts = card_facts(card(compiled, probed.settings, eager, probed.capacities))
     missed = ", which meets the SLO at no batch (its figures are past the SLO)"
     assert f"× the baseline's throughput{missed}" in facts[1] and facts[2].endswith(f"than the baseline's{missed}")
     own = card_facts(next(c for c in probed.cards if c.record.number == 2))

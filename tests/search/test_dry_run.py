@@ -14,10 +14,10 @@ from autotune.paths import PACKAGED_SPACE
 from autotune.process.results import ModelSpec, WorkloadSpec
 from autotune.profiles import PROFILES
 from autotune.search.dry_run import DryRun, dry_run
-from autotune.search.durations import ALIKE_MARGIN, EXTRAPOLATED_MARGIN
-from autotune.search.strategy import RECIPES
 from autotune.space import KNOBS, load_space
 from autotune.specs import BudgetSpec, HardwareSpec, SearchRequest
+from autotune.strategy.durations import ALIKE_MARGIN, EXTRAPOLATED_MARGIN
+from autotune.strategy.queue import RECIPES
 from autotune.workloads.serve import ServeSpec
 
 GPU_PROFILES = ("t4", "a10g", "a100-80gb", "h100")

@@ -2,11 +2,12 @@
 
 import pytest
 
+from autotune.figures.capacity import Probe
 from autotune.process import phases
 from autotune.process.results import CompileFigures, Outcome, TaskDetails, TaskResult
-from autotune.search.durations import ALIKE_MARGIN, Durations, ended, warm_ended
 from autotune.search.loop import TRIAL_PROCESSES, Spending, overrun_reason
 from autotune.space import config_key
+from autotune.strategy.durations import ALIKE_MARGIN, Durations, ended, warm_ended
 from autotune.study import TrialRecord
 
 
@@ -91,12 +92,12 @@ def test_only_the_first_call_of_a_compiled_plan_is_compiling():
 def test_a_capacity_probe_compiles_at_the_first_call_of_each_batch_not_only_at_its_capacity():
     """The H100's 8B probe compiled for 35 s at batch 1 and 48 s at batch 2; its capacity's own first call (batch 64)
     took 1.2 s, and the summary said 'compiling (first calls) 1.2s, warming up 1m40s'."""
-    points = [
-        {"size": size, "verdict": "met", "figures": {"first_call_s": s}} for size, s in ((1, 35.0), (2, 48.0), (4, 1.2))
-    ]
+    probe = Probe([1, 2, 4], {})
+    for size, first_call_s in ((1, 35.0), (2, 48.0), (4, 1.2)):
+        probe.record(size, {"first_call_s": first_call_s})
     trial = _ok_trial(first_call_s=1.2)
     trial.timings["warmup"] = 90.0
-    trial.details = TaskDetails(capacity={"points": points})
+    trial.details = TaskDetails(capacity=probe.capacity())
     spending = Spending()
     spending.add_trial(trial, duration=110.0, compiles=True)
     assert spending.seconds["compiling"] == 35.0 + 48.0 + 1.2

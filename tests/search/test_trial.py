@@ -4,7 +4,8 @@ from optuna.trial import TrialState
 
 from autotune import study as studies
 from autotune.process.results import Outcome, TaskResult
-from autotune.search.trial import StudyRead, judge_values
+from autotune.search.exclusions import judge_values
+from autotune.search.trial import StudyRead
 from autotune.space import config_key
 from autotune.study.recovery import recover_interrupted
 from tests import fakes

@@ -9,10 +9,10 @@ import subprocess
 
 import pytest
 
+from autotune.figures.capacity import Probe, doubling
 from autotune.serving.levels import measure_levels
 from autotune.serving.load import Endpoint
 from autotune.serving.server import HOST, free_port
-from autotune.workloads.capacity import Probe, doubling
 from tests.servers import start_trivial_server
 
 LOOSE_SLO = {"ttft_p95_s": 60.0}  # a server that answers at once meets it at any load

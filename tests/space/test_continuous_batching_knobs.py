@@ -88,7 +88,7 @@ def test_on_cpu_only_auto_is_left_each_value_removed_with_its_reason():
 
 
 def test_an_out_of_memory_rules_out_only_what_needs_at_least_as_much():
-    from autotune.search.strategy import ruled_out
+    from autotune.strategy.queue import ruled_out
 
     def config(**knobs: object) -> dict[str, object]:
         return {**CONTINUOUS, "page_size": 32, "use_cuda_graph": "auto", "use_async_batching": "auto", **knobs}

@@ -11,6 +11,7 @@ from autotune.report.snippets import json_snippet, python_snippet, serve_command
 from autotune.space import Target, build_plan, load_space
 from autotune.space.plan import Call, Plan
 from autotune.specs import ModelSpec, WorkloadSpec
+from autotune.study import migrations
 
 BASE = {"dtype": "float32", "attn_implementation": "sdpa", "quantization": "none", "batching": "generate"}
 
@@ -20,11 +21,10 @@ def test_the_knob_sets_the_plan_and_old_plans_read_as_they_ran():
     assert plan.contexts == [Call("torch.inference_mode")]
     assert Plan.from_json(json.loads(json.dumps(plan.to_json()))) == plan
     newer = {key: value for key, value in plan.to_json().items() if key != "contexts"}
-    assert (
-        Plan.from_json({**newer, "execution_mode": "inference_mode"}).contexts == plan.contexts
-    )  # stored by an older version
-    assert Plan.from_json({**newer, "execution_mode": "no_grad"}).contexts == []
-    assert Plan.from_json(newer).contexts == []  # stored before the knob existed
+    older = migrations.plan({**newer, "execution_mode": "inference_mode"})  # stored by an older version
+    assert Plan.from_json(older).contexts == plan.contexts  # type: ignore[arg-type]
+    assert Plan.from_json(migrations.plan({**newer, "execution_mode": "no_grad"})).contexts == []  # type: ignore[arg-type]
+    assert Plan.from_json(migrations.plan(newer)).contexts == []  # type: ignore[arg-type] - stored before the knob
     assert build_plan({**BASE, "execution_mode": "no_grad"}, Target("cpu")) == build_plan(BASE, Target("cpu"))
 
 
@@ -73,8 +73,8 @@ def test_the_worker_generates_inside_inference_mode_only_when_asked(cache_dir):
 
 
 def test_the_baseline_and_the_reference_run_generate_as_it_is():
+    from autotune.measure.prepare import baseline_config
     from autotune.profiles import PROFILES
-    from autotune.search.prepare import baseline_config
 
     space = load_space(PACKAGED_SPACE)
     baseline = baseline_config(space, "float32", PROFILES["cpu"], "throughput")

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from autotune import profiles
+from autotune.measure.prepare import runnable_space
 from autotune.paths import PACKAGED_SPACE
 from autotune.profiles import PROFILES
 from autotune.report.snippets import python_snippet, serve_command
 from autotune.search.dry_run import dry_run
-from autotune.search.prepare import runnable_space
 from autotune.space import Call, Target, build_plan, load_space, rules
 from autotune.specs import BudgetSpec, HardwareSpec, ModelSpec, SearchRequest
 from tests.conftest import BRIEF, run_cli

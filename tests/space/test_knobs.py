@@ -9,15 +9,15 @@ import re
 import pytest
 
 from autotune.cli.printers import knobs_line
+from autotune.measure.prepare import _with_defaults
 from autotune.paths import PACKAGED_SPACE
 from autotune.process.results import Outcome
 from autotune.report.snippets import json_snippet, python_snippet
-from autotune.search.durations import Durations
-from autotune.search.forecast import Forecaster
-from autotune.search.prepare import _with_defaults
-from autotune.search.strategy import ruled_out
 from autotune.space import KNOBS, Call, Plan, Ref, Target, build_plan, load_space, parse_space
 from autotune.space.knobs import knob_defaults, short_name
+from autotune.strategy.durations import Durations
+from autotune.strategy.forecast import Forecaster
+from autotune.strategy.queue import ruled_out
 from autotune.worker.failures import classify
 
 BASELINE = {"dtype": "bfloat16", "attn_implementation": "sdpa", "quantization": "none", "batching": "generate"}

@@ -6,10 +6,10 @@ import ast
 import json
 from pathlib import Path
 
+from autotune.measure.prepare import baseline_config
 from autotune.paths import PACKAGED_SPACE
 from autotune.profiles import PROFILES
 from autotune.report.snippets import python_snippet, serve_command
-from autotune.search.prepare import baseline_config
 from autotune.space import KNOBS, Call, Plan, Ref, Target, build_plan, load_space
 from tests.conftest import run_main
 

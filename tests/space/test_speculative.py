@@ -90,7 +90,7 @@ def test_the_batch_size_refusal_blames_the_knob():
 
 
 def test_a_search_of_batches_never_plans_speculative_decoding():
-    from autotune.search.prepare import runnable_space
+    from autotune.measure.prepare import runnable_space
 
     batches = runnable_space(SPACE, PROFILES["cpu"], Target("cpu", requests=8))
     assert batches.knob("speculative").values == ("none",)
@@ -100,7 +100,7 @@ def test_a_search_of_batches_never_plans_speculative_decoding():
 
 
 def test_a_latency_search_plans_for_one_prompt_at_a_time_whatever_its_batch_size():
-    from autotune.search.prepare import plan_target
+    from autotune.measure.prepare import plan_target
     from autotune.specs import ModelSpec, SearchRequest, WorkloadSpec
 
     def requests(kind: str) -> int:

@@ -10,12 +10,12 @@ from pathlib import Path
 import psutil
 import pytest
 
+from autotune.measure.prepare import baseline_config
 from autotune.paths import PACKAGED_SPACE
 from autotune.process.results import Candidate, Outcome, TaskSpec
 from autotune.process.runner import run_in_worker
 from autotune.profiles import PROFILES, visible_gpu_count
 from autotune.report.snippets import serve_command
-from autotune.search.prepare import baseline_config
 from autotune.space import Call, Plan, Target, build_plan, load_space
 from autotune.specs import ModelSpec
 

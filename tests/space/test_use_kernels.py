@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from autotune.measure.prepare import baseline_config
 from autotune.paths import PACKAGED_SPACE
 from autotune.process.results import Outcome
 from autotune.profiles import PROFILES
 from autotune.report.snippets import python_snippet, serve_command
-from autotune.search.prepare import baseline_config
 from autotune.space import Plan, Target, build_plan, load_space
 from autotune.specs import ModelSpec
 

@@ -9,9 +9,9 @@ import shutil
 import sqlite3
 from pathlib import Path
 
+from autotune.figures.capacity import LARGEST, Capacity, Probe, Stop
 from autotune.study import migrations
 from autotune.study.opened import OpenedStudy
-from autotune.workloads.capacity import LARGEST, Capacity, Probe, Stop
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "studies_8b80113"
 LEVEL = {"requests": 16.0, "errors": 0.0, "requests_per_s": 10.0, "goodput_req_s": 9.0, "output_tok_s": 160.0}

@@ -6,6 +6,7 @@ studies and results must load, and what is written back keeps that layout.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import optuna
@@ -85,20 +86,20 @@ def test_task_details_keep_the_json_the_worker_wrote():
 
 
 def test_a_trial_that_meets_the_slo_at_no_batch_is_off_the_front_with_its_reason(tmp_path):
+    from autotune.figures.capacity import Probe
     from autotune.process.results import Outcome, TaskDetails, TaskResult
     from autotune.study import front_numbers
-    from autotune.workloads.capacity import Probe
 
     settings = fakes.settings()
-    settings.workload = {**settings.workload, "slo": {"itl_p95_s": 0.005}}
+    settings.workload = replace(settings.workload, slo={"itl_p95_s": 0.005})
     study = studies.create_study(studies.open_storage(f"sqlite:///{tmp_path}/s.db"), "slo", settings, seed=0)
     assert [str(c) for c in settings.feasibility] == ["meets_slo>=1"]
     for step_s in (0.004, 0.006):  # the second is faster in tokens/s, but its one batch misses the SLO
-        probe = Probe([8], settings.workload["slo"])
+        probe = Probe([8], settings.workload.slo)
         probe.record(8, {"itl_p95_s": step_s})
         capacity = probe.capacity("batch")
         metrics = fakes.metrics(1000 * step_s / 0.004, 2.0, 1e-3, 0.99, 10.1, meets_slo=float(bool(capacity.chosen)))
-        details = TaskDetails(capacity=capacity.to_json())
+        details = TaskDetails(capacity=capacity)
         studies.record_result(study, study.ask(), TaskResult(Outcome.OK, metrics=metrics, details=details), 3.0,
                               settings.feasibility)  # fmt: skip
     met, missed = studies.records(study)

@@ -24,8 +24,8 @@ def test_a_latency_study_stored_with_the_batch_it_was_given_reads_as_it_ran_and_
     stored = fakes.settings().to_json()
     stored["workload"] = {**WorkloadSpec("latency").to_json(), "batch_size": 8}  # as studies stored it before
     settings = StudySettings.from_json(stored)
-    assert settings.workload["batch_size"] == 1 and settings.workload["kind"] == "latency"
-    resumed = replace(settings, workload=KINDS["latency"].as_run(WorkloadSpec("latency", batch_size=8)).to_json())
+    assert settings.workload.batch_size == 1 and settings.workload.kind == "latency"
+    resumed = replace(settings, workload=KINDS["latency"].as_run(WorkloadSpec("latency", batch_size=8)))
     resumed.check_resumable(settings, "latency-study")  # the same workload: no mismatch
     assert (
         workload_as_run({"kind": "throughput", "batch_size": 8}) == WorkloadSpec("throughput", batch_size=8).to_json()
@@ -33,25 +33,22 @@ def test_a_latency_study_stored_with_the_batch_it_was_given_reads_as_it_ran_and_
 
 
 def test_the_workload_line_names_the_kind_and_what_runs_at_once():
-    assert describe_workload(WorkloadSpec("latency", batch_size=8).to_json()) == (
+    assert describe_workload(WorkloadSpec("latency", batch_size=8)) == (
         "latency, 1 prompt at a time, 128 tokens in, 64 out"
     )
-    assert describe_workload({"kind": "latency", "batch_size": 8, "input_len": 32, "output_len": 16}) == (
+    assert describe_workload(WorkloadSpec("latency", batch_size=8, input_len=32, output_len=16)) == (
         "latency, 1 prompt at a time, 32 tokens in, 16 out"
     )
-    assert (
-        describe_workload(WorkloadSpec(batch_size=4).to_json())
-        == "throughput, 4 prompts at a time, 128 tokens in, 64 out"
-    )
+    assert describe_workload(WorkloadSpec(batch_size=4)) == "throughput, 4 prompts at a time, 128 tokens in, 64 out"
 
 
 def test_the_workload_line_names_the_batches_a_probe_searches_and_the_slo():
-    probed = WorkloadSpec(batch_size=32, batch_sizes=[1, 2, 4, 8, 16, 32], slo={"itl_p95_s": 0.006}).to_json()
+    probed = WorkloadSpec(batch_size=32, batch_sizes=[1, 2, 4, 8, 16, 32], slo={"itl_p95_s": 0.006})
     assert describe_workload(probed) == (
         "throughput, batches of 1, 2, 4, 8, 16, 32 prompts (the largest within the SLO and the memory), "
         "128 tokens in, 64 out; SLO itl_p95<=6ms"
     )
-    served = WorkloadSpec("serve", batch_size=16, slo={"ttft_p95_s": 0.3}, slo_share=0.9).to_json()
+    served = WorkloadSpec("serve", batch_size=16, slo={"ttft_p95_s": 0.3}, slo_share=0.9)
     assert describe_workload(served) == (
         "serve, 16 prompts sent to transformers serve, 128 tokens in, 64 out; SLO ttft_p95<=300ms for 90% of requests"
     )

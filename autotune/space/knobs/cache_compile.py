@@ -108,7 +108,7 @@ class CompileKnob(Knob):
         models [optims]; reduce-overhead (CUDA graphs) is the mode the guides name [perf], and generate()'s auto-compile
         in that mode measured 8.1x at 1.1B [h100]. Compiling takes the first call: the slowest trials. A trial's time
         beyond a plain one's is mostly the compile: max-autotune's (7) is 3.5x reduce-overhead's (2), the larger of the
-        ratios seen [h200] (search/durations.py scales a measured compile by it)."""
+        ratios seen [h200] (strategy/durations.py scales a measured compile by it)."""
         if value == "off":
             return NEUTRAL
         if device == "cpu":

@@ -7,11 +7,11 @@ import tempfile
 from pathlib import Path
 
 from autotune.errors import UserError
+from autotune.measure.prepare import baseline_config, plan_target, prepare, trial_spec
 from autotune.paths import default_space_path
 from autotune.process.results import TaskResult
 from autotune.process.runner import Limits, run_in_worker
 from autotune.profiles import resolve_hardware
-from autotune.search.prepare import baseline_config, plan_target, prepare, trial_spec
 from autotune.space import KNOBS, Config, SearchSpace, build_plan, load_space, rules
 from autotune.space.knobs import Value
 from autotune.space.rules import why_not_installed

@@ -1,5 +1,5 @@
 """The replay harness: search strategies replayed against a measured grid, no model running; the grid's table answers
-every trial. tests/search/test_strategy.py runs it on a synthetic grid; benchmarks/strategy/replay.py prints the
+every trial. tests/strategy/test_strategy.py runs it on a synthetic grid; benchmarks/strategy/replay.py prints the
 tables of docs/search-strategy.md with it.
 
 For each strategy and seed, a search proposes configurations one by one, as `autotune search` does
@@ -12,7 +12,7 @@ whole grid's. Strategies:
 - tpe:      Optuna's default sampler (TPESampler with its defaults);
 - nsga2:    NSGAIISampler;
 - gp:       GPSampler (Gaussian-process Bayesian optimisation; needs scipy, in the dev extra);
-- autotune: the product's strategy (autotune/search/strategy.py and study.make_sampler): reference,
+- autotune: the product's strategy (autotune/strategy/queue.py and study.make_sampler): reference,
             baseline, warm-up set, compositions and predicted changes first, then the sampler;
             configurations ruled out by earlier failures skipped.
 
@@ -35,10 +35,10 @@ import optuna
 
 from autotune.analysis.pareto import hypervolume, raw_losses, scaled
 from autotune.figures.metrics import OBJECTIVES
-from autotune.search.durations import Durations
-from autotune.search.ranking import Planned
-from autotune.search.strategy import Situation, next_planned, next_queued, ruled_out, warm_up_set
 from autotune.space import Config, SearchSpace, config_key
+from autotune.strategy.durations import Durations
+from autotune.strategy.queue import Situation, next_planned, next_queued, ruled_out, warm_up_set
+from autotune.strategy.ranking import Planned
 from autotune.study import make_sampler
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)

@@ -8,7 +8,7 @@ from what the transformers guides recommend first (the knob handlers' priors, `K
   on this device (decode speed on a GPU: bf16 + static cache + compile; memory: 4-bit NF4 with bf16
   compute; latency: the compiled static cache, one prompt at a time; serving: continuous batching);
 - then, in the order of what each is expected to add to the front per expected second of trial
-  (search/forecast.py: priors until a trial measures the change, then the measurement):
+  (strategy/forecast.py: priors until a trial measures the change, then the measurement):
   the warm-up set (the baseline with one knob changed, once for every value of every knob),
   compositions (for each trade-off between the objectives, the warm-up changes that served it,
   combined on the baseline) and predicted changes (one-knob changes of Pareto configurations).
@@ -33,12 +33,12 @@ import numpy as np
 from autotune.analysis.pareto import contributions, raw_losses, scaled, scaled_losses
 from autotune.figures.metrics import KL_DIVERGENCE, OBJECTIVES, PEAK_MEMORY, THROUGHPUT, Metric
 from autotune.process.results import Outcome
-from autotune.search.changes import Changes, describe, fill, with_value
-from autotune.search.durations import Durations
-from autotune.search.forecast import Forecaster, Measured, family
-from autotune.search.ranking import Planned, loses, rank
 from autotune.space import KNOBS, Config, SearchSpace, config_key
 from autotune.space.knobs import FLASH, RECIPES, DeviceType, Recipe
+from autotune.strategy.changes import Changes, describe, fill, with_value
+from autotune.strategy.durations import Durations
+from autotune.strategy.forecast import Forecaster, Measured, family
+from autotune.strategy.ranking import Planned, loses, rank
 from autotune.workloads import KINDS
 
 
@@ -244,7 +244,7 @@ def next_queued(
 ) -> Planned | None:
     """What the strategy queues next: the recommended stacks, then warm-up changes, compositions and predicted
     changes ranked (see `rank`), then nothing (the sampler takes over). `measured` maps keys of complete trials to
-    (config, figures); `durations` says how long trials take (search/durations.py). A trial that may not finish in
+    (config, figures); `durations` says how long trials take (strategy/durations.py). A trial that may not finish in
     `seconds_left` (its at-most duration) is passed over for the next that fits, in the same order: `passed_over`
     hears of it, with its at-most seconds."""
     durations = durations or Durations(baseline=situation.baseline, device=situation.device)

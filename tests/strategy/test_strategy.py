@@ -13,8 +13,9 @@ from autotune.figures.objectives import PRESETS
 from autotune.paths import PACKAGED_SPACE
 from autotune.process.results import Outcome
 from autotune.profiles import PROFILES
-from autotune.search.forecast import Forecaster
-from autotune.search.strategy import (
+from autotune.space import config_key, load_space
+from autotune.strategy.forecast import Forecaster
+from autotune.strategy.queue import (
     Situation,
     compositions,
     next_planned,
@@ -25,8 +26,7 @@ from autotune.search.strategy import (
     ruled_out,
     warm_up_set,
 )
-from autotune.space import config_key, load_space
-from tests.replay import Grid, ahead_at_every_budget, replay
+from autotune.strategy.replay import Grid, ahead_at_every_budget, replay
 
 REPO = Path(__file__).resolve().parents[2]
 GRID_SPACE = load_space(REPO / "search_spaces" / "cpu-grid.yaml")

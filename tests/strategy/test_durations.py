@@ -7,10 +7,10 @@ import pytest
 
 from autotune.figures.metrics import OBJECTIVES
 from autotune.paths import PACKAGED_SPACE
-from autotune.search.durations import ALIKE_MARGIN, EXTRAPOLATED_MARGIN, Durations
-from autotune.search.strategy import Situation, next_queued, recommended_stacks, warm_up_set
 from autotune.space import KNOBS, load_space
 from autotune.specs import WorkloadSpec
+from autotune.strategy.durations import ALIKE_MARGIN, EXTRAPOLATED_MARGIN, Durations
+from autotune.strategy.queue import Situation, next_queued, recommended_stacks, warm_up_set
 from autotune.workloads import KINDS
 from autotune.workloads.serve import MIN_LEVEL_S, ServeSpec, level_requests, level_seconds, sending_seconds
 

@@ -9,7 +9,7 @@ effect of each knob the configuration changes:
 
 Speed and memory effects multiply (they add on a log scale); KL adds. Each forecast carries how unsure
 it is, so the strategy can ask what a configuration could bring at best (`hopeful`), not only what it
-should bring. Durations, expected and at most, come from search/durations.py.
+should bring. Durations, expected and at most, come from strategy/durations.py.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from autotune.figures.metrics import KL_DIVERGENCE, OBJECTIVES, PEAK_MEMORY, THROUGHPUT, TPOT, Family, Metric
-from autotune.search.changes import Changes
-from autotune.search.durations import Durations
 from autotune.space import KNOBS, Config, SearchSpace, config_key
 from autotune.space.knobs import DeviceType, Expectation
+from autotune.strategy.changes import Changes
+from autotune.strategy.durations import Durations
 
 Measured = tuple[Config, Mapping[str, float]]  # a complete trial's configuration and figures
 
@@ -235,7 +235,7 @@ class Forecaster:
     # ---------------------------------------------------------------------------------- durations
 
     def seconds(self, config: Config) -> float:
-        """The trial's expected duration (search/durations.py)."""
+        """The trial's expected duration (strategy/durations.py)."""
         return self.durations.of(config).expected
 
 

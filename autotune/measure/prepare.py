@@ -9,14 +9,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from autotune.errors import UserError
+from autotune.errors import SearchError, UserError
 from autotune.figures.constraints import Constraint
 from autotune.figures.metrics import PEAK_MEMORY
 from autotune.paths import demo_draft_path
 from autotune.process.results import Candidate, Outcome, TaskResult, TaskSpec
 from autotune.process.runner import Limits, run_in_worker
 from autotune.profiles import HardwareProfile, ResolvedHardware
-from autotune.search.events import SearchError
 from autotune.space import Config, SearchSpace, Target, build_plan, rules
 from autotune.space.knobs import AttentionKnob, DtypeKnob, WorkloadKnob, knob_defaults
 from autotune.specs import ModelSpec, SearchRequest

@@ -13,13 +13,13 @@ Pure arithmetic, no torch: the trial worker runs the probe, the forecast counts 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from autotune.errors import UserError
 from autotune.figures.metrics import ERRORS, GOODPUT, PEAK_MEMORY_BYTES, REQUESTS, SLO_SHARE, THROUGHPUT
-from autotune.figures.slo import describe_slo, in_ms
+from autotune.figures.slo import describe_slo, slo_misses
 from autotune.units import format_bytes
 
 # met the SLO; refused: past it, out of memory, over the memory (measured or predicted), the server failed (serve)
@@ -73,23 +73,16 @@ class Point:
         return cls(data["size"], data["verdict"], dict(data.get("figures", {})), data.get("reason", ""))
 
 
+def largest_met(points: Iterable[Point]) -> Point | None:
+    """The largest point that met the SLO: a probe's capacity; None where no point met it."""
+    return max((point for point in points if point.verdict == "met"), key=lambda point: point.size, default=None)
+
+
 def bisections(requests_per_level: int) -> int:
     """How many times a load bracket is halved: until its step is under 1/sqrt(n) of the rate, the spread of the rate
     that n Poisson arrivals realise (25% at 16 requests: 2 bisections). A finer step is beyond what one level of n
     requests can tell apart."""
     return int(math.log2(max(requests_per_level, 1)) // 2)
-
-
-def slo_misses(figures: dict[str, float], slo: dict[str, float]) -> list[str]:
-    """The bounds of the SLO a point's figures exceed, as users write them: "itl_p95 6.2 ms > 5 ms"."""
-    misses = []
-    for name, bound in slo.items():
-        value, label = figures.get(name), name.removesuffix("_s")
-        if value is None:
-            misses.append(f"{label} not measured")
-        elif value > bound:
-            misses.append(f"{label} {in_ms(value)} > {in_ms(bound)}")
-    return misses
 
 
 def share_misses(figures: dict[str, float], share: float) -> list[str]:
@@ -189,7 +182,7 @@ class Probe:
     @property
     def chosen(self) -> Point | None:
         """The largest point that met the SLO."""
-        return max((p for p in self.points if p.verdict == "met"), key=lambda p: p.size, default=None)
+        return largest_met(self.points)
 
     @property
     def first_refused(self) -> Point | None:
@@ -245,7 +238,7 @@ class Stop:
 def stop_of(points: list[Point]) -> Stop | None:
     """What stopped a probe whose points these are (ascending): the smallest refused above the largest met, else the
     largest tried; None when no point was measured."""
-    chosen = max((p for p in points if p.verdict == "met"), key=lambda p: p.size, default=None)
+    chosen = largest_met(points)
     above = chosen.size if chosen else -math.inf
     refused = min((p for p in points if p.verdict != "met" and p.size > above), key=lambda p: p.size, default=None)
     if refused is not None:
@@ -270,7 +263,7 @@ class Capacity:
     @property
     def chosen(self) -> Point | None:
         """The largest point that met the SLO: the capacity."""
-        return max((p for p in self.points if p.verdict == "met"), key=lambda p: p.size, default=None)
+        return largest_met(self.points)
 
     @property
     def refused(self) -> Point | None:

@@ -1,5 +1,5 @@
 """How the strategy orders what it could measure next: by what each is expected to add to the Pareto front per
-expected second (search/forecast.py's forecasts), in tiers around the study's first objective."""
+expected second (strategy/forecast.py's forecasts), in tiers around the study's first objective."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import numpy as np
 
 from autotune.analysis.pareto import hypervolume, raw_losses, scaled
 from autotune.figures.metrics import Metric
-from autotune.search.forecast import Forecast, Forecaster, family
 from autotune.space import Config, config_key
+from autotune.strategy.forecast import Forecast, Forecaster, family
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from autotune.errors import UserError
-from autotune.workloads.capacity import (
+from autotune.figures.capacity import (
     Capacity,
     Extent,
     Probe,

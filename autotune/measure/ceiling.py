@@ -55,7 +55,7 @@ def measure_ceilings(request: CeilingRequest) -> CeilingRun:
         check_same_device(study, result.environment["device_name"], searched_on)
     if not result.ok:
         return CeilingRun([], result)
-    figures = [Ceiling(**figure) for figure in result.details.ceilings or []]
+    figures = list(result.details.ceilings or [])
     if study is not None:
         add_ceilings(study, [asdict(figure) for figure in figures])
     return CeilingRun(figures)

@@ -1,0 +1,31 @@
+"""Faults injected into real trials by the tests (AUTOTUNE_INJECT_FAULTS): which trial of a search fails, where and how;
+the worker raises or hangs as told (TaskSpec.fault)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from autotune.space import Config
+
+
+def injected_fault(launch_index: int, config: Config) -> dict[str, str] | None:
+    """Tests make a trial fail for real: the n-th trial this process launches (from 0), or every trial of the
+    configurations that have all the knob values a key names, whichever trial launches them.
+
+    AUTOTUNE_INJECT_FAULTS='{"3": {"phase": "load", "kind": "hang"}}' makes the fourth trial hang while loading;
+    '{"dtype=float32,attn_implementation=eager": {"phase": "load", "kind": "raise"}}' makes every float32 eager
+    trial raise while loading.
+    """
+    faults = os.environ.get("AUTOTUNE_INJECT_FAULTS")
+    if not faults:
+        return None
+    for key, fault in json.loads(faults).items():
+        if key == str(launch_index) or ("=" in key and _has_values(config, key)):
+            return fault
+    return None
+
+
+def _has_values(config: Config, pairs: str) -> bool:
+    """Whether `config` has every value of "knob=value,knob=value"."""
+    return all(str(config.get(knob)) == value for knob, _, value in (pair.partition("=") for pair in pairs.split(",")))
