@@ -21,20 +21,20 @@ def capacity_chart(curve: CapacityCurve) -> go.Figure:
     bounds across the latency axis, the size chosen, and the sizes refused with no figures (out of memory, or
     predicted not to fit) at the foot of the chart."""
     unit, measured = curve.unit, [point for point in curve.points if point.carried is not None]
-    figure = go.Figure()
-    figure.add_trace(_carried_trace(curve, measured))
+    chart = go.Figure()
+    chart.add_trace(_carried_trace(curve, measured))
     colours = dict(zip(curve.latency_figures, LATENCY_COLOURS * 4, strict=False))
     for name in curve.latency_figures:
-        figure.add_trace(_latency_trace(curve, measured, name, colours[name]))
+        chart.add_trace(_latency_trace(curve, measured, name, colours[name]))
     sizes = [point.size for point in curve.points]
     for line in curve.slo_lines:
-        figure.add_trace(_slo_trace(line, sizes, colours.get(line.figure, REFUSED_COLOUR)))
-    _mark_chosen(figure, curve)
-    _mark_unmeasured(figure, curve)
+        chart.add_trace(_slo_trace(line, sizes, colours.get(line.figure, REFUSED_COLOUR)))
+    _mark_chosen(chart, curve)
+    _mark_unmeasured(chart, curve)
     # Headroom above the highest latency and bound: the SLO's line stays clear of the top of the chart.
     latencies = [value * 1000 for p in measured for value in p.latency.values()]
     top = max([*latencies, *(line.bound_s * 1000 for line in curve.slo_lines)], default=1.0) * 1.3
-    figure.update_layout(
+    chart.update_layout(
         title=f"Trial #{curve.number}: {unit.carried_axis.split(' (')[0]} and latency against {unit.axis}",
         xaxis=_size_axis(unit.axis, sizes),
         yaxis={"title": unit.carried_axis, "rangemode": "tozero"},
@@ -43,7 +43,7 @@ def capacity_chart(curve: CapacityCurve) -> go.Figure:
         legend={"orientation": "h", "y": -0.25},
         margin={"t": 60},
     )
-    return figure
+    return chart
 
 
 def _carried_trace(curve: CapacityCurve, measured: list[CurvePoint]) -> go.Scatter:
@@ -93,11 +93,11 @@ def _slo_trace(line: SloLine, sizes: list[float], colour: str) -> go.Scatter:
     )
 
 
-def _mark_chosen(figure: go.Figure, curve: CapacityCurve) -> None:
+def _mark_chosen(chart: go.Figure, curve: CapacityCurve) -> None:
     chosen = curve.chosen
     if chosen is None or chosen.carried is None:
         return
-    figure.add_trace(
+    chart.add_trace(
         go.Scatter(
             x=[chosen.size],
             y=[chosen.carried],
@@ -112,12 +112,12 @@ def _mark_chosen(figure: go.Figure, curve: CapacityCurve) -> None:
     )
 
 
-def _mark_unmeasured(figure: go.Figure, curve: CapacityCurve) -> None:
+def _mark_unmeasured(chart: go.Figure, curve: CapacityCurve) -> None:
     """Sizes refused with no figures, on the size axis: why each was not measured, in its hover text."""
     unmeasured = curve.unmeasured
     if not unmeasured:
         return
-    figure.add_trace(
+    chart.add_trace(
         go.Scatter(
             x=[point.size for point in unmeasured],
             y=[0.0] * len(unmeasured),

@@ -1,7 +1,7 @@
-"""The report's plotly figures, drawn from its data (autotune/report/data.py); the page that holds them is
+"""The report's plotly charts, drawn from its data (autotune/report/data.py); the page that holds them is
 autotune/report/html.py.
 
-Every text from a trial is escaped before it reaches a figure's hover text.
+Every text from a trial is escaped before it reaches a chart's hover text.
 """
 
 from __future__ import annotations
@@ -39,12 +39,12 @@ def front_chart(
     y_metric = objectives[0]
     x_metric = objectives[1] if len(objectives) > 1 else None
     colour = objectives[2] if len(objectives) > 2 else None
-    figure = go.Figure()
+    chart = go.Figure()
     for on_front in (False, True):
         records = [r for r in complete if (r.number in front) == on_front]
         if not records:
             continue
-        figure.add_trace(
+        chart.add_trace(
             go.Scatter(
                 x=[_x_value(r, x_metric) for r in records],
                 y=[_shown(r, y_metric) for r in records],
@@ -57,17 +57,17 @@ def front_chart(
         )
     for record, label, symbol in ((data.baseline, "baseline", "star"), (data.reference, "reference", "diamond")):
         if record is not None:
-            figure.add_trace(_anchor_trace(record, label, symbol, x_metric, y_metric))
+            chart.add_trace(_anchor_trace(record, label, symbol, x_metric, y_metric))
     against = f" vs {x_metric.heading}" if x_metric else ", trial by trial"
     coloured = f" (colour: {colour.label})" if colour else ""
-    figure.update_layout(
+    chart.update_layout(
         title=f"{y_metric.heading.capitalize()}{against}{coloured}{_at_capacity(data)}",
         xaxis={"title": _axis_title(x_metric) if x_metric else "trial", "type": _axis_type(x_metric)},
         yaxis={"title": _axis_title(y_metric), "type": _axis_type(y_metric)},
         height=520,
         legend={"orientation": "h", "y": -0.2},
     )
-    return figure
+    return chart
 
 
 def _front_marker(
@@ -132,7 +132,7 @@ def three_d_chart(
     complete: list[TrialRecord], front: set[int], data: ReportData, objectives: Sequence[Metric]
 ) -> go.Figure:
     y_metric, x_metric, z_metric = objectives[:3]
-    figure = go.Figure(
+    chart = go.Figure(
         go.Scatter3d(
             x=[_shown(r, x_metric) for r in complete],
             y=[_shown(r, y_metric) for r in complete],
@@ -149,7 +149,7 @@ def three_d_chart(
     )
     for record, label, symbol in ((data.baseline, "baseline", "cross"), (data.reference, "reference", "diamond")):
         if record is not None:
-            figure.add_trace(
+            chart.add_trace(
                 go.Scatter3d(
                     x=[_shown(record, x_metric)],
                     y=[_shown(record, y_metric)],
@@ -168,13 +168,13 @@ def three_d_chart(
         if metric.log_floor:
             scene[f"{axis}_type"] = "log"
     title = "All three objectives" if len(objectives) == 3 else "The first three objectives"
-    figure.update_layout(
+    chart.update_layout(
         title=f"{title} (red: Pareto front){_at_capacity(data)}",
         scene=scene,
         height=600,
         margin={"l": 0, "r": 0, "b": 0, "t": 60},
     )
-    return figure
+    return chart
 
 
 def _shown(record: TrialRecord, metric: Metric) -> float:
@@ -185,10 +185,10 @@ def _shown(record: TrialRecord, metric: Metric) -> float:
 
 def importance_chart(by_objective: dict[str, dict[str, float]]) -> go.Figure:
     knobs = sorted({knob for shares in by_objective.values() for knob in shares})
-    figure = go.Figure()
+    chart = go.Figure()
     for objective, shares in by_objective.items():
         label = METRICS[objective].heading
-        figure.add_trace(
+        chart.add_trace(
             go.Bar(
                 y=knobs,
                 x=[shares.get(knob, 0.0) for knob in knobs],
@@ -197,14 +197,14 @@ def importance_chart(by_objective: dict[str, dict[str, float]]) -> go.Figure:
                 hovertemplate="%{y}: %{x:.0%}<extra>" + escape(label) + "</extra>",
             )
         )
-    figure.update_layout(
+    chart.update_layout(
         title="How much each knob matters, per objective (Optuna PED-ANOVA importance)",
         barmode="group",
         xaxis={"title": "share of importance", "tickformat": ".0%"},
         height=160 + 60 * len(knobs),
         legend={"orientation": "h", "y": -0.25},
     )
-    return figure
+    return chart
 
 
 def parallel_chart(data: ReportData) -> go.Figure:
@@ -216,7 +216,7 @@ def parallel_chart(data: ReportData) -> go.Figure:
             dimension |= {"tickvals": list(range(len(axis.ticks))), "ticktext": [str(t) for t in axis.ticks]}
             dimension["range"] = [-0.3, len(axis.ticks) - 0.7]
         dimensions.append(dimension)
-    figure = go.Figure(
+    chart = go.Figure(
         go.Parcoords(
             dimensions=dimensions,
             line={
@@ -227,12 +227,12 @@ def parallel_chart(data: ReportData) -> go.Figure:
             },
         )
     )
-    figure.update_layout(
+    chart.update_layout(
         title=f"All {len(data.parallel.numbers)} complete trials: knobs and objectives (colour: throughput)",
         height=480,
         margin={"l": 80, "r": 80, "t": 90},
     )
-    return figure
+    return chart
 
 
 def progress_chart(progress: Progress) -> go.Figure:
@@ -240,8 +240,8 @@ def progress_chart(progress: Progress) -> go.Figure:
     labels = [f"#{n}" for n in progress.numbers]
     spent = zip(progress.numbers, progress.trial_time_s, strict=True)
     hover = [f"after trial #{n}, {format_duration(t)} in trials" for n, t in spent]
-    figure = go.Figure()
-    figure.add_trace(
+    chart = go.Figure()
+    chart.add_trace(
         go.Scatter(
             x=labels,
             y=progress.hypervolume,
@@ -251,7 +251,7 @@ def progress_chart(progress: Progress) -> go.Figure:
             hovertext=hover,
         )
     )
-    figure.add_trace(
+    chart.add_trace(
         go.Scatter(
             x=labels,
             y=progress.best_throughput,
@@ -261,7 +261,7 @@ def progress_chart(progress: Progress) -> go.Figure:
             yaxis="y2",
         )
     )
-    figure.add_trace(
+    chart.add_trace(
         go.Scatter(
             x=labels,
             y=progress.best_memory,
@@ -271,8 +271,8 @@ def progress_chart(progress: Progress) -> go.Figure:
             yaxis="y3",
         )
     )
-    figure.update_layout(**PROGRESS_LAYOUT)
-    return figure
+    chart.update_layout(**PROGRESS_LAYOUT)
+    return chart
 
 
 PROGRESS_LAYOUT = {

@@ -1,4 +1,4 @@
-"""Lay out the report as one self-contained HTML page (plotly.js inlined once, no network needed); the figures
+"""Lay out the report as one self-contained HTML page (plotly.js inlined once, no network needed); the charts
 themselves are drawn by autotune/report/charts.py.
 
 Every text that comes from a model, a prompt, an error or the user is escaped before it reaches the
@@ -41,11 +41,11 @@ def write_report(data: ReportData, path: Path) -> Path:
 def render(data: ReportData) -> str:
     sections = [
         _header(data),
-        _section("Pareto front", _front_figures(data), "front"),
+        _section("Pareto front", _front_charts(data), "front"),
         _section("Configurations to deploy", _cards(data), "cards"),
         _section("Decode ceiling", ceiling_section(data.ceilings), "ceiling") if data.ceilings else "",
-        _section("What matters", _importance_figures(data), "knobs"),
-        _section("Progress of the search", _progress_figure(data), "progress"),
+        _section("What matters", _importance_charts(data), "knobs"),
+        _section("Progress of the search", _progress_chart(data), "progress"),
         _section("Failures", _failures(data), "failures"),
         _section("All trials", _trials_table(data), "trials"),
         _section("Environment and budget", _environment(data), "environment"),
@@ -92,19 +92,19 @@ def _constraint_label(constraint: Constraint, data: ReportData) -> str:
 # -------------------------------------------------------------------------------------------- plots
 
 
-def _front_figures(data: ReportData) -> str:
+def _front_charts(data: ReportData) -> str:
     complete = data.complete
     if not complete:
         return "<p>No trial completed yet, so there is no front to draw.</p>"
     front, objectives = set(data.pareto), data.settings.objective_metrics
-    html = _figure_html(front_chart(complete, front, data, objectives), "fig-front")
+    html = _chart_html(front_chart(complete, front, data, objectives), "fig-front")
     if len(objectives) >= 3:
-        html += _figure_html(three_d_chart(complete, front, data, objectives), "fig-front-3d")
+        html += _chart_html(three_d_chart(complete, front, data, objectives), "fig-front-3d")
     return html
 
 
-def _figure_html(figure: go.Figure, div_id: str) -> str:
-    return figure.to_html(full_html=False, include_plotlyjs=False, div_id=div_id, config={"displaylogo": False})
+def _chart_html(chart: go.Figure, div_id: str) -> str:
+    return chart.to_html(full_html=False, include_plotlyjs=False, div_id=div_id, config={"displaylogo": False})
 
 
 # -------------------------------------------------------------------------------------------- cards
@@ -129,7 +129,7 @@ def _card(card: ParetoCard, index: int) -> str:
         )
     )
     knobs = ", ".join(f"{escape(str(k))}={escape(str(v))}" for k, v in record.config.items())
-    curve = _figure_html(capacity_chart(card.curve), f"fig-capacity-{record.number}") if card.curve else ""
+    curve = _chart_html(capacity_chart(card.curve), f"fig-capacity-{record.number}") if card.curve else ""
     return (
         f"<article class='card'><h3>Trial #{record.number}{roles}</h3><p class='knobs'>{knobs}</p>"
         f"<ul>{''.join(f'<li>{escape(fact)}</li>' for fact in facts)}</ul>{curve}"
@@ -160,28 +160,28 @@ def _snippet(element_id: str, label: str, text: str, is_open: bool) -> str:
 # ---------------------------------------------------------------------------------- what matters
 
 
-def _importance_figures(data: ReportData) -> str:
+def _importance_charts(data: ReportData) -> str:
     parts = []
     importances = data.importances
     if importances is None or not importances.by_objective:
         parts.append(f"<p>Knob importances: {escape(importances.note if importances else 'not computed')}.</p>")
     else:
-        parts.append(_figure_html(importance_chart(importances.by_objective), "fig-importance"))
+        parts.append(_chart_html(importance_chart(importances.by_objective), "fig-importance"))
         parts.append(f"<p class='note'>{escape(importances.note)}.</p>")
     if data.parallel is not None:
-        parts.append(_figure_html(parallel_chart(data), "fig-parallel"))
+        parts.append(_chart_html(parallel_chart(data), "fig-parallel"))
     return "".join(parts)
 
 
 # -------------------------------------------------------------------------------------- progress
 
 
-def _progress_figure(data: ReportData) -> str:
+def _progress_chart(data: ReportData) -> str:
     progress = data.progress
     if progress is None:
         return "<p>No trial has run yet.</p>"
     verdict = f"<p class='verdict'>{escape(progress.verdict)}</p>"
-    return _figure_html(progress_chart(progress), "fig-progress") + verdict + _best_found(data)
+    return _chart_html(progress_chart(progress), "fig-progress") + verdict + _best_found(data)
 
 
 def _best_found(data: ReportData) -> str:
