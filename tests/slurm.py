@@ -128,9 +128,20 @@ def job_ended(cluster: SlurmCluster, job: str) -> bool:
     return listed.returncode != 0 or not listed.stdout.strip()
 
 
+LISTPIDS_TRIES = 20  # half a second apart: a step being torn down leaves `scontrol listpids` failing a moment
+
+
 def step_of(cluster: SlurmCluster, job: str, pid: int) -> str | None:
-    """The step (JOB.STEP) a process belongs to, from `scontrol listpids`; None if in none of the job's."""
-    for line in cluster.run("scontrol", "listpids", job).splitlines()[1:]:
+    """The step (JOB.STEP) a process belongs to, from `scontrol listpids`; None if in none of the job's. While a step
+    is torn down (a worker cancelled) its slurmstepd may not answer, and the listing fails: asked again."""
+    for _ in range(LISTPIDS_TRIES):
+        listed = subprocess.run(["scontrol", "listpids", job], env=cluster.env, capture_output=True, text=True)
+        if listed.returncode == 0:
+            break
+        time.sleep(0.5)
+    else:
+        raise AssertionError(f"scontrol listpids {job} failed {LISTPIDS_TRIES} times: {listed.stderr.strip()}")
+    for line in listed.stdout.splitlines()[1:]:
         fields = line.split()
         if fields and fields[0] == str(pid):
             return f"{fields[1]}.{fields[2]}"

@@ -55,7 +55,7 @@ def test_the_fused_steps_card_carries_the_loop_and_its_python_gives_generates_to
     for front_card in data.cards:  # whichever the machine put there
         loop = front_card.record.config["decode_loop"]
         assert ("custom_generate=" in front_card.python) == (loop != "generate"), front_card.python
-    fused_card = card(complete[("float32", "fused-step")], data.settings, data.baseline)
+    fused_card = card(complete[("float32", "fused-step")], data.settings, data.baseline, data.capacities)
     assert "custom_generate='./autotune-fused-step'" in fused_card.python
     assert "decode_loop=fused-step (serve runs its own decoding loop)" in fused_card.serve
     written = run_cli(["loop", "fused-step"], tmp_path, env)  # as the snippet's comment says
