@@ -1,7 +1,7 @@
 """Studies written by main 3dfe771 (where issue 63 was read) and by main bc744e6 (where its redesign began), each in
-tests/fixtures/studies_<commit> made by its make.sh, opened by today's code: `best` (table and JSON), `report`,
-`compare` and `history` print what that commit's own commands printed of them, byte for byte (the report without what
-changes from run to run)."""
+tests/fixtures/studies_<commit> made by tests/fixtures/make_studies.sh, opened by today's code: `best` (table and
+JSON), `report`, `compare` and `history` print what that commit's own commands printed of them, byte for byte (the
+report without what changes from run to run)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli, run_main
-from tests.fixtures.studies_bc744e6.page_text import page_text
+from tests.fixtures.page_text import page_text
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 MAINS = ("3dfe771", "bc744e6")
