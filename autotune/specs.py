@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune.paths import default_cache_dir
+from autotune.traffic.requests import TrafficRef
 from autotune.units import parse_duration
 
 if TYPE_CHECKING:
@@ -23,7 +24,9 @@ class WorkloadSpec:
     """The workload every trial of a study runs: its kind (autotune/workloads/: what a trial runs and measures) and
     its shape. The spec says what runs: a kind fixes what it decides itself (latency: batch 1) in the spec it stores
     (`WorkloadKind.as_run`). Bundled prompts are brought to exactly `input_len` tokens with context from the bundled
-    corpus; prompts from a file keep their own length, truncated to `input_len`.
+    corpus; prompts from a file keep their own length, truncated to `input_len`. With a request trace (`traffic`,
+    --traffic), each request brings its own input and output length instead: `input_len` and `output_len` then only
+    shape the teacher-forced quality check.
     """
 
     kind: str = "throughput"  # a kind of autotune.workloads.KINDS
@@ -44,12 +47,15 @@ class WorkloadSpec:
     # bound in seconds. A trial that meets it at no batch or rate is off the front.
     slo: dict[str, float] = field(default_factory=dict)
     slo_share: float = 0.95  # serve: the share of requests that must meet the SLO at a rate it sustains
+    # The request trace every trial replays (--traffic): which requests of which file, named by their checksum.
+    traffic: TrafficRef | None = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> WorkloadSpec:
         """From its JSON: to_json's, as a task carries it or a study stores it today (the forms studies stored before:
         autotune.study.migrations)."""
-        return cls(**data)
+        traffic = data.get("traffic")
+        return cls(**{**data, "traffic": TrafficRef.from_json(traffic) if traffic else None})
 
     @property
     def probes_capacity(self) -> bool:
@@ -59,8 +65,8 @@ class WorkloadSpec:
     def to_json(self) -> dict[str, Any]:
         """Plain data; without what a workload leaves at its default and studies stored before it existed (the serve
         load of other kinds, a probe's batch sizes, an SLO), so that those studies resume."""
-        data = asdict(self)
-        for name in ("serve", "batch_sizes", "slo", "slo_share"):
+        data = asdict(self) | {"traffic": self.traffic.to_json() if self.traffic else None}
+        for name in ("serve", "batch_sizes", "slo", "slo_share", "traffic"):
             if data[name] == _WORKLOAD_DEFAULTS[name]:
                 del data[name]
         return data

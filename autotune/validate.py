@@ -17,6 +17,7 @@ from autotune.errors import UserError
 from autotune.extras import why_storage_missing
 from autotune.paths import DEMO_MAX_POSITIONS, demo_model_path
 from autotune.specs import WorkloadSpec
+from autotune.traffic import counted_lengths
 
 if TYPE_CHECKING:
     from autotune.specs import SearchRequest
@@ -145,14 +146,29 @@ def check_context(model: str, revision: str | None, workload: WorkloadSpec, cach
 
 
 def context_problem(limit: tuple[str, int], workload: WorkloadSpec) -> str | None:
-    """The error line for a workload longer than the model's context, or None when it fits."""
+    """The error line for a workload longer than the model's context, or None when it fits: its shape, or the first
+    request of its trace whose length the trace says in tokens (text is the prepare step's to count)."""
     name, positions = limit
+    carried = workload.traffic.carried() if workload.traffic is not None else None
+    for number, counted in enumerate(counted_lengths(carried or []), 1):
+        if counted is not None and sum(counted) > positions:
+            return trace_too_long(workload.traffic.file, number, counted, limit)  # type: ignore[union-attr]
     needed = workload.input_len + workload.output_len
     if needed <= positions:
         return None
     return (
         f"--input-len {workload.input_len} + --output-len {workload.output_len} = {needed} tokens, but the model "
         f"has {positions} positions ({name} in its config); lower --input-len or --output-len to fit {positions}"
+    )
+
+
+def trace_too_long(file: str, number: int, lengths: tuple[int, int], limit: tuple[str, int]) -> str:
+    """The error line for a request of a trace longer than the model's context."""
+    (tokens_in, tokens_out), (name, positions) = lengths, limit
+    return (
+        f"traffic file {file}, request {number}: {tokens_in} tokens in + {tokens_out} out = {tokens_in + tokens_out} "
+        f"tokens, but the model has {positions} positions ({name} in its config); shorten that request or drop it "
+        "from the trace"
     )
 
 

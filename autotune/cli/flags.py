@@ -17,7 +17,7 @@ from typing import Annotated, Any, TypeVar, get_args, get_origin
 import typer
 
 from autotune.analysis.tolerances import DEFAULT_TOLERANCES, GivenTolerances
-from autotune.data import load_prompts
+from autotune.data import DEMO_TRACE, load_prompts
 from autotune.errors import UserError
 from autotune.extras import why_missing
 from autotune.figures.capacity import parse_batch_sizes
@@ -29,6 +29,7 @@ from autotune.specs import (
     ModelSpec,
     WorkloadSpec,
 )
+from autotune.traffic import DEFAULT_WINDOW, TrafficRef, read_trace
 from autotune.units import parse_duration
 from autotune.workloads import KINDS, Flag, foreign_flags, kind_flags, workload_kind
 
@@ -193,6 +194,24 @@ _OutputLen = Annotated[int, typer.Option("--output-len", min=2, help="Tokens gen
 _Prompts = Annotated[
     Path | None, typer.Option("--prompts", help="Your prompts: .jsonl ({'prompt': ...}) or text, one per line.")
 ]
+_Traffic = Annotated[
+    Path | None,
+    typer.Option(
+        "--traffic",
+        help="A request trace every trial replays instead of one shape: each request with its own input and output "
+        "length, and its arrival and conversation where the file has them. A .jsonl of requests (docs/traffic.md), "
+        "Mooncake's .jsonl, an Azure LLM inference trace's .csv, ShareGPT conversations (.json), or demo (built in).",
+    ),
+]
+_TrafficRequests = Annotated[
+    int | None,
+    typer.Option(
+        "--traffic-requests",
+        min=1,
+        help="How many requests of the --traffic trace each trial replays, from its first.",
+        show_default=f"{DEFAULT_WINDOW}, or all of a shorter trace",
+    ),
+]
 
 
 def _default_tolerance(figure: str) -> str:
@@ -288,6 +307,8 @@ def workload_spec(
     input_len: _InputLen = WorkloadSpec.input_len,
     output_len: _OutputLen = WorkloadSpec.output_len,
     prompts: _Prompts = None,
+    traffic: _Traffic = None,
+    traffic_requests: _TrafficRequests = None,
     **kind_values: Any,
 ) -> WorkloadSpec:
     """The workload of the flags; `kind_values`: the values of KIND_FLAGS, by parameter name (None: not given)."""
@@ -309,8 +330,35 @@ def workload_spec(
     path = str(prompts.resolve()) if prompts else None
     fields: dict[str, Any] = {"kind": kind, "batch_size": sizes[-1], "input_len": input_len, "output_len": output_len}
     fields |= {"prompts_path": path, "batch_sizes": sizes if len(sizes) > 1 else []}
+    lengths = {
+        "--input-len": (input_len, WorkloadSpec.input_len),
+        "--output-len": (output_len, WorkloadSpec.output_len),
+    }
+    fields["traffic"] = traffic_ref(traffic, traffic_requests, prompts, lengths)
     spec = WorkloadSpec(**(fields | workload.options(given)))  # a kind's own flags may decide a field of the spec
     return workload.as_run(spec)  # what its trials run, as the study stores it
+
+
+def traffic_ref(
+    path: Path | None, requests: int | None, prompts: Path | None, lengths: dict[str, tuple[int, int]]
+) -> TrafficRef | None:
+    """The trace --traffic names, read and checked now (bad input before anything runs), with the window of it each
+    trial replays; None without --traffic. `lengths`: --input-len and --output-len, each with its default."""
+    if path is None:
+        if requests is not None:
+            raise UserError("--traffic-requests goes with --traffic FILE")
+        return None
+    if prompts is not None:
+        raise UserError("--prompts and --traffic both give the prompts: give one of them")
+    for flag, (value, default) in lengths.items():  # at its default, a length only shapes the quality check
+        if value != default:
+            raise UserError(f"{flag} {value}: each request of --traffic has its own lengths; leave out {flag}")
+    trace = read_trace(DEMO_TRACE if str(path) == "demo" and not path.exists() else path)
+    if requests is not None and requests > len(trace.requests):
+        raise UserError(
+            f"--traffic-requests {requests}: {trace.name} holds {len(trace.requests)} requests; give at most that"
+        )
+    return TrafficRef.of(trace, min(requests or DEFAULT_WINDOW, len(trace.requests)))
 
 
 def port_problem(flag: Flag, port: int) -> str | None:

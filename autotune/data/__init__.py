@@ -1,4 +1,4 @@
-"""Bundled texts: training corpus of the demo model, evaluation text, and prompts."""
+"""Bundled texts: training corpus of the demo model, evaluation text, prompts, and the demo trace."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ DATA_DIR = Path(__file__).parent
 CORPUS = DATA_DIR / "corpus.txt"
 EVAL_TEXT = DATA_DIR / "eval.txt"
 PROMPTS = DATA_DIR / "prompts.jsonl"
+DEMO_TRACE = DATA_DIR / "demo-trace.jsonl"  # --traffic demo: benchmarks/traffic/make_demo_trace.py writes it
 
 
 def load_prompts(path: Path | None = None) -> list[str]:

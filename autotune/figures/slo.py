@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from autotune.errors import UserError
+from autotune.figures.stats import percentile
 
 SLO_FORM = '"ttft_p95<=300ms,itl_p95<=50ms" (ttft, itl or e2e; p50, p90, p95 or p99; us, ms or s)'
 SLO_FIGURES = ("ttft", "itl", "e2e")
@@ -63,3 +64,19 @@ def slo_misses(figures: Mapping[str, float], slo: Mapping[str, float]) -> list[s
 
 def within_slo(figures: Mapping[str, float], slo: Mapping[str, float]) -> bool:
     return not slo_misses(figures, slo)
+
+
+def request_figures(ttft_s: float, e2e_s: float, gaps_s: Sequence[float], slo: Mapping[str, float]) -> dict[str, float]:
+    """One request's own figure for each bound of the SLO: `ttft_p95_s` its TTFT, `e2e_p95_s` its latency, `itl_p95_s`
+    the p95 of its own gaps between tokens (0 without any)."""
+    figures = {}
+    ordered = sorted(gaps_s)
+    for name in slo:
+        figure, q = name.split("_")[0], float(name.split("_")[1][1:])
+        if figure == "ttft":
+            figures[name] = ttft_s
+        elif figure == "e2e":
+            figures[name] = e2e_s
+        else:
+            figures[name] = percentile(ordered, q) if ordered else 0.0
+    return figures

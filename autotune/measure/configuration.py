@@ -55,7 +55,7 @@ def measure(request: SearchRequest, overrides: dict[str, Value]) -> tuple[Config
         attention = info["default_attn_implementation"]
         baseline = baseline_config(space, info["checkpoint_dtype"], hardware.profile, "throughput", attention)
         config = _configuration(space.including(baseline), {**baseline, **overrides}, overrides)
-        built = build_plan(config, plan_target(hardware.profile, request))
+        built = build_plan(config, plan_target(hardware.profile, request, prepared.traffic))
         if problem := rules.unmeasurable(built):
             raise UserError(f"{problem}; set other knobs")
         spec = trial_spec(request, prepared, config, built.to_json())

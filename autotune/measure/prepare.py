@@ -20,6 +20,7 @@ from autotune.space import Config, SearchSpace, Target, build_plan, rules
 from autotune.space.knobs import AttentionKnob, DtypeKnob, WorkloadKnob, knob_defaults
 from autotune.specs import ModelSpec, SearchRequest
 from autotune.study import PreparedFacts
+from autotune.traffic.shape import TrafficShape
 from autotune.workloads import KINDS
 
 MODEL_PHASES = ("resolve", "tokenizer")  # a failure there is the model argument's: bad input
@@ -38,6 +39,7 @@ class Prepared:
     reference_perplexity: float
     baseline_config: Config
     hardware: ResolvedHardware
+    traffic: TrafficShape | None = None  # a trace's replayed requests, in the model's tokens
 
     def facts(self) -> PreparedFacts:
         return PreparedFacts(
@@ -49,6 +51,7 @@ class Prepared:
             baseline_config=self.baseline_config,
             device=self.hardware.device,
             hardware_note=self.hardware.note,
+            traffic=self.traffic,
         )
 
 
@@ -66,6 +69,8 @@ def prepare(
     `reference` fixes the reference configuration (a worker joining a study uses the study's);
     otherwise the most precise configuration the profile can run, that fits in memory, is chosen.
     """
+    if request.workload.traffic is not None:
+        request.workload.traffic.keep(request.storage.cache_dir)  # the trace's requests, where trials read them
     spec = _prepare_task(request, hardware, space, reference)
     if on_phase is not None:
         on_phase("spawn")
@@ -83,7 +88,16 @@ def prepare(
     baseline = baseline_config(space, info["checkpoint_dtype"], hardware.profile, request.workload.kind, attention)
     config = _with_defaults(space, found.config)
     return Prepared(
-        model, info, result.environment, config, found.path, found.greedy_path, found.perplexity, baseline, hardware
+        model,
+        info,
+        result.environment,
+        config,
+        found.path,
+        found.greedy_path,
+        found.perplexity,
+        baseline,
+        hardware,
+        details.traffic,
     )
 
 
@@ -156,14 +170,14 @@ def expected_reference(space: SearchSpace, profile: HardwareProfile, workload: s
     return _with_defaults(space, {**_defaults(_precise_dtypes(profile)[0], workload), AttentionKnob.name: attention})
 
 
-def plan_target(profile: HardwareProfile, request: SearchRequest) -> Target:
-    """What plans are built for: the profile's device type, the workload's shape (the requests its kind runs at once),
-    the draft model."""
+def plan_target(profile: HardwareProfile, request: SearchRequest, traffic: TrafficShape | None = None) -> Target:
+    """What plans are built for: the profile's device type, the workload's shape (the requests its kind runs at once,
+    the longest request of a trace once prepared), the draft model."""
     workload = request.workload
     return Target(
         profile.device_type,
         KINDS[workload.kind].requests(workload),
-        workload.input_len + workload.output_len,
+        traffic.max_tokens if traffic is not None else workload.input_len + workload.output_len,
         workload.kind,
         assistant_model=assistant_model(request),
     )

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from autotune.figures.capacity import Capacity
 from autotune.process.ceiling import Ceiling, CeilingSpec
 from autotune.specs import EvalSpec, ModelSpec, QualitySpec, WorkloadSpec
+from autotune.traffic.shape import TrafficShape
 from autotune.workloads import KindDetails, details_of, details_written
 
 TaskKind = Literal["prepare", "trial", "ceiling", "evaluate"]
@@ -109,7 +110,7 @@ class TaskSpec:
     compile_cache: CompileCacheSpec | None = None  # a study's trial: its compile folder and archives; None: torch's own
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return asdict(self) | {"workload": self.workload.to_json()}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TaskSpec:
@@ -153,6 +154,7 @@ class TaskDetails:
     model_path: str | None = None  # prepare: the folder the model loads from
     model: dict[str, Any] | None = None  # prepare: parameters, checkpoint dtype, default attention, position limit
     reference: FoundReference | None = None  # prepare
+    traffic: TrafficShape | None = None  # prepare with a trace: its replayed requests in the model's tokens
     plan: dict[str, Any] | None = None  # trial: the plan that ran, when this installation changed the planned one
     # a trial of a kind with details of its own (serve: the command that ran, each load level), its kind's type
     workload: KindDetails | None = None
@@ -167,6 +169,7 @@ class TaskDetails:
             "model_path": self.model_path,
             "model": self.model,
             "reference": asdict(self.reference) if self.reference else None,
+            "traffic": self.traffic.to_json() if self.traffic else None,
             "plan": self.plan,
             **(details_written(self.workload) if self.workload is not None else {}),
             "capacity": self.capacity.to_json() if self.capacity else None,
@@ -180,12 +183,13 @@ class TaskDetails:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TaskDetails:
         reference, capacity, ceilings = data.get("reference"), data.get("capacity"), data.get("ceilings")
-        evaluation, compiled = data.get("evaluation"), data.get("compile")
+        evaluation, compiled, traffic = data.get("evaluation"), data.get("compile"), data.get("traffic")
         known = {known.name for known in fields(cls)}
         return cls(
             **{
                 **{key: value for key, value in data.items() if key in known},
                 "reference": FoundReference(**reference) if reference else None,
+                "traffic": TrafficShape.from_json(traffic) if traffic else None,
                 "workload": details_of(data),
                 "capacity": Capacity.from_json(capacity) if capacity else None,
                 "ceilings": None if ceilings is None else [Ceiling(**ceiling) for ceiling in ceilings],

@@ -232,7 +232,9 @@ class TrialLoop:
         return self.space.violation(config) or ruled_out(config, history) or self._unmeasurable(config)
 
     def _unmeasurable(self, config: Config) -> str | None:
-        return rules.unmeasurable(build_plan(config, plan_target(self.session.profile, self.request)))
+        return rules.unmeasurable(
+            build_plan(config, plan_target(self.session.profile, self.request, self.session.prepared.traffic))
+        )
 
     def _measure(self, trial: Trial, durations: Durations, read: StudyRead) -> TaskResult:
         for why in trial.roles:  # passed over earlier, it fits now (more trials alike ended)

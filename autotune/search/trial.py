@@ -196,7 +196,7 @@ class Trial:
         assert self.asked is not None
         asked, session, request = self.asked, self.session, self.session.request
         self.events.trial_started(self.number, self.config, self.roles)
-        built = build_plan(self.config, plan_target(session.profile, request))
+        built = build_plan(self.config, plan_target(session.profile, request, session.prepared.traffic))
         studies.record_launch(asked, self.config, built.to_json(), self.roles)
         _record_forecast(asked, forecast)
         spec = trial_spec(request, session.prepared, self.config, built.to_json())

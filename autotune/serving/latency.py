@@ -33,6 +33,7 @@ from autotune.figures.metrics import (
     TTFT_P95,
 )
 from autotune.figures.slo import PERCENTILES, within_slo
+from autotune.figures.slo import request_figures as slo_request_figures
 from autotune.figures.stats import Summary, percentile
 from autotune.serving.load import RequestRecord
 
@@ -55,19 +56,8 @@ def latency_percentiles(records: Sequence[RequestRecord]) -> dict[str, float]:
 
 
 def request_figures(record: RequestRecord, slo: dict[str, float]) -> dict[str, float]:
-    """One completed request's own figure for each bound of the SLO: `ttft_p95_s` its TTFT, `e2e_p95_s` its latency,
-    `itl_p95_s` the p95 of its own gaps (0 without any)."""
-    figures = {}
-    for name in slo:
-        figure, q = name.split("_")[0], float(name.split("_")[1][1:])
-        if figure == "ttft":
-            figures[name] = record.ttft_s
-        elif figure == "e2e":
-            figures[name] = record.e2e_s
-        else:
-            gaps = sorted(record.gaps_s)
-            figures[name] = percentile(gaps, q) if gaps else 0.0
-    return figures
+    """One completed request's own figure for each bound of the SLO (figures/slo.py)."""
+    return slo_request_figures(record.ttft_s, record.e2e_s, record.gaps_s, slo)
 
 
 def meets_slo(record: RequestRecord, slo: dict[str, float]) -> bool:

@@ -19,6 +19,8 @@ from autotune.space.knobs import DeviceType
 from autotune.specs import QualitySpec, WorkloadSpec
 from autotune.study import migrations
 from autotune.study.optuna_internals import set_study_system_attr, study_system_attrs
+from autotune.traffic import TrafficRef
+from autotune.traffic.shape import TrafficShape
 from autotune.workloads import describe_workload, workload_as_run
 
 log = logging.getLogger(__name__)
@@ -50,10 +52,12 @@ class PreparedFacts:
     baseline_config: dict[str, Any] | None = None
     device: str | None = None
     hardware_note: str | None = None  # e.g. the profile names a smaller GPU than the one measured on
+    traffic: TrafficShape | None = None  # a trace's replayed requests, in the model's tokens
 
     def to_json(self) -> dict[str, Any]:
         if self == PreparedFacts():
             return {}
+        traffic = {"traffic": self.traffic.to_json()} if self.traffic else {}  # studies of one shape: as before
         return {
             "model_info": self.model_info,
             "model_path": self.model_path,
@@ -62,7 +66,7 @@ class PreparedFacts:
             "baseline": {"config": self.baseline_config},
             "device": self.device,
             "hardware_note": self.hardware_note,
-        }
+        } | traffic
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PreparedFacts:
@@ -76,6 +80,7 @@ class PreparedFacts:
             baseline_config=baseline.get("config"),
             device=data.get("device"),
             hardware_note=data.get("hardware_note"),
+            traffic=TrafficShape.from_json(data["traffic"]) if data.get("traffic") else None,
         )
 
 
@@ -139,8 +144,8 @@ class StudySettings:
     def _bound(self, key: str) -> Any:
         """A binding setting as it compares, as plain data: a workload as its trials run it (every field, each kind's
         own)."""
-        if key == "workload":
-            return workload_as_run(self.workload.to_json())
+        if key == "workload":  # its traffic by its requests, compared apart (check_resumable): a file may be renamed
+            return {k: v for k, v in workload_as_run(self.workload.to_json()).items() if k != "traffic"}
         return asdict(self.quality) if key == "quality" else getattr(self, key)
 
     @property
@@ -165,6 +170,11 @@ class StudySettings:
                 f"study {name!r} measured quality on the prefill path (it was written before 2026-11-27); new trials "
                 "measure it through each configuration's own decoding path, and their figures would not compare; "
                 "pass --study NEW_NAME to start a new study (report, best, compare and history still read this one)"
+            )
+        if self.workload.traffic != stored.workload.traffic:
+            raise StudyMismatchError(
+                f"study {name!r} replays {_traffic(stored.workload.traffic)}, not {_traffic(self.workload.traffic)}; "
+                "pass --study NEW_NAME to start a new study"
             )
         for key in self.BINDING:
             if self._bound(key) != stored._bound(key):
@@ -196,6 +206,10 @@ def _differing(stored: Any, given: Any) -> tuple[str, str]:
         fields = [field for field in {**stored, **given} if stored.get(field) != given.get(field)]
         stored, given = ({field: values.get(field) for field in fields} for values in (stored, given))
     return _short(stored), _short(given)
+
+
+def _traffic(traffic: TrafficRef | None) -> str:
+    return traffic.describe() if traffic is not None else "one shape of requests (no --traffic)"
 
 
 def _short(value: Any) -> str:

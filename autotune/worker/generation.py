@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -19,7 +20,7 @@ from autotune.worker.compat import PAGED, continuous_batching_config, pin_attent
 from autotune.worker.decode_loops import LOOPS
 from autotune.worker.failures import BrokenOutputError, UnsupportedError
 from autotune.worker.loading import materialize
-from autotune.worker.measurement.speed import Iteration
+from autotune.worker.measurement.speed import Iteration, Served
 from autotune.worker.measurement.token_clock import TokenClock
 
 
@@ -85,10 +86,41 @@ NEVER_PRODUCED_EOS = 2**31 - 1
 OUTPUT_HARNESS = "eos-never-produced"
 
 
-class PaddedGeneration:
-    """model.generate on one left-padded batch, with a forced output length."""
+@dataclass(frozen=True)
+class Call:
+    """One timed generate() call: when it began and ended, when each step's token came, what each row generated."""
 
-    def __init__(self, model: Any, plan: Plan, inputs: list[list[int]], spec: WorkloadSpec, pad_id: int) -> None:
+    start: float
+    end: float
+    times: list[float]
+    generated: list[list[int]]
+
+
+class RowLengths:
+    """A stopping criterion that ends each row at its own request's length, as a real end of sequence would end it:
+    generate() pads a row that ended and returns when its last row ends."""
+
+    def __init__(self, lengths: list[int], prompt_width: int, device: torch.device) -> None:
+        self.lengths = torch.tensor(lengths, device=device)
+        self.prompt_width = prompt_width
+
+    def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:
+        return self.lengths <= input_ids.shape[1] - self.prompt_width
+
+
+class PaddedGeneration:
+    """model.generate on one left-padded batch: every row to the workload's output length, or each to its own
+    (`lengths`: a trace's requests)."""
+
+    def __init__(
+        self,
+        model: Any,
+        plan: Plan,
+        inputs: list[list[int]],
+        spec: WorkloadSpec,
+        pad_id: int,
+        lengths: list[int] | None = None,
+    ) -> None:
         from transformers import StoppingCriteriaList  # imported here, not in the first timed call
 
         self.criteria = StoppingCriteriaList
@@ -98,7 +130,9 @@ class PaddedGeneration:
         mask = [[0] * (width - len(ids)) + [1] * len(ids) for ids in inputs]
         self.input_ids = torch.tensor(padded, device=model.device)
         self.attention_mask = torch.tensor(mask, device=model.device)
-        self.output_len = spec.output_len
+        self.lengths = lengths
+        self.row_lengths = RowLengths(lengths, width, model.device) if lengths else None
+        self.output_len = max(lengths) if lengths else spec.output_len
         self.pad_id = pad_id
         self.kwargs = materialize(plan.generate)  # once: a new CompileConfig per call would recompile
         if plan.decode_loop is not None:
@@ -111,22 +145,30 @@ class PaddedGeneration:
         return entered(self.plan_contexts)
 
     def run(self) -> Iteration:
+        call = self.call()
+        return iteration_from_clock(call.start, call.end, call.times, self.input_ids.shape[0], call.generated)
+
+    def call(self) -> Call:
+        """One timed call: every row's tokens, each cut at its own length."""
         clock = TokenClock(self.model.device)
         start = clock.start()
         with self.contexts():
             output = self._generate(clock)
         end = clock.stop()
         generated = output[:, self.input_ids.shape[1] :].tolist()
-        return iteration_from_clock(start, end, clock.times(start), self.input_ids.shape[0], generated)
+        if self.lengths:
+            generated = [row[:length] for row, length in zip(generated, self.lengths, strict=True)]
+        return Call(start, end, clock.times(start), generated)
 
     def _generate(self, clock: TokenClock) -> Any:
+        criteria = [clock] if self.row_lengths is None else [clock, self.row_lengths]
         return self.model.generate(
             input_ids=self.input_ids,
             attention_mask=self.attention_mask,
             max_new_tokens=self.output_len,
             do_sample=False,
             pad_token_id=self.pad_id,
-            stopping_criteria=self.criteria([clock]),
+            stopping_criteria=self.criteria(criteria),
             **self.kwargs,
         )
 
@@ -158,13 +200,16 @@ class ContinuousGeneration:
     runs, as a server sets them up once before it takes requests.
     """
 
-    def __init__(self, model: Any, plan: Plan, inputs: list[list[int]], spec: WorkloadSpec) -> None:
+    def __init__(
+        self, model: Any, plan: Plan, inputs: list[list[int]], spec: WorkloadSpec, lengths: list[int] | None = None
+    ) -> None:
         from transformers import GenerationConfig
 
         self.inputs = inputs
-        self.output_len = spec.output_len
+        self.lengths = lengths
+        self.output_len = max(lengths) if lengths else spec.output_len
         # No eos_token_id: continuous batching then disables early stopping, so every request is full length.
-        generation_config = GenerationConfig(max_new_tokens=spec.output_len, do_sample=False)
+        generation_config = GenerationConfig(max_new_tokens=self.output_len, do_sample=False)
         kwargs = materialize(plan.continuous)
         config = continuous_batching_config(kwargs)
         self.model = model
@@ -179,14 +224,21 @@ class ContinuousGeneration:
 
     def run(self) -> Iteration:
         start = time.perf_counter()
-        request_ids = self.manager.add_requests(
-            inputs=self.inputs, max_new_tokens=self.output_len, record_timestamps=True
-        )
+        if self.lengths:  # a trace's requests, all at once, each asking for its own tokens
+            request_ids = [
+                self.manager.add_request(ids, max_new_tokens=length, record_timestamps=True)
+                for ids, length in zip(self.inputs, self.lengths, strict=True)
+            ]
+        else:
+            request_ids = self.manager.add_requests(
+                inputs=self.inputs, max_new_tokens=self.output_len, record_timestamps=True
+            )
         results = self._wait_for(set(request_ids))
         end = time.perf_counter()
         outputs = [results[request_id] for request_id in request_ids if request_id in results]
-        _check_complete(outputs, len(self.inputs), self.output_len)
-        return iteration_from_timestamps(outputs, start, end)
+        _check_complete(outputs, len(self.inputs), self.lengths or [self.output_len] * len(self.inputs))
+        iteration = iteration_from_timestamps(outputs, start, end)
+        return replace(iteration, served=served_from_timestamps(outputs, start)) if self.lengths else iteration
 
     def _wait_for(self, pending: set[str]) -> dict[str, Any]:
         results: dict[str, Any] = {}
@@ -235,15 +287,30 @@ def iteration_from_timestamps(outputs: list[Any], start: float, end: float) -> I
     )
 
 
-def _check_complete(outputs: list[Any], expected: int, length: int) -> None:
+def served_from_timestamps(outputs: list[Any], start: float) -> Served:
+    """Each request of a trace under continuous batching, from when it was added (all at once, at `start`): it
+    decodes each request to its own end only, so its row steps are the tokens asked for."""
+    lengths = [len(out.generated_tokens) for out in outputs]
+    return Served(
+        ttfts_s=[out.timestamps[0] - start for out in outputs],
+        e2es_s=[out.timestamps[-1] - start for out in outputs],
+        gaps_s=[[b - a for a, b in itertools.pairwise(out.timestamps)] for out in outputs],
+        lengths=lengths,
+        row_steps=sum(lengths),
+    )
+
+
+def _check_complete(outputs: list[Any], expected: int, lengths: list[int]) -> None:
     failed = [out for out in outputs if out.error is not None]
     if failed:
         raise RuntimeError(f"continuous batching failed a request: {failed[0].error}")
     if len(outputs) != expected:
         raise BrokenOutputError(f"continuous batching returned {len(outputs)} of {expected} requests")
-    short = [len(out.generated_tokens) for out in outputs if len(out.generated_tokens) != length]
-    if short:
-        raise BrokenOutputError(f"continuous batching stopped early: {short[0]} of {length} tokens")
+    for out, length in zip(outputs, lengths, strict=True):
+        if len(out.generated_tokens) != length:
+            raise BrokenOutputError(
+                f"continuous batching generated {len(out.generated_tokens)} of the {length} tokens a request asked for"
+            )
 
 
 def make_generation(model: Any, plan: Plan, inputs: list[list[int]], spec: WorkloadSpec, pad_id: int) -> Generation:

@@ -53,10 +53,13 @@ from autotune.worker.measurement.speed import (
     latency_percentiles,
     roofline,
     speed_figures,
+    traffic_figures,
 )
 from autotune.worker.measurement.timing import repeat_until
+from autotune.worker.replay import make_replay
 from autotune.worker.tasks import Phases, inject_fault, plant_model_fault
 from autotune.worker.tensor_parallel import ranks_of, shared_clock
+from autotune.worker.traffic import ReplayRequest, replay_requests
 from autotune.workloads import KINDS
 
 
@@ -74,6 +77,7 @@ def run(spec: TaskSpec, phases: Phases) -> TaskResult:
         refuse_what_cannot_run(spec.candidate.config, planned)
         plan = planned
         tokenizer = load_tokenizer(spec.model)
+        requests = _replayed(spec, tokenizer)
         for requirement in rules.requirements(spec.candidate.config):
             importlib.import_module(requirement.import_name)  # counts as process baseline, not as model memory
         build_library_extensions(spec.device)
@@ -83,15 +87,16 @@ def run(spec: TaskSpec, phases: Phases) -> TaskResult:
     plant_model_fault(model, spec.fault)
     sizes = spec.workload.batch_sizes or [KINDS[spec.workload.kind].requests(spec.workload)]
     probe = Probe(sizes, spec.workload.slo, spec.memory_limit_bytes)
-    points = _climb(probe, lambda size: _measure_batch(spec, model, plan, tokenizer, size, memory, phases))
+    points = _climb(probe, lambda size: _measure_batch(spec, model, plan, tokenizer, size, memory, phases, requests))
     capacity = probe.capacity("batch")
     chosen = points[capacity.chosen.size if capacity.chosen else min(points)]
     workload_spec = replace(spec.workload, batch_size=int(chosen.size))
     with phases("quality"):
-        quality, quality_path = _quality(spec, model, plan, tokenizer, chosen)
+        quality, quality_path = _quality(spec, model, plan, tokenizer, chosen, requests)
     speed, stats = speed_figures(chosen.iterations, chosen.warmup[0])
-    figures = _roofline_and_cost(spec, model, plan, workload_spec, speed)
+    figures = _roofline_and_cost(spec, model, plan, workload_spec, speed, requests)
     metrics = {**speed, **chosen.latency, **quality, **chosen.memory, **figures}
+    metrics |= traffic_figures(chosen.iterations, spec.workload.slo)
     metrics[WARMUP.name] = phases.timings["warmup"]
     if ranks > 1:
         metrics[TP_RANKS] = float(ranks)  # the memory figures are rank 0's: one shard and its share of the work
@@ -146,15 +151,37 @@ def _climb(probe: Probe, measure: Callable[[int], MeasuredBatch]) -> dict[float,
     return measured
 
 
+def _replayed(spec: TaskSpec, tokenizer: Any) -> list[ReplayRequest] | None:
+    """The trace's requests every batch size replays (--traffic), as token ids; None for a workload of one shape."""
+    traffic = spec.workload.traffic
+    return replay_requests(traffic, Path(spec.cache_dir), tokenizer) if traffic else None
+
+
 def _measure_batch(
-    spec: TaskSpec, model: Any, plan: Plan, tokenizer: Any, size: int, memory: PeakMemory, phases: Phases
+    spec: TaskSpec,
+    model: Any,
+    plan: Plan,
+    tokenizer: Any,
+    size: int,
+    memory: PeakMemory,
+    phases: Phases,
+    requests: list[ReplayRequest] | None,
 ) -> MeasuredBatch:
+    """One batch size: its generation set up, warmed up, then timed. A trace's window is replayed whole each time:
+    one replay warms up (every batch's shapes compiled), and the timing takes at least one."""
     workload = replace(spec.workload, batch_size=size)
-    inputs = build_inputs(tokenizer, workload, size)
+    least = workload.min_iterations
     with phases("setup"):
-        generation = make_generation(model, plan, inputs, workload, tokenizer.pad_token_id)
+        if requests is not None:
+            queued = KINDS[workload.kind].requests_wait
+            generation = make_replay(model, plan, requests, workload, size, tokenizer.pad_token_id, queued)
+            least = 1
+        else:
+            inputs = build_inputs(tokenizer, workload, size)
+            generation = make_generation(model, plan, inputs, workload, tokenizer.pad_token_id)
     with phases("warmup"):
-        warmup = [generation.run() for _ in range(max(1, workload.warmup_iterations))]
+        warmups = 1 if requests is not None else max(1, workload.warmup_iterations)
+        warmup = [generation.run() for _ in range(warmups)]
     with phases("measure"):
         if (fault := spec.fault) and fault.get("batch") is not None and size >= int(fault["batch"]):
             inject_fault(fault["kind"])  # tests: a probe that fails from this batch on
@@ -162,7 +189,7 @@ def _measure_batch(
         energy = EnergyCounter(spec.device)
         energy.start()
         w = workload
-        iterations = repeat_until(generation.run, w.min_iterations, w.min_seconds, w.max_iterations, shared_clock)
+        iterations = repeat_until(generation.run, least, w.min_seconds, w.max_iterations, shared_clock)
         joules = energy.joules()
         peak = memory.peak_bytes()
         generation.close()
@@ -184,7 +211,7 @@ def refuse_what_cannot_run(config: dict[str, Any], plan: Plan) -> None:
 
 
 def _quality(
-    spec: TaskSpec, model: Any, plan: Plan, tokenizer: Any, chosen: MeasuredBatch
+    spec: TaskSpec, model: Any, plan: Plan, tokenizer: Any, chosen: MeasuredBatch, requests: list[ReplayRequest] | None
 ) -> tuple[dict[str, float], str]:
     """Broken-output checks; KL, top-1, perplexity and token agreement teacher-forced through the generation that was
     timed (autotune/worker/measurement/quality.py); greedy agreement and the degenerate share (tier 0) of its own
@@ -196,7 +223,7 @@ def _quality(
     reason = broken_reason(generated, reference_greedy)
     if reason:
         raise BrokenOutputError(reason)
-    forced, path = _forced_generation(spec, model, plan, tokenizer, chosen)
+    forced, path = _forced_generation(spec, model, plan, tokenizer, chosen, requests)
     reference = load_reference(Path(spec.reference_path))  # type: ignore[arg-type] - checked in run()
     quality = judged_quality(forced, reference, reference_greedy, model.device)
     if reference_greedy is not None:
@@ -205,18 +232,30 @@ def _quality(
 
 
 def _forced_generation(
-    spec: TaskSpec, model: Any, plan: Plan, tokenizer: Any, chosen: MeasuredBatch
+    spec: TaskSpec, model: Any, plan: Plan, tokenizer: Any, chosen: MeasuredBatch, requests: list[ReplayRequest] | None
 ) -> tuple[PaddedGeneration, str]:
-    """The generation the quality is forced through: the timed one itself; under continuous batching, which takes no
-    logits processor, generate() on the same model, inputs and settings."""
+    """The generation the quality is forced through: the timed one itself; a trace's replay, generate() with its plan
+    on a batch of its requests (the quality's own shape); under continuous batching, which takes no logits processor,
+    generate() on the same model, inputs and settings."""
     if isinstance(chosen.generation, PaddedGeneration):
         return chosen.generation, DECODE
     workload = replace(spec.workload, batch_size=chosen.size)
+    if requests is not None:
+        inputs = [request.ids for request in requests[: chosen.size]]
+        path = GENERATE if plan.batching == "continuous" else DECODE
+        return PaddedGeneration(model, plan, inputs, workload, tokenizer.pad_token_id), path
     inputs = build_inputs(tokenizer, workload, chosen.size)
     return PaddedGeneration(model, plan, inputs, workload, tokenizer.pad_token_id), GENERATE
 
 
-def _roofline_and_cost(spec: TaskSpec, model: Any, plan: Plan, workload: WorkloadSpec, speed: dict[str, float]) -> dict:
+def _roofline_and_cost(
+    spec: TaskSpec,
+    model: Any,
+    plan: Plan,
+    workload: WorkloadSpec,
+    speed: dict[str, float],
+    replayed: list[ReplayRequest] | None,
+) -> dict:
     weight_bytes = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
     config = model.config.get_text_config(decoder=True)
     heads = config.num_attention_heads
@@ -224,12 +263,21 @@ def _roofline_and_cost(spec: TaskSpec, model: Any, plan: Plan, workload: Workloa
     element_bytes = 1 if plan.quantized_kv_cache else torch.finfo(model.dtype).bits // 8
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
     kv = kv_bytes_per_token(config.num_hidden_layers, kv_heads, head_dim, element_bytes)
-    requests = KINDS[workload.kind].requests(workload)
-    per_step = decode_bytes_per_step(weight_bytes, kv, requests, workload.input_len, workload.output_len)
+    at_once = KINDS[workload.kind].requests(workload)
+    input_len, output_len = _mean_lengths(workload, replayed)
+    per_step = decode_bytes_per_step(weight_bytes, kv, at_once, input_len, output_len)
     figures = {"weight_bytes": float(weight_bytes), "decode_bytes_per_step": per_step}
     if spec.bandwidth_gb_s and speed[THROUGHPUT.name] > 0:
-        figures |= roofline(speed[THROUGHPUT.name], requests, per_step, spec.bandwidth_gb_s)
+        figures |= roofline(speed[THROUGHPUT.name], at_once, per_step, spec.bandwidth_gb_s)
     if spec.price_per_hour is not None and speed[E2E_THROUGHPUT.name] > 0:
         price = spec.price_per_hour
         figures[COST_PER_MILLION_TOKENS.name] = cost_per_million_tokens(price, speed[E2E_THROUGHPUT.name])
     return figures
+
+
+def _mean_lengths(workload: WorkloadSpec, requests: list[ReplayRequest] | None) -> tuple[float, float]:
+    """The input and output length a decoding step's cache is sized by: the workload's, or the trace's means."""
+    if not requests:
+        return workload.input_len, workload.output_len
+    count = len(requests)
+    return sum(len(r.ids) for r in requests) / count, sum(r.output_len for r in requests) / count

@@ -37,7 +37,7 @@ from autotune.process.results import (
 )
 from autotune.space.knobs import AttentionKnob
 from autotune.space.plan import Plan
-from autotune.validate import context_problem, position_limit
+from autotune.validate import context_problem, position_limit, trace_too_long
 from autotune.worker.compile_cache import CompileCache, cache_key
 from autotune.worker.demo_model import demo_model_built, ensure_demo_draft
 from autotune.worker.environment import environment
@@ -47,6 +47,7 @@ from autotune.worker.loading import load_model, load_tokenizer
 from autotune.worker.measurement.quality import compute_reference, eval_rows, load_reference, reference_rows
 from autotune.worker.measurement.quality import save_reference as save_reference_file
 from autotune.worker.tensor_parallel import is_rank, is_reporting_rank, ranks_of, run_ranks
+from autotune.worker.traffic import ReplayRequest, replay_requests, shape_of
 from autotune.workloads import KINDS
 
 log = logging.getLogger(__name__)
@@ -166,12 +167,16 @@ def _prepare(spec: TaskSpec, phases: Phases) -> TaskResult:
         tokenizer = load_tokenizer(model)
     with phases("context"):  # a hub model's config is first seen here; a local one was checked already
         limit = info["position_limit"]
-        problem = context_problem((limit[0], limit[1]), spec.workload) if limit else None
+        requests = (
+            replay_requests(spec.workload.traffic, Path(spec.cache_dir), tokenizer) if spec.workload.traffic else None
+        )
+        problem = _context_problem((limit[0], limit[1]), spec, requests) if limit else None
         if problem:
             raise ValueError(problem)
     with phases("reference"):
-        reference = _ensure_reference(spec, model, tokenizer, info)
-    details = TaskDetails(model_path=model.path, model=info, reference=reference)
+        reference = _ensure_reference(spec, model, tokenizer, info, requests)
+    traffic = shape_of(requests) if requests is not None else None
+    details = TaskDetails(model_path=model.path, model=info, reference=reference, traffic=traffic)
     return TaskResult(Outcome.OK, details=details, environment=environment(spec.device))
 
 
@@ -227,22 +232,41 @@ def _model_files_fingerprint(path: Path) -> list[tuple[str, int]]:
     return sorted((item.name, item.stat().st_size) for item in path.iterdir() if item.is_file())
 
 
-def _ensure_reference(spec: TaskSpec, model: ModelSpec, tokenizer: Any, info: dict[str, Any]) -> FoundReference:
+def _context_problem(limit: tuple[str, int], spec: TaskSpec, requests: list[ReplayRequest] | None) -> str | None:
+    """Why the workload does not fit in the model's positions: its shape, or the first request of the trace that is
+    longer (one line naming it); None when it fits."""
+    if requests is None or spec.workload.traffic is None:
+        return context_problem(limit, spec.workload)
+    for number, request in enumerate(requests, 1):
+        if len(request.ids) + request.output_len > limit[1]:
+            return trace_too_long(spec.workload.traffic.file, number, (len(request.ids), request.output_len), limit)
+    return context_problem(limit, replace(spec.workload, traffic=None))  # the quality check's shape
+
+
+def _ensure_reference(
+    spec: TaskSpec, model: ModelSpec, tokenizer: Any, info: dict[str, Any], requests: list[ReplayRequest] | None
+) -> FoundReference:
     """Reference outputs from the most precise candidate that runs, cached across studies.
 
     Two files: teacher-forced log-probabilities on the evaluation text, and greedy continuations of
-    the workload's inputs (keyed by those inputs too).
+    the workload's inputs (a trace's requests, each to its own length), keyed by those inputs too.
     """
-    inputs = build_inputs(tokenizer, spec.workload, spec.workload.batch_size)  # every prompt any trial may run
+    if requests is not None:
+        inputs, lengths = [r.ids for r in requests], [r.output_len for r in requests]
+    else:  # every prompt any trial may run
+        inputs, lengths = build_inputs(tokenizer, spec.workload, spec.workload.batch_size), None
     failures = []
     for planned in spec.reference_candidates:
         candidate = _with_default_attention(planned, info)
         key = reference_key(spec, model, candidate)
         logprobs_path = Path(spec.cache_dir) / "references" / f"{key}.pt"
-        greedy_path = logprobs_path.with_name(f"{key}-greedy-{_inputs_key(inputs, spec.workload.output_len)}.json")
+        outputs = lengths or spec.workload.output_len
+        greedy_path = logprobs_path.with_name(f"{key}-greedy-{_inputs_key(inputs, outputs)}.json")
         if not (logprobs_path.exists() and greedy_path.exists()):
             try:
-                _compute_reference(spec, model, tokenizer, info, candidate, inputs, logprobs_path, greedy_path)
+                _compute_reference(
+                    spec, model, tokenizer, info, candidate, (inputs, lengths), logprobs_path, greedy_path
+                )
             except torch.OutOfMemoryError as error:
                 failures.append(f"{candidate.config}: {error}")
                 torch.cuda.empty_cache()
@@ -262,7 +286,7 @@ def _with_default_attention(candidate: Candidate, info: dict[str, Any]) -> Candi
     return Candidate({**candidate.config, AttentionKnob.name: info["default_attn_implementation"]}, candidate.plan)
 
 
-def _inputs_key(inputs: list[list[int]], output_len: int) -> str:
+def _inputs_key(inputs: list[list[int]], output_len: int | list[int]) -> str:
     return hashlib.sha256(json.dumps([inputs, output_len, OUTPUT_HARNESS]).encode()).hexdigest()[:16]
 
 
@@ -272,10 +296,13 @@ def _compute_reference(
     tokenizer: Any,
     info: dict[str, Any],
     candidate: Candidate,
-    inputs: list[list[int]],
+    workload_inputs: tuple[list[list[int]], list[int] | None],
     logprobs_path: Path,
     greedy_path: Path,
 ) -> None:
+    """The reference's outputs: forced along the evaluation text, and its greedy continuations of the workload's inputs
+    (a trace's requests in batches of the workload's, each to its own length)."""
+    inputs, lengths = workload_inputs
     plan = Plan.from_json(candidate.plan)
     loaded = load_model(model, plan, spec.device)
     if not logprobs_path.exists():
@@ -287,7 +314,13 @@ def _compute_reference(
         save_reference_file(
             compute_reference(forced.forced, batch, rows, loaded.device, top_k, positions), logprobs_path
         )
-    generated = PaddedGeneration(loaded, plan, inputs, spec.workload, tokenizer.pad_token_id).run().generated
+    batch = KINDS[spec.workload.kind].requests(spec.workload) if lengths else len(inputs)
+    generated = []
+    for start in range(0, len(inputs), batch):
+        rows, wanted = inputs[start : start + batch], lengths[start : start + batch] if lengths else None
+        generated += (
+            PaddedGeneration(loaded, plan, rows, spec.workload, tokenizer.pad_token_id, wanted).call().generated
+        )
     write_json_atomically(greedy_path, {"inputs": inputs, "generated": generated})
     del loaded
 

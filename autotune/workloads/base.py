@@ -125,6 +125,9 @@ class WorkloadKind:
     time_factor: ClassVar[float] = 1.0
     # What its trials return of their own beside their figures, typed (None: nothing).
     details: ClassVar[type[KindDetails] | None] = None
+    # A trace's requests (--traffic) are all there from the replay's start, each waiting for those before it (its time
+    # to first token counts from then); False: they are sent one at a time, each timed from its own start.
+    requests_wait: ClassVar[bool] = True
 
     def requests(self, spec: WorkloadSpec) -> int:
         """How many requests a trial runs at once: it sizes the plan (paged cache) and what a value may run with."""

@@ -16,6 +16,7 @@ class Latency(WorkloadKind):
     help = "one prompt at a time"
     flags = (MIN_SECONDS,)
     aims: ClassVar[Mapping[str, tuple[str, ...]]] = {"speed": ("latency",), "time": ("latency",), "memory": ("memory",)}
+    requests_wait = False
 
     def requests(self, spec: WorkloadSpec) -> int:
         return 1

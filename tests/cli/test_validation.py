@@ -76,6 +76,12 @@ CASES = [
         ["search", *DEMO, "--constraint", "flips<=0.05"],
         "task_flips is measured after the search, on the front's finalists (--eval)",
     ),
+    (["search", *DEMO, "--traffic", "{things}/missing.jsonl"], "cannot read traffic file"),
+    (["search", *DEMO, "--traffic", "{things}/a-file"], "a-file: not a trace autotune reads; give a .jsonl"),
+    (["search", *DEMO, "--traffic-requests", "5"], "--traffic-requests goes with --traffic FILE"),
+    (["search", *DEMO, "--traffic", "demo", "--prompts", "{things}/a-file"], "--prompts and --traffic both give"),
+    (["search", *DEMO, "--traffic", "demo", "--output-len", "32"], "--output-len 32: each request of --traffic has"),
+    (["search", *DEMO, "--traffic", "demo", "--traffic-requests", "100"], "demo-trace.jsonl holds 48 requests"),
     (["measure", "--model", "demo", "--gpu", "cpu", "--device", NO_GPU], "no such CUDA GPU here"),
     (["measure", "--model", "demo", "--gpu", "cpu", "--input-len", "600"], "but the model has 512 positions"),
     (["worker", "--study", "x", "--storage", "sqlite:///{things}/none.db", "--device", NO_GPU], "no such CUDA GPU"),
@@ -122,6 +128,35 @@ def test_a_workload_longer_than_a_local_models_context_is_refused(tmp_path: Path
     assert_one_line_error(completed, limit)
     assert "--input-len 90 + --output-len 8 = 98 tokens" in completed.stderr
     assert list(cwd.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("lines", "message"),
+    [
+        ('{"input_tokens": 40, "output_tokens": 8}\n{"prompt": "x", "output_tokens": 8\n', "line 2: not JSON"),
+        (
+            '{"input_tokens": 40, "output_tokens": 8}\n{"input_tokens": 500, "output_tokens": 64}\n',
+            "request 2: 500 tokens in + 64 out = 564 tokens, but the model has 512 positions",
+        ),
+        (
+            '{"input_tokens": 300, "output_tokens": 8, "conversation": "c"}\n'
+            '{"prompt_ids": [1, 2], "output_tokens": 203, "conversation": "c"}\n',
+            "request 2: 310 tokens in + 203 out = 513 tokens",
+        ),
+    ],
+    ids=["malformed", "longer than the context", "a conversation's history longer"],
+)
+def test_a_bad_trace_is_refused_before_anything_is_written(tmp_path: Path, bare_cli_env, lines, message):
+    """Counts and token ids are checked against the model's positions before anything runs (text is counted by the
+    prepare step, with the model's tokenizer); a turn's input holds the turns before it and their outputs."""
+    cwd, things = _folders(tmp_path)
+    trace = things / "trace.jsonl"
+    trace.write_text(lines)
+    for command in (["search", *DEMO], ["measure", "--model", "demo", "--gpu", "cpu"]):
+        completed = run_main([*command, "--traffic", str(trace)], cwd, bare_cli_env)
+        assert_one_line_error(completed, message)
+        assert list(cwd.iterdir()) == []
+        assert not Path(bare_cli_env["AUTOTUNE_CACHE_DIR"]).exists(), "bad input wrote into the cache folder"
 
 
 def test_eval_without_lm_evaluation_harness_is_refused_in_one_line(tmp_path: Path, bare_cli_env, monkeypatch):

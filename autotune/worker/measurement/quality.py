@@ -50,9 +50,13 @@ ForcedRun = Callable[[torch.Tensor, LogitsProcessor], torch.Tensor]
 class ForcedRows:
     prompts: torch.Tensor  # [rows, prompt_len] token ids
     targets: torch.Tensor  # [rows, forced_len]: the tokens forced, one per decoded position
+    # [rows, forced_len]: the positions judged; None: all. A trace's request asked for fewer tokens than others: its
+    # reference continuation ends early, and the positions after it are forced along but not judged.
+    judged: torch.Tensor | None = None
 
     def __getitem__(self, rows: slice) -> ForcedRows:
-        return ForcedRows(self.prompts[rows], self.targets[rows])
+        judged = None if self.judged is None else self.judged[rows]
+        return ForcedRows(self.prompts[rows], self.targets[rows], judged)
 
     def __len__(self) -> int:
         return self.prompts.shape[0]
@@ -201,10 +205,12 @@ def judged_quality(
     prompts (padded where they were), forced along the reference's greedy continuations of them; with none (no greedy
     reference), no token agreement."""
     inputs, mask = generation.input_ids, generation.attention_mask
-    padded = not bool(mask.all()) or inputs.shape[1] != reference["prompts"].shape[1]
-    along = reference["targets"][: inputs.shape[0]] if greedy is None else torch.tensor(greedy[: inputs.shape[0]])
+    along = ForcedRows(inputs.cpu(), reference["targets"][: inputs.shape[0]])
+    if greedy is not None:
+        along = _along(inputs.cpu(), greedy[: inputs.shape[0]], generation.output_len)
+    padded = not bool(mask.all()) or inputs.shape[1] != reference["prompts"].shape[1] or along.judged is not None
     with_mask = lambda rows, processor: generation.forced(rows, processor, mask)  # noqa: E731
-    figures = trial_figures(generation.forced, with_mask, reference, ForcedRows(inputs.cpu(), along), padded, device)
+    figures = trial_figures(generation.forced, with_mask, reference, along, padded, device)
     if greedy is None:
         figures.pop(TOKEN_AGREEMENT.name)
     return figures
@@ -231,9 +237,19 @@ def trial_figures(
         rows = _joined(text[:count], prompts[: plan.token_count])
         both = _judge(run, batch, rows, torch.cat([top_idx[:count], unused]), device)
         judged, agreement = both[:count], both[count:]
-    return _text_figures(judged, reference, count) | {
-        TOKEN_AGREEMENT.name: (agreement.argmax == agreement.targets).float().mean().item()
-    }
+    same = agreement.argmax == agreement.targets
+    share = same.float().mean() if prompts.judged is None else same[prompts.judged].float().mean()
+    return _text_figures(judged, reference, count) | {TOKEN_AGREEMENT.name: share.item()}
+
+
+def _along(prompts: torch.Tensor, greedy: list[list[int]], width: int) -> ForcedRows:
+    """The prompts forced along the reference's greedy continuations of them, `width` tokens each: a continuation
+    shorter than that (a trace's request that asked for fewer) is padded with its last token, its padding not judged."""
+    if all(len(row) >= width for row in greedy):
+        return ForcedRows(prompts, torch.tensor([row[:width] for row in greedy]))
+    targets = torch.tensor([(row + row[-1:] * width)[:width] for row in greedy])
+    judged = torch.tensor([[position < len(row) for position in range(width)] for row in greedy])
+    return ForcedRows(prompts, targets, judged)
 
 
 @dataclass(frozen=True)
