@@ -18,6 +18,7 @@ from autotune.figures.metrics import (
     E2E_THROUGHPUT,
     ERRORS,
     GOODPUT,
+    GOODPUT_TOKENS,
     IN_FLIGHT_PEAK,
     ITL_P50,
     ITL_P95,
@@ -71,7 +72,7 @@ def level_figures(level: float, records: Sequence[RequestRecord], slo: dict[str,
     ends = [record.end for record in records if record.end is not None] or [records[-1].start]
     duration = max(ends) - min(record.start for record in records)
     percentiles = latency_percentiles(records)
-    met = sum(meets_slo(record, slo) for record in done)
+    met = [record for record in done if meets_slo(record, slo)]
     return {
         "load": level,
         REQUESTS: len(records),
@@ -79,8 +80,9 @@ def level_figures(level: float, records: Sequence[RequestRecord], slo: dict[str,
         "duration_s": duration,
         REQUESTS_PER_S.name: len(done) / duration if duration > 0 else 0.0,
         OUTPUT_TOK_S: sum(record.tokens for record in done) / duration if duration > 0 else 0.0,
-        GOODPUT.name: met / duration if duration > 0 else 0.0,
-        SLO_SHARE: met / len(records) if records else 0.0,  # of the requests sent, those that met the SLO
+        GOODPUT.name: len(met) / duration if duration > 0 else 0.0,
+        GOODPUT_TOKENS.name: sum(record.tokens for record in met) / duration if duration > 0 else 0.0,
+        SLO_SHARE: len(met) / len(records) if records else 0.0,  # of the requests sent, those that met the SLO
         "slo_met": bool(done) and within_slo(percentiles, slo),
         IN_FLIGHT_PEAK: float(in_flight_peak(records)),
         **percentiles,
@@ -123,6 +125,7 @@ def serve_figures(
         ERRORS.name: float(len(measured) - len(done)),
         REQUESTS_PER_S.name: max(level[REQUESTS_PER_S.name] for level in counted),
         GOODPUT.name: max(level[GOODPUT.name] for level in counted),
+        GOODPUT_TOKENS.name: max(level[GOODPUT_TOKENS.name] for level in counted),
         THROUGHPUT.name: best_tok_s,
         E2E_THROUGHPUT.name: best_tok_s,
     }

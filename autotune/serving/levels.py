@@ -12,7 +12,7 @@ from typing import Protocol
 
 from autotune.figures.capacity import Probe
 from autotune.serving.latency import level_figures
-from autotune.serving.load import Endpoint, RequestRecord, load_client, run_level, warm_up
+from autotune.serving.load import Endpoint, RequestRecord, Requests, load_client, run_level, warm_up
 
 
 class Watch(Protocol):
@@ -30,7 +30,7 @@ class Watch(Protocol):
 
 async def measure_levels(
     target: Endpoint,
-    prompts: Sequence[str],
+    requests: Requests,
     mode: str,
     probe: Probe,
     watch: Watch,
@@ -40,11 +40,11 @@ async def measure_levels(
     """Warm-up requests, then the levels the probe asks for (`requests_at(level)` requests each), each judged as it
     ends; every request sent, in order."""
     async with load_client(target) as client:
-        records = await warm_up(client, target, prompts, warmup)
+        records = await warm_up(client, target, requests, warmup)
     while (level := probe.next_size()) is not None:
         watch.begin()
         async with load_client(target) as client:  # each level on connections of its own
-            sent = await run_level(client, target, prompts, mode, level, requests_at(level))
+            sent = await run_level(client, target, requests, mode, level, requests_at(level))
         records += sent
         figures = level_figures(level, sent, probe.slo) | watch.figures()
         if (failure := watch.failure()) is not None:

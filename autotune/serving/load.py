@@ -1,13 +1,15 @@
 """An open-loop load generator for an OpenAI-style `/v1/completions` endpoint, streaming, with httpx.
 
 Each request's timeline is kept (start, every streamed chunk, end), or its error. Rate mode sends
-requests at Poisson arrival times whatever the server does (open loop); concurrency mode keeps that
-many requests in flight. Warm-up requests run first, one at a time, and are marked as such.
+requests at their arrival times whatever the server does (open loop): Poisson arrivals, or a trace's own scaled to
+the rate; concurrency mode keeps that many requests in flight. Each request asks for its own number of tokens (a
+trace's, or the workload's). Warm-up requests run first, one at a time, and are marked as such.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import random
 import time
@@ -27,6 +29,7 @@ class RequestRecord:
 
     level: float | None  # None: a warm-up request
     start: float
+    wanted: int = 0  # the tokens it asked for
     chunk_times: list[float] = field(default_factory=list)  # arrival of each streamed chunk with text
     end: float | None = None
     tokens: int = 0  # generated tokens, from the server's usage report (else the chunks with text)
@@ -52,30 +55,66 @@ class RequestRecord:
 
 @dataclass(frozen=True)
 class Endpoint:
-    """Where and what to send: the completions URL, the served model name, the forced output length."""
+    """Where to send: the completions URL, the served model name."""
 
     url: str
     model: str
-    output_len: int
     timeout_s: float = 120.0
 
-    def body(self, prompt: str) -> dict[str, Any]:
-        forced = {"min_new_tokens": self.output_len, "max_new_tokens": self.output_len, "do_sample": False}
+    def body(self, prompt: str, output_len: int) -> dict[str, Any]:
+        forced = {"min_new_tokens": output_len, "max_new_tokens": output_len, "do_sample": False}
         # transformers serve rejects `ignore_eos`; its own generation_config (a JSON string) forces the length.
         return {
             "model": self.model,
             "prompt": prompt,
-            "max_tokens": self.output_len,
+            "max_tokens": output_len,
             "stream": True,
             "generation_config": json.dumps(forced),
         }
 
 
-async def send(client: httpx.AsyncClient, target: Endpoint, prompt: str, level: float | None) -> RequestRecord:
-    """One streaming completion request; every failure is kept in the record, never raised."""
-    record = RequestRecord(level=level, start=time.perf_counter())
+@dataclass(frozen=True)
+class Requests:
+    """What a load sends, in order and again from the first when it needs more: each request's prompt and the tokens
+    it asks for; and where a trace gives them, their arrival times (seconds from the first), which a rate level scales
+    to its rate instead of drawing Poisson arrivals."""
+
+    prompts: Sequence[str]
+    output_lens: Sequence[int]
+    arrivals_s: Sequence[float] | None = None
+
+    @classmethod
+    def alike(cls, prompts: Sequence[str], output_len: int) -> Requests:
+        """Prompts that each ask for the same number of tokens, arriving as a Poisson process."""
+        return cls(prompts, [output_len] * len(prompts))
+
+    def __getitem__(self, index: int) -> tuple[str, int]:
+        return self.prompts[index % len(self.prompts)], self.output_lens[index % len(self.output_lens)]
+
+    def arrivals(self, rate: float, count: int, rng: random.Random) -> list[float]:
+        """When each of `count` requests starts, in seconds from the level's start, at `rate` requests per second:
+        the trace's own arrivals scaled so that they come at that rate on average (its bursts kept), from its first
+        again after its last; Poisson arrivals where the trace has none (or all at one instant)."""
+        if count <= 0:
+            return []
+        trace = list(self.arrivals_s or [])
+        span = trace[-1] - trace[0] if len(trace) > 1 else 0.0
+        if span <= 0:
+            return list(itertools.accumulate((rng.expovariate(rate) for _ in range(count - 1)), initial=0.0))
+        period = span * len(trace) / (len(trace) - 1)  # the trace once through, and one mean gap before it starts again
+        scale = (len(trace) - 1) / span / rate
+        return [(index // len(trace) * period + trace[index % len(trace)] - trace[0]) * scale for index in range(count)]
+
+
+async def send(
+    client: httpx.AsyncClient, target: Endpoint, request: tuple[str, int], level: float | None
+) -> RequestRecord:
+    """One streaming completion request (its prompt and the tokens it asks for); every failure is kept in the record,
+    never raised."""
+    prompt, output_len = request
+    record = RequestRecord(level=level, start=time.perf_counter(), wanted=output_len)
     try:
-        async with client.stream("POST", target.url, json=target.body(prompt)) as response:
+        async with client.stream("POST", target.url, json=target.body(prompt, output_len)) as response:
             if response.status_code != 200:
                 text = (await response.aread()).decode(errors="replace")
                 record.error = f"HTTP {response.status_code}: {text[:ERROR_TEXT_CHARS]}"
@@ -85,8 +124,8 @@ async def send(client: httpx.AsyncClient, target: Endpoint, prompt: str, level: 
         name = type(error).__name__  # httpx's ReadError (the server closed the stream) may say nothing more
         record.error = f"{name}: {error}"[:ERROR_TEXT_CHARS] if str(error) else name
     record.end = time.perf_counter()
-    if record.error is None and record.tokens != target.output_len:
-        record.error = f"the server generated {record.tokens} of {target.output_len} tokens"
+    if record.error is None and record.tokens != output_len:
+        record.error = f"the server generated {record.tokens} of {output_len} tokens"
     return record
 
 
@@ -111,7 +150,7 @@ async def _read_stream(response: httpx.Response, record: RequestRecord) -> None:
 
 async def run_load(
     target: Endpoint,
-    prompts: Sequence[str],
+    requests: Requests,
     mode: str,
     levels: Sequence[float],
     per_level: int,
@@ -121,10 +160,10 @@ async def run_load(
     """Warm-up requests one at a time, then `per_level` requests at each load level, lowest first, each level on
     connections of its own."""
     async with load_client(target) as client:
-        records = await warm_up(client, target, prompts, warmup)
+        records = await warm_up(client, target, requests, warmup)
     for level in levels:
         async with load_client(target) as client:
-            records += await run_level(client, target, prompts, mode, level, per_level, seed)
+            records += await run_level(client, target, requests, mode, level, per_level, seed)
     return records
 
 
@@ -136,47 +175,43 @@ def load_client(target: Endpoint) -> httpx.AsyncClient:
     return httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(target.timeout_s), trust_env=False)
 
 
-async def warm_up(
-    client: httpx.AsyncClient, target: Endpoint, prompts: Sequence[str], count: int
-) -> list[RequestRecord]:
+async def warm_up(client: httpx.AsyncClient, target: Endpoint, requests: Requests, count: int) -> list[RequestRecord]:
     """Requests one at a time, marked as warm-up (level None): they never count."""
-    return [await send(client, target, prompts[index % len(prompts)], None) for index in range(count)]
+    return [await send(client, target, requests[index], None) for index in range(count)]
 
 
 async def run_level(
     client: httpx.AsyncClient,
     target: Endpoint,
-    prompts: Sequence[str],
+    requests: Requests,
     mode: str,
     level: float,
     count: int,
     seed: int = 0,
 ) -> list[RequestRecord]:
-    """`count` requests at one load level: Poisson arrivals at `level` per second (the same draws at every rate for
-    one seed), or `level` clients."""
+    """`count` requests at one load level: arriving at `level` per second (a trace's arrivals scaled to it, else
+    Poisson arrivals, the same draws at every rate for one seed), or sent by `level` clients."""
     if mode == "rate":
-        return await _poisson(client, target, prompts, level, count, random.Random(seed))
-    return await _concurrent(client, target, prompts, int(level), count)
+        return await _open_loop(client, target, requests, level, requests.arrivals(level, count, random.Random(seed)))
+    return await _concurrent(client, target, requests, int(level), count)
 
 
-async def _poisson(
-    client: httpx.AsyncClient, target: Endpoint, prompts: Sequence[str], rate: float, count: int, rng: random.Random
+async def _open_loop(
+    client: httpx.AsyncClient, target: Endpoint, requests: Requests, rate: float, arrivals: list[float]
 ) -> list[RequestRecord]:
-    """Open loop: request i starts at the i-th arrival of a Poisson process of `rate` per second."""
+    """Open loop: request i starts at its arrival, whatever the server does."""
     begin = time.perf_counter()
-    arrival = 0.0
     tasks = []
-    for index in range(count):
+    for index, arrival in enumerate(arrivals):
         delay = begin + arrival - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(send(client, target, prompts[index % len(prompts)], rate)))
-        arrival += rng.expovariate(rate)
+        tasks.append(asyncio.create_task(send(client, target, requests[index], rate)))
     return list(await asyncio.gather(*tasks))
 
 
 async def _concurrent(
-    client: httpx.AsyncClient, target: Endpoint, prompts: Sequence[str], clients: int, count: int
+    client: httpx.AsyncClient, target: Endpoint, requests: Requests, clients: int, count: int
 ) -> list[RequestRecord]:
     """`clients` loops, each sending its next request as soon as its last one ends, `count` requests in all."""
     queue = list(range(count))
@@ -185,7 +220,7 @@ async def _concurrent(
     async def client_loop() -> None:
         while queue:
             index = queue.pop(0)
-            records.append(await send(client, target, prompts[index % len(prompts)], float(clients)))
+            records.append(await send(client, target, requests[index], float(clients)))
 
     await asyncio.gather(*(client_loop() for _ in range(clients)))
     return records

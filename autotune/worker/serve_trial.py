@@ -36,7 +36,7 @@ from autotune.figures.quality import SERVED
 from autotune.process.results import Outcome, TaskDetails, TaskResult, TaskSpec
 from autotune.serving.latency import serve_figures
 from autotune.serving.levels import measure_levels
-from autotune.serving.load import Endpoint, RequestRecord
+from autotune.serving.load import Endpoint, RequestRecord, Requests
 from autotune.serving.server import (
     ServerError,
     ServerProcess,
@@ -53,6 +53,7 @@ from autotune.worker.loading import load_model, load_tokenizer
 from autotune.worker.measurement.energy import EnergyCounter, energy_figures
 from autotune.worker.measurement.quality import degenerate_figures, eos_ids_of, judged_quality, load_reference
 from autotune.worker.measurement.speed import cost_per_million_tokens
+from autotune.worker.traffic import replay_requests
 from autotune.workloads.serve import ServeDetails, ServeSpec, level_probe, level_requests
 
 HEALTH_TIMEOUT_S = 600.0
@@ -66,12 +67,12 @@ def run(spec: TaskSpec, phases: Any) -> TaskResult:
     _check_servable(plan)
     load = ServeSpec.of(spec.workload)
     tokenizer = load_tokenizer(spec.model)
-    prompts = [tokenizer.decode(ids) for ids in build_inputs(tokenizer, spec.workload, spec.workload.batch_size)]
+    requests = _requests(spec, tokenizer)
     server_cores, client_cores = split_cores()
     argv = serve_argv(spec.model.path, plan.serve_flags, spec.device, load.port or free_port())
     server = ServerProcess(argv, server_cores)
     probe = level_probe(spec.workload)
-    records, joules, client_cpu = _serve(server, spec, prompts, probe, client_cores, phases)
+    records, joules, client_cpu = _serve(server, spec, requests, probe, client_cores, phases)
     slo = spec.workload.slo
     capacity = probe.capacity(load.mode)
     at = _at(capacity, slo)
@@ -102,8 +103,23 @@ def run(spec: TaskSpec, phases: Any) -> TaskResult:
     return TaskResult(Outcome.OK, metrics=metrics, stats=stats, environment=environment(spec.device), details=details)
 
 
+def _requests(spec: TaskSpec, tokenizer: Any) -> Requests:
+    """What the load sends: a trace's requests (--traffic), each with its own length and arrival, or the workload's
+    prompts, each asking for its output length."""
+    if spec.workload.traffic is None:
+        inputs = build_inputs(tokenizer, spec.workload, spec.workload.batch_size)
+        return Requests.alike([tokenizer.decode(ids) for ids in inputs], spec.workload.output_len)
+    replayed = replay_requests(spec.workload.traffic, Path(spec.cache_dir), tokenizer)
+    arrivals = [request.arrival_s for request in replayed]
+    return Requests(
+        [tokenizer.decode(request.ids) for request in replayed],
+        [request.output_len for request in replayed],
+        None if None in arrivals else arrivals,  # type: ignore[arg-type]
+    )
+
+
 def _serve(
-    server: ServerProcess, spec: TaskSpec, prompts: list[str], probe: Probe, client_cores: list[int], phases: Any
+    server: ServerProcess, spec: TaskSpec, requests: Requests, probe: Probe, client_cores: list[int], phases: Any
 ) -> tuple[list[RequestRecord], float | None, float]:
     """Start the server, drive it through the probe's levels from the client's cores, stop it: the requests' records,
     the joules the device spent, and the client's share of its cores."""
@@ -120,7 +136,7 @@ def _serve(
                 server.kill()
             cpu_before, started = psutil.Process().cpu_times(), time.perf_counter()
             energy.start()
-            records = asyncio.run(_drive(server, spec, prompts, probe))
+            records = asyncio.run(_drive(server, spec, requests, probe))
             if probe.points and probe.points[0].verdict == "failed":  # it fell over at once: no level to keep
                 server.check_alive("during the trial")
             joules = energy.joules()
@@ -136,16 +152,20 @@ def _serve(
 def _quality(spec: TaskSpec, plan: Plan, tokenizer: Any) -> dict[str, float]:
     """KL, top-1, perplexity and token agreement of the served configuration, loaded here and forced through
     generate() one prompt at a time, and the degenerate share (tier 0) of its own greedy generation of the first
-    prompt (autotune/worker/measurement/quality.py)."""
+    prompt, to the first request's own length under a trace (autotune/worker/measurement/quality.py)."""
     model = load_model(spec.model, plan, spec.device)
-    forced = PaddedGeneration(
-        model, plan, build_inputs(tokenizer, spec.workload, 1), spec.workload, tokenizer.pad_token_id
-    )
+    pad = tokenizer.pad_token_id
+    if spec.workload.traffic is not None:
+        first = replay_requests(spec.workload.traffic, Path(spec.cache_dir), tokenizer)[0]
+        inputs, lengths = [first.ids], [first.output_len]
+    else:
+        inputs, lengths = build_inputs(tokenizer, spec.workload, 1), None
+    forced = PaddedGeneration(model, plan, inputs, spec.workload, pad)
     reference = load_reference(Path(spec.reference_path))  # type: ignore[arg-type] - checked in run()
     greedy = None
     if spec.greedy_reference_path:
         greedy = json.loads(Path(spec.greedy_reference_path).read_text())["generated"]
-    generated = forced.run().generated
+    generated = PaddedGeneration(model, plan, inputs, spec.workload, pad, lengths).call().generated
     degenerate = degenerate_figures(generated, greedy, eos_ids_of(model))
     return judged_quality(forced, reference, greedy, model.device) | degenerate
 
@@ -177,17 +197,17 @@ def _check_servable(plan: Plan) -> None:
         raise UnsupportedError(f"transformers serve has no flag for: {', '.join(plan.not_servable)}", combination=True)
 
 
-async def _drive(server: ServerProcess, spec: TaskSpec, prompts: list[str], probe: Probe) -> list[RequestRecord]:
+async def _drive(server: ServerProcess, spec: TaskSpec, requests: Requests, probe: Probe) -> list[RequestRecord]:
     """Run the levels while sampling the server's memory; return every request sent."""
     load = ServeSpec.of(spec.workload)
     # The server knows the model by the name it was started with: the path as given.
     url = f"{server.base_url}/v1/completions"
-    target = Endpoint(url, spec.model.path, spec.workload.output_len, load.request_timeout_s)
+    target = Endpoint(url, spec.model.path, load.request_timeout_s)
     watch = ServerWatch(server)
     sampler = asyncio.create_task(watch.sample())
     try:
         requests_at = partial(level_requests, spec.workload)
-        return await measure_levels(target, prompts, load.mode, probe, watch, requests_at, load.warmup_requests)
+        return await measure_levels(target, requests, load.mode, probe, watch, requests_at, load.warmup_requests)
     finally:
         sampler.cancel()
 

@@ -315,14 +315,16 @@ def level_probe(spec: WorkloadSpec) -> Probe:
 
 
 def level_requests(spec: WorkloadSpec, level: float) -> int:
-    """How many requests a level sends: at least the load's `requests_per_level`. A rate level sends for at least
+    """How many requests a level sends: at least the load's `requests_per_level`, and a trace's whole window (a level
+    sends its requests in order, from its first again when it needs more). A rate level sends for at least
     `level_seconds`, long enough that a server short of the rate by the bracket's last step builds a queue as long as
     the SLO's bound, so that a burst it drains within the bound does not pass for a rate it sustains; a concurrency
     level sends `CLIENT_ROUNDS` requests per client, so that every client keeps one in flight."""
     load = ServeSpec.of(spec)
+    whole_trace = spec.traffic.requests if spec.traffic is not None else 0  # a trace's window, each of its requests
     if load.mode == "rate":
-        return max(load.requests_per_level, math.ceil(level * level_seconds(spec)))
-    return max(load.requests_per_level, CLIENT_ROUNDS * int(level))
+        return max(load.requests_per_level, math.ceil(level * level_seconds(spec)), whole_trace)
+    return max(load.requests_per_level, CLIENT_ROUNDS * int(level), whole_trace)
 
 
 def level_seconds(spec: WorkloadSpec) -> float:

@@ -19,7 +19,6 @@ import argparse
 import json
 import random
 import sys
-from pathlib import Path
 
 from transformers import AutoTokenizer
 

@@ -11,7 +11,7 @@ import pytest
 
 from autotune.figures.capacity import Probe, doubling
 from autotune.serving.levels import measure_levels
-from autotune.serving.load import Endpoint
+from autotune.serving.load import Endpoint, Requests
 from autotune.serving.server import HOST, free_port
 from tests.servers import start_trivial_server
 
@@ -47,7 +47,7 @@ def server_at(request):
         port = free_port()
         process = start_trivial_server(port, [0], fail_every=fail_every)
         started.append(process)
-        return Endpoint(f"http://{HOST}:{port}/v1/completions", "trivial", output_len=4), process
+        return Endpoint(f"http://{HOST}:{port}/v1/completions", "trivial"), process
 
     yield start
     for process in started:
@@ -61,7 +61,8 @@ def bracket(low: float, high: float) -> Probe:
 
 def drive(target: Endpoint, probe: Probe, watch: ProcessWatch, per_level: int = 4, warmup: int = 0) -> list:
     requests_at = lambda level: per_level  # noqa: E731
-    return asyncio.run(measure_levels(target, ["hello"], "concurrency", probe, watch, requests_at, warmup))
+    hello = Requests.alike(["hello"], 4)
+    return asyncio.run(measure_levels(target, hello, "concurrency", probe, watch, requests_at, warmup))
 
 
 def test_a_bracket_climbs_while_each_level_is_sustained_up_to_its_top(server_at):

@@ -4,6 +4,7 @@ and the load generator against a real trivial server (tests/servers.py) in its o
 from __future__ import annotations
 
 import asyncio
+import random
 import socket
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 from autotune.errors import UserError
 from autotune.figures.slo import describe_slo, parse_slo
 from autotune.serving.latency import meets_slo, serve_figures
-from autotune.serving.load import Endpoint, RequestRecord, run_load
+from autotune.serving.load import Endpoint, RequestRecord, Requests, run_load
 from autotune.serving.server import HOST, free_port
 from autotune.workloads.serve import parse_load
 from tests.conftest import run_cli
@@ -108,8 +109,8 @@ def trivial_server():
 
 
 def test_failed_requests_are_counted_apart_and_warm_up_is_excluded(trivial_server):
-    target = Endpoint(trivial_server, "trivial", output_len=8)
-    records = asyncio.run(run_load(target, ["hello"], "concurrency", [1, 2], per_level=10, warmup=2))
+    target = Endpoint(trivial_server, "trivial")
+    records = asyncio.run(run_load(target, Requests.alike(["hello"], 8), "concurrency", [1, 2], per_level=10, warmup=2))
     assert [record.level for record in records[:2]] == [None, None] and all(r.ok for r in records[:2])
     assert len(records) == 22
     metrics, stats, levels = serve_figures(records, {"ttft_p95_s": 60.0})
@@ -124,17 +125,34 @@ def test_failed_requests_are_counted_apart_and_warm_up_is_excluded(trivial_serve
 
 
 def test_poisson_load_sends_every_request_open_loop(trivial_server):
-    target = Endpoint(trivial_server.replace("/v1/completions", "/nowhere"), "trivial", output_len=4)
-    records = asyncio.run(run_load(target, ["hello"], "rate", [50.0], per_level=12, warmup=0))
+    target = Endpoint(trivial_server.replace("/v1/completions", "/nowhere"), "trivial")
+    records = asyncio.run(run_load(target, Requests.alike(["hello"], 4), "rate", [50.0], per_level=12, warmup=0))
     assert len(records) == 12 and all(record.error == "HTTP 404: Not Found" for record in records)
     with pytest.raises(RuntimeError, match="every request to transformers serve failed"):
         serve_figures(records, {})
 
 
 def test_a_request_to_a_closed_port_is_an_error_not_an_exception():
-    target = Endpoint(f"http://{HOST}:{free_port()}/v1/completions", "none", output_len=4)
-    records = asyncio.run(run_load(target, ["hello"], "concurrency", [2], per_level=3, warmup=0))
+    target = Endpoint(f"http://{HOST}:{free_port()}/v1/completions", "none")
+    records = asyncio.run(run_load(target, Requests.alike(["hello"], 4), "concurrency", [2], per_level=3, warmup=0))
     assert len(records) == 3 and all(record.error and "Connect" in record.error for record in records)
+
+
+def test_each_request_of_a_trace_asks_for_its_own_tokens_and_arrives_as_the_trace_scaled(trivial_server):
+    """A level replays the trace's requests in order (from the first again when it needs more), each asking for its
+    own length, at its own arrival scaled to the level's rate (its bursts kept)."""
+    trace = Requests(["a", "b", "c", "d"], [3, 9, 1, 5], [0.0, 0.1, 0.1, 3.0])
+    records = asyncio.run(run_load(Endpoint(trivial_server, "trivial"), trace, "rate", [4.0], per_level=6, warmup=0))
+    assert [record.wanted for record in records] == [3, 9, 1, 5, 3, 9]
+    answered = [record for record in records if record.ok]  # every 5th request is refused: the server's test fault
+    assert answered and all(record.tokens == record.wanted for record in answered)
+    # 4 requests over 3 s is 1/s: at 4/s, 4x faster; once through, then again after one mean gap (1 s, scaled)
+    arrivals = trace.arrivals(4.0, 6, random.Random(0))
+    assert arrivals == pytest.approx([0.0, 0.025, 0.025, 0.75, 1.0, 1.025])
+    starts = [record.start - records[0].start for record in records]
+    assert all(start >= arrival - 0.005 for start, arrival in zip(starts, arrivals, strict=True))  # never early
+    poisson = Requests.alike(["x"], 2).arrivals(4.0, 6, random.Random(0))
+    assert poisson[0] == 0.0 and poisson == sorted(poisson) and len(set(poisson)) == 6
 
 
 def test_goodput_and_energy_are_constraints():

@@ -25,15 +25,16 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # autotune and tests, run as a script
 
 from autotune.serving.latency import level_figures
-from autotune.serving.load import Endpoint, run_load
+from autotune.serving.load import Endpoint, Requests, run_load
 from autotune.serving.server import HOST, free_port, split_cores
 from tests.servers import start_trivial_server
 
 
-def measure_rate(target: Endpoint, rate: float, requests: int) -> tuple[dict, float]:
+def measure_rate(target: Endpoint, rate: float, requests: int, output_len: int) -> tuple[dict, float]:
     """Figures of one Poisson level and the generator's CPU seconds per second of wall time."""
     before, started = psutil.Process().cpu_times(), time.perf_counter()
-    records = asyncio.run(run_load(target, ["hello"], "rate", [rate], requests, warmup=5))
+    hello = Requests.alike(["hello"], output_len)
+    records = asyncio.run(run_load(target, hello, "rate", [rate], requests, warmup=5))
     wall = time.perf_counter() - started
     after = psutil.Process().cpu_times()
     cpu = (after.user - before.user + after.system - before.system) / wall
@@ -55,9 +56,9 @@ def main() -> None:
     print(f"{'offered req/s':>14} {'completed req/s':>16} {'errors':>7} {'TTFT p50 ms':>12} {'TTFT p95 ms':>12} "
           f"{'generator CPU':>14}")  # fmt: skip
     try:
-        target = Endpoint(f"http://{HOST}:{port}/v1/completions", "trivial", args.output_len)
+        target = Endpoint(f"http://{HOST}:{port}/v1/completions", "trivial")
         for rate in (float(value) for value in args.rates.split(",")):
-            figures, cpu = measure_rate(target, rate, args.requests)
+            figures, cpu = measure_rate(target, rate, args.requests, args.output_len)
             ttft_ms = f"{figures['ttft_p50_s'] * 1000:>12.2f} {figures['ttft_p95_s'] * 1000:>12.2f}"
             print(f"{rate:>14g} {figures['requests_per_s']:>16.1f} {figures['errors']:>7} {ttft_ms} {cpu:>13.0%}")
     finally:
