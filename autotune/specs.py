@@ -181,6 +181,7 @@ class WorkerRequest:
     budget: BudgetSpec = BudgetSpec()
     trust_remote_code: bool = False
     run_id: str | None = None  # tags the trials of one `search --devices` run
+    traffic: str | None = None  # a copy of the trace the study replays (--traffic), where its artifacts are not at hand
 
     def to_json(self) -> dict[str, Any]:
         """Plain data, paths as text."""
@@ -193,4 +194,11 @@ class WorkerRequest:
         storage = data["storage"] | {"studies_dir": Path(data["storage"]["studies_dir"])}
         storage["cache_dir"] = Path(storage["cache_dir"])
         budget = BudgetSpec(**data["budget"])
-        return cls(StorageSpec(**storage), data["device"], budget, data["trust_remote_code"], data["run_id"])
+        return cls(
+            StorageSpec(**storage),
+            data["device"],
+            budget,
+            data["trust_remote_code"],
+            data["run_id"],
+            data.get("traffic"),
+        )

@@ -71,6 +71,14 @@ Devices = Annotated[
 WarmStart = Annotated[
     str | None, typer.Option("--warm-start", help="Measure this study's Pareto configurations first.")
 ]
+WorkerTraffic = Annotated[
+    Path | None,
+    typer.Option(
+        "--traffic",
+        help="The trace the study replays, where this machine cannot fetch it from the study's artifacts.",
+        show_default="the study's copy",
+    ),
+]
 DryRunFlag = Annotated[
     bool,
     typer.Option(
@@ -244,6 +252,7 @@ def worker(
     budget: Budget,
     trust_remote_code: TrustRemoteCode = False,
     artifacts: Artifacts = None,
+    traffic: WorkerTraffic = None,
     storage_patience_s: StoragePatienceS,
 ) -> None:
     """Join an existing study as one more worker, on this machine's GPU (or CPU).
@@ -253,7 +262,7 @@ def worker(
     Example: autotune worker --study qwen-h100 --storage postgresql://tuner@db/studies --device cuda:1
     """
     places = StorageSpec(study, storage_url, artifacts, patience_s=storage_patience_s)
-    _join(WorkerRequest(places, device, budget, trust_remote_code))
+    _join(WorkerRequest(places, device, budget, trust_remote_code, traffic=str(traffic.resolve()) if traffic else None))
 
 
 def join(

@@ -31,6 +31,7 @@ from autotune.study.compile_archives import CompileArchives
 from autotune.study.patience import PatientStorage
 from autotune.study.records import front_numbers
 from autotune.study.recovery import LogAttacher, Recovery
+from autotune.study.traffic import fetch_window, store_window
 from autotune.workloads import metrics_of_one_kind
 
 
@@ -104,6 +105,8 @@ def open_session(checked: Checked, prepared: Prepared, events: SearchEvents) -> 
     moments.reach("study")
     study, space, settings = _create_or_load(checked, patient_storage, prepared)
     artifact_store = artifacts.open_store(request.storage.artifacts, checked.storage_url)
+    if request.workload.traffic is not None:  # the study's copy of its requests, for workers elsewhere
+        store_window(artifact_store, study, request.workload.traffic, request.storage.cache_dir)
     if not checked.joining:
         settings.prepared = prepared.facts()
         settings.space = space.to_json()
@@ -277,6 +280,10 @@ def check_worker(worker: WorkerRequest, events: SearchEvents) -> tuple[Checked, 
     request = _joined(worker, stored)
     checked = Checked(request, hardware, space, name, url, patient_storage, study, stored, joining=True)
     artifacts.check_location(worker.storage.artifacts, url)
+    if stored.workload.traffic is not None:  # its requests on this machine, before anything runs
+        store = artifacts.open_store(worker.storage.artifacts, url)
+        given = Path(worker.traffic) if worker.traffic else None
+        fetch_window(store, study, stored.workload.traffic, worker.storage.cache_dir, given)
     return checked, stored.prepared.reference_config
 
 

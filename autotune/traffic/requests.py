@@ -106,6 +106,7 @@ class TrafficRef:
     requests: int
     total: int
     sha256: str
+    timed: bool = False  # its requests have arrival times
     lines: bytes | None = field(default=None, compare=False, repr=False)
 
     def __eq__(self, other: object) -> bool:
@@ -119,7 +120,9 @@ class TrafficRef:
         """The first `count` requests of `trace` (None: all), normalized and named by their checksum."""
         window = trace.window(count)
         lines = normalized_lines(window)
-        return cls(trace.name, trace.format, len(window), len(trace.requests), hashlib.sha256(lines).hexdigest(), lines)
+        timed = all(request.arrival_s is not None for request in window)
+        sha = hashlib.sha256(lines).hexdigest()
+        return cls(trace.name, trace.format, len(window), len(trace.requests), sha, timed, lines)
 
     def carried(self) -> list[TraceRequest] | None:
         """The replayed requests this reference carries (read from a file in this process); None: read from a study."""
@@ -146,11 +149,13 @@ class TrafficRef:
             "requests": self.requests,
             "total": self.total,
             "sha256": self.sha256,
+            "timed": self.timed,
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> TrafficRef:
-        return cls(data["file"], data["format"], int(data["requests"]), int(data["total"]), data["sha256"])
+        requests, total = int(data["requests"]), int(data["total"])
+        return cls(data["file"], data["format"], requests, total, data["sha256"], bool(data.get("timed")))
 
     def describe(self) -> str:
         """ "the first 64 of 1000 requests of azure-code.csv (azure, sha256 1a2b3c4d)"."""

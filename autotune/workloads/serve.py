@@ -214,6 +214,9 @@ class Serve(WorkloadKind):
     details = ServeDetails
 
     def describe(self, spec: WorkloadSpec) -> str:
+        if spec.traffic is not None:
+            arriving = ", arriving as the trace's arrivals scaled to each rate" if spec.traffic.timed else ""
+            return f"{spec.traffic.describe()} sent to transformers serve, each with its own lengths{arriving}"
         prompts = "1 prompt" if spec.batch_size == 1 else f"{spec.batch_size} prompts"
         return f"{prompts} sent to transformers serve, {spec.input_len} tokens in, {spec.output_len} out"
 
