@@ -99,6 +99,7 @@ class Comparison:
     target: SloTarget | None = None  # the SLO both studies were searched within
     not_compared: str | None = None  # why their figures do not compare (another SLO); nothing else is set then
     quality_apart: str | None = None  # why their quality figures do not compare (measured on other paths)
+    traffic_apart: str | None = None  # compared anyway (--across-traffic): the different traffic each replayed
 
     @property
     def threshold(self) -> float:
@@ -114,16 +115,31 @@ class Comparison:
         return [figure for figure in ("throughput", "memory", "KL") if figure in named]
 
 
-def compare_studies(before: OpenedStudy, after: OpenedStudy, given: GivenTolerances) -> Comparison:
+def compare_studies(
+    before: OpenedStudy, after: OpenedStudy, given: GivenTolerances, across_traffic: bool = False
+) -> Comparison:
     """`autotune compare`: the earlier study against the later, with the tolerances given, else those of the earlier
-    study's device; a UserError when their figures at capacity do not compare (searched within other SLOs)."""
+    study's device; a UserError when their figures at capacity do not compare (searched within other SLOs), or when
+    they replayed other traffic, unless asked to compare across it."""
+    apart = traffic_apart(before, after)
+    if apart is not None and not across_traffic:
+        raise UserError(f"{apart}; their figures measure other requests: pass --across-traffic to compare them anyway")
     tolerances = given.on(before.settings.device_type)
     comparison = compare(before.records, before.front_numbers, after.records, after.front_numbers, tolerances,
                          (before.terms, after.terms))  # fmt: skip
     if comparison.not_compared:
         why = f"{before.name} and {after.name} do not compare: {comparison.not_compared}"
         raise UserError(f"{why}; compare studies searched with the same --slo (autotune best prints each one's)")
-    return comparison
+    return replace(comparison, traffic_apart=apart)
+
+
+def traffic_apart(before: OpenedStudy, after: OpenedStudy) -> str | None:
+    """How the traffic two studies replayed differs (--traffic, or one shape of requests); None where it is the same."""
+    ours, theirs = before.settings.workload.traffic, after.settings.workload.traffic
+    if ours == theirs:
+        return None
+    described = [t.describe() if t else "one shape of requests (no --traffic)" for t in (ours, theirs)]
+    return f"{before.name} replayed {described[0]}, {after.name} {described[1]}"
 
 
 def compare_stored(
@@ -133,10 +149,11 @@ def compare_stored(
     storage_b: str,
     given: GivenTolerances,
     waiting: Waiting = DEFAULT_WAITING,
+    across_traffic: bool = False,
 ) -> Comparison:
     """compare_studies of two stored studies, each by its name and storage URL."""
     before, after = OpenedStudy.open(study_a, storage_a, waiting), OpenedStudy.open(study_b, storage_b, waiting)
-    return compare_studies(before, after, given)
+    return compare_studies(before, after, given, across_traffic)
 
 
 def compare(before: list[TrialRecord], front_before: set[int], after: list[TrialRecord], front_after: set[int],

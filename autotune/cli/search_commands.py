@@ -123,6 +123,8 @@ def search(
     goal = search_goal(objective, objectives, _given(context, "kind"), constraint or [])
     if goal.workload is not None:
         workload = replace(workload, kind=goal.workload)
+    if workload.traffic is not None:
+        goal = goal.on_a_trace()
     if dry_run:
         _dry_run(
             SearchRequest(model, hardware, workload, budget=budget, space_path=space, objectives=goal.objectives),

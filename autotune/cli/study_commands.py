@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from autotune.cli.flags import (
+    FLAG,
     Constraints,
     FormatJson,
     OldReportFlag,
@@ -50,6 +51,15 @@ def compare(
         CompareFormat, typer.Option("--format", help="table, json, or markdown (a CI job summary).")
     ] = CompareFormat.table,
     as_json: FormatJson = False,
+    across_traffic: Annotated[
+        bool,
+        typer.Option(
+            "--across-traffic",
+            help="Compare studies that replayed other traffic (--traffic) anyway: their figures measure other "
+            "requests.",
+            metavar=FLAG,
+        ),
+    ] = False,
     storage_patience_s: StoragePatienceS,
 ) -> None:
     """Compare two studies: how each front configuration's figures moved; exit 3 on a regression.
@@ -67,7 +77,8 @@ def compare(
 
     url_a = storage_url or default_storage_url(study_a)
     url_b = storage_url_b or storage_url or default_storage_url(study_b)
-    comparison = compare_stored(study_a, url_a, study_b, url_b, tolerances, _waiting(storage_patience_s))
+    waiting = _waiting(storage_patience_s)
+    comparison = compare_stored(study_a, url_a, study_b, url_b, tolerances, waiting, across_traffic)
     print_comparison(study_a, study_b, comparison, "json" if as_json else output.value)
     if comparison.regressed:
         raise typer.Exit(3)

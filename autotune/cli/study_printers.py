@@ -66,6 +66,8 @@ def print_comparison(study_a: str, study_b: str, comparison: Comparison, output:
     )
     if comparison.quality_apart:
         out.print(f"{comparison.quality_apart}; a level is met within the memory tolerance alone")
+    if comparison.traffic_apart:
+        out.print(f"compared across traffic (--across-traffic): {comparison.traffic_apart}")
     for level in comparison.levels:
         out.print(_level_line(study_b, level, t))
 
@@ -86,6 +88,7 @@ def comparison_markdown(study_a: str, study_b: str, comparison: Comparison) -> s
         f"Tolerances: throughput -{t.throughput:.0%}, memory +{t.memory:.0%}, KL +{t.kl:.0%}.",
         *([f"Figures at each configuration's capacity {_md(comparison.target.within)}."] if comparison.target else []),
         *([f"{_md(comparison.quality_apart)}."] if comparison.quality_apart else []),
+        *([f"Compared across traffic: {_md(comparison.traffic_apart)}."] if comparison.traffic_apart else []),
         "",
         "| configuration | front | " + " | ".join(columns.values()) + " |",
         "|---|---|" + "---|" * len(columns),
@@ -113,6 +116,7 @@ def _comparison_document(study_a: str, study_b: str, comparison: Comparison) -> 
         "slo": comparison.target.slo if comparison.target else None,
         "within": comparison.target.within if comparison.target else None,
         "quality_apart": comparison.quality_apart,
+        **({"traffic_apart": comparison.traffic_apart} if comparison.traffic_apart else {}),
         "regressed": bool(comparison.regressed),
         "configurations": [asdict(movement) for movement in comparison.movements],
         "levels": [

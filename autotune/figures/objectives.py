@@ -9,11 +9,19 @@ constraints that keep quality. Flags the user gives override the preset's: `--wo
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from autotune.errors import UserError
 from autotune.figures.constraints import ALIASES
-from autotune.figures.metrics import METRICS, OBJECTIVES, Metric
+from autotune.figures.metrics import (
+    GOODPUT_TOKENS,
+    METRICS,
+    OBJECTIVES,
+    PREFIX_HIT_RATE,
+    THROUGHPUT,
+    WASTED_SHARE,
+    Metric,
+)
 
 
 @dataclass(frozen=True)
@@ -69,16 +77,30 @@ def _objective_aliases() -> list[str]:
     return [alias for alias, (name, _) in ALIASES.items() if METRICS[name].direction is not None]
 
 
+# Figures of a request trace's replay (--traffic); the serve kind's trials measure goodput in tokens without one too.
+ON_A_TRACE = (GOODPUT_TOKENS.name, WASTED_SHARE.name, PREFIX_HIT_RATE.name)
+SERVE_MEASURES_TOO = (GOODPUT_TOKENS.name,)
+
+
 def why_unavailable(
-    metric: Metric, workload: str, of_one_kind: Mapping[str, str], device_type: str, has_energy_counter: bool
+    metric: Metric,
+    workload: str,
+    of_one_kind: Mapping[str, str],
+    device_type: str,
+    has_energy_counter: bool,
+    traced: bool = False,
 ) -> str | None:
     """Why trials of this study could not produce the figure, or None when they can.
 
-    `of_one_kind`: figure -> the one workload kind whose trials report it (autotune.workloads.metrics_of_one_kind).
+    `of_one_kind`: figure -> the one workload kind whose trials report it (autotune.workloads.metrics_of_one_kind);
+    `traced`: the study replays a request trace (--traffic).
     """
     owner = of_one_kind.get(metric.name)
     if owner is not None and owner != workload:
         return f"{metric.name} is measured under --workload {owner} only (this study's workload is {workload})"
+    serve_too = metric.name in SERVE_MEASURES_TOO and workload == "serve"
+    if metric.name in ON_A_TRACE and not traced and not serve_too:
+        return f"{metric.name} is measured on a request trace only (give --traffic)"
     if metric.name == ENERGY and not has_energy_counter:
         where = "a CPU" if device_type == "cpu" else "this GPU (NVML reports no energy counter)"
         return f"{metric.name} needs NVML's GPU energy counter, and {where} has none"
@@ -91,10 +113,11 @@ def check_available(
     of_one_kind: Mapping[str, str],
     device_type: str,
     has_energy_counter: bool,
+    traced: bool = False,
 ) -> None:
     """One UserError line for the first objective no trial of this study could produce."""
     for name in objectives:
-        reason = why_unavailable(METRICS[name], workload, of_one_kind, device_type, has_energy_counter)
+        reason = why_unavailable(METRICS[name], workload, of_one_kind, device_type, has_energy_counter, traced)
         if reason is not None:
             raise UserError(f"objective {reason}; choose other --objectives")
 
@@ -107,6 +130,16 @@ class SearchGoal:
     workload: str | None  # the preset's workload kind, None where the user chose it or no preset was given
     constraints: tuple[str, ...]
     preset_guard: bool = False  # the constraints are the preset's, not the user's
+    objectives_given: bool = False  # the user listed them (--objectives)
+
+    def on_a_trace(self) -> SearchGoal:
+        """The goal of a search that replays a request trace (--traffic): where the objectives are a preset's or the
+        default three, goodput in tokens (the tokens the requests asked for, per second of the replay) takes the
+        place of decode throughput, which counts no time a request waited or was prefilled."""
+        if self.objectives_given:
+            return self
+        chosen = self.objectives or tuple(metric.name for metric in OBJECTIVES)
+        return replace(self, objectives=tuple(GOODPUT_TOKENS.name if n == THROUGHPUT.name else n for n in chosen))
 
 
 def search_goal(
@@ -116,10 +149,11 @@ def search_goal(
     chosen = preset_named(preset) if preset is not None else None
     names = parse_objectives(objectives) if objectives is not None else ()
     if chosen is None:
-        return SearchGoal(names, None, tuple(constraints))
+        return SearchGoal(names, None, tuple(constraints), objectives_given=bool(names))
     return SearchGoal(
         names or chosen.objectives,
         None if workload_given else chosen.workload,
         tuple(constraints) if constraints else chosen.constraints,
         preset_guard=not constraints and bool(chosen.constraints),
+        objectives_given=bool(names),
     )

@@ -180,6 +180,7 @@ def plan_target(profile: HardwareProfile, request: SearchRequest, traffic: Traff
         traffic.max_tokens if traffic is not None else workload.input_len + workload.output_len,
         workload.kind,
         assistant_model=assistant_model(request),
+        shared_prefixes=workload.traffic is not None and workload.traffic.shared,
     )
 
 

@@ -11,10 +11,12 @@ from collections.abc import Sequence
 from html import escape
 
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 from autotune.figures.metrics import KL_DIVERGENCE, METRICS, PEAK_MEMORY_BYTES, THROUGHPUT, TTFT, Metric
 from autotune.report.data import Progress, ReportData
 from autotune.study import TrialRecord
+from autotune.traffic.shape import TrafficShape
 from autotune.units import format_bytes, format_duration
 
 
@@ -292,3 +294,24 @@ PROGRESS_LAYOUT = {
     "height": 420,
     "legend": {"orientation": "h", "y": -0.3},
 }
+
+
+def traffic_chart(shape: TrafficShape) -> go.Figure:
+    """The replayed requests: how long their inputs and outputs are (tokens, histograms), and when they arrive
+    (requests arrived so far against seconds, where the trace has arrivals)."""
+    timed = shape.arrivals_s is not None
+    titles = ["input tokens per request", "output tokens per request"] + (["arrivals"] if timed else [])
+    chart = make_subplots(rows=1, cols=len(titles), subplot_titles=titles)
+    chart.add_trace(go.Histogram(x=list(shape.input_lens), name="input tokens", nbinsx=30), row=1, col=1)
+    chart.add_trace(go.Histogram(x=list(shape.output_lens), name="output tokens", nbinsx=30), row=1, col=2)
+    if shape.arrivals_s is not None:
+        arrived = list(range(1, shape.requests + 1))
+        line = {"shape": "hv"}
+        chart.add_trace(go.Scatter(x=list(shape.arrivals_s), y=arrived, name="arrived", line=line), row=1, col=3)
+        chart.update_xaxes(title_text="seconds from the first request", row=1, col=3)
+        chart.update_yaxes(title_text="requests arrived", row=1, col=3)
+    for column in (1, 2):
+        chart.update_xaxes(title_text="tokens", row=1, col=column)
+        chart.update_yaxes(title_text="requests", row=1, col=column)
+    chart.update_layout(showlegend=False, height=340, title=f"The {shape.requests} requests each trial replays")
+    return chart

@@ -25,6 +25,7 @@ from autotune.report.charts import (
     parallel_chart,
     progress_chart,
     three_d_chart,
+    traffic_chart,
 )
 from autotune.report.data import FailureGroup, ParetoCard, ReportData
 from autotune.report.pages import write_page
@@ -41,6 +42,7 @@ def write_report(data: ReportData, path: Path) -> Path:
 def render(data: ReportData) -> str:
     sections = [
         _header(data),
+        _section("Traffic", _traffic(data), "traffic") if data.settings.workload.traffic else "",
         _section("Pareto front", _front_charts(data), "front"),
         _section("Configurations to deploy", _cards(data), "cards"),
         _section("Decode ceiling", ceiling_section(data.ceilings), "ceiling") if data.ceilings else "",
@@ -101,6 +103,17 @@ def _front_charts(data: ReportData) -> str:
     if len(objectives) >= 3:
         html += _chart_html(three_d_chart(complete, front, data, objectives), "fig-front-3d")
     return html
+
+
+def _traffic(data: ReportData) -> str:
+    """Which trace the study was tuned on, and its requests as the model's tokenizer counts them (charts)."""
+    workload = data.settings.workload
+    assert workload.traffic is not None
+    shape = data.settings.prepared.traffic
+    said = f"<p>Tuned on {escape(workload.traffic.describe())}"
+    if shape is None:
+        return said + ": no trial of this study has prepared them yet.</p>"
+    return said + f": {escape(shape.describe())}.</p>" + _chart_html(traffic_chart(shape), "fig-traffic")
 
 
 def _chart_html(chart: go.Figure, div_id: str) -> str:

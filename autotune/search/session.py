@@ -248,7 +248,8 @@ def _check_objectives(settings: StudySettings, hardware: ResolvedHardware) -> No
     """An objective this device or workload cannot measure is bad input, not a study of failed trials."""
     counter = ENERGY in settings.objectives and has_energy_counter(hardware.device)
     device_type = "cuda" if hardware.device.startswith("cuda") else "cpu"
-    check_available(settings.objectives, settings.workload.kind, metrics_of_one_kind(), device_type, counter)
+    traced = settings.workload.traffic is not None
+    check_available(settings.objectives, settings.workload.kind, metrics_of_one_kind(), device_type, counter, traced)
 
 
 def find_warm_start(request: SearchRequest, url: str, events: SearchEvents) -> tuple[optuna.Study, str]:

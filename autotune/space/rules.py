@@ -152,8 +152,12 @@ def _package(requirement: Requires) -> Package:
 def workload_problem(knob: str, value: Value, target: Target) -> str | None:
     """Why a search for this workload never plans the value (it could only be refused), or None."""
     for refusal in KNOBS[knob].refused:
-        if value in refusal.values and target.requests > refusal.most_requests:
+        if value not in refusal.values:
+            continue
+        if refusal.most_requests is not None and target.requests > refusal.most_requests:
             return f"{refusal.why}; this workload batches {target.requests}"
+        if refusal.shared_prefixes and not target.shared_prefixes:
+            return f"{refusal.why}; this workload's requests share none (a --traffic trace with conversations has)"
     return None
 
 

@@ -107,6 +107,7 @@ class TrafficRef:
     total: int
     sha256: str
     timed: bool = False  # its requests have arrival times
+    shared: bool = False  # some of its requests begin with another's input (a conversation's turns, shared blocks)
     lines: bytes | None = field(default=None, compare=False, repr=False)
 
     def __eq__(self, other: object) -> bool:
@@ -122,7 +123,9 @@ class TrafficRef:
         lines = normalized_lines(window)
         timed = all(request.arrival_s is not None for request in window)
         sha = hashlib.sha256(lines).hexdigest()
-        return cls(trace.name, trace.format, len(window), len(trace.requests), sha, timed, lines)
+        return cls(
+            trace.name, trace.format, len(window), len(trace.requests), sha, timed, shares_prefixes(window), lines
+        )
 
     def carried(self) -> list[TraceRequest] | None:
         """The replayed requests this reference carries (read from a file in this process); None: read from a study."""
@@ -150,12 +153,14 @@ class TrafficRef:
             "total": self.total,
             "sha256": self.sha256,
             "timed": self.timed,
+            "shared": self.shared,
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> TrafficRef:
         requests, total = int(data["requests"]), int(data["total"])
-        return cls(data["file"], data["format"], requests, total, data["sha256"], bool(data.get("timed")))
+        timed, shared = bool(data.get("timed")), bool(data.get("shared"))
+        return cls(data["file"], data["format"], requests, total, data["sha256"], timed, shared)
 
     def describe(self) -> str:
         """ "the first 64 of 1000 requests of azure-code.csv (azure, sha256 1a2b3c4d)"."""
@@ -217,3 +222,12 @@ def counted_lengths(requests: Sequence[TraceRequest]) -> list[tuple[int, int] | 
         known = own is not None and request.output_tokens is not None and before is not None
         lengths.append((sum(before) + own, request.output_tokens) if known else None)  # type: ignore[operator,arg-type]
     return lengths
+
+
+def shares_prefixes(requests: Sequence[TraceRequest]) -> bool:
+    """Whether some request begins with another's input: a conversation's later turn, or a leading block (hash id)
+    an earlier request began with."""
+    if any(previous is not None for previous in turns(requests)):
+        return True
+    leading = [request.hash_ids[0] for request in requests if request.hash_ids]
+    return len(leading) != len(set(leading))

@@ -1,7 +1,7 @@
 """A trace's replayed requests made into token ids with the model's tokenizer, the same on every machine.
 
 Text is tokenized; token ids are taken as they are; a count of tokens gets that many tokens of the bundled corpus,
-each request's own (a marker of two tokens, then the corpus from a place of its own), and blocks named by hash ids
+each request's own (a marker of three tokens, then the corpus from a place of its own), and blocks named by hash ids
 get tokens of their own per id, so that requests sharing an id share those tokens and no others do. A
 conversation's turn is the turn before it (its input and its recorded reply, or corpus tokens as long as its
 output where the trace records none) followed by its own input: the earlier turn is a prefix of it, token for token.
@@ -31,6 +31,7 @@ class ReplayRequest:
     output_len: int
     arrival_s: float | None
     reusable: int
+    previous: int | None = None  # the index of the same conversation's turn before it
 
 
 class Tokens:
@@ -82,7 +83,7 @@ def materialize(requests: list[TraceRequest], tokens: Tokens) -> list[ReplayRequ
         reusable = max(earlier_turn, _shared_blocks(request, seen_blocks))
         inputs.append(ids)
         replies.append(reply)
-        replayed.append(ReplayRequest(ids, output_len, request.arrival_s, min(reusable, len(ids))))
+        replayed.append(ReplayRequest(ids, output_len, request.arrival_s, min(reusable, len(ids)), previous))
     return replayed
 
 

@@ -68,11 +68,13 @@ class Requires:
 
 @dataclass(frozen=True)
 class Refusal:
-    """Values a workload could only see refused, so a search for that workload never plans them."""
+    """Values a workload could only see refused (or that would change nothing for it), so a search for that workload
+    never plans them."""
 
     values: tuple[Value, ...]
-    most_requests: int  # refused when the workload runs more requests at once
+    most_requests: int | None  # refused when the workload runs more requests at once; None: however many it runs
     why: str
+    shared_prefixes: bool = False  # refused unless the workload's requests share prefixes (a trace's conversations)
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,7 @@ class Target:
     tokens_per_request: int = 192  # prompt + generated tokens
     workload: str = "throughput"  # the study's kind; a workload knob in the space overrides it
     assistant_model: str | None = None  # the draft model speculative=assistant loads (--assistant-model)
+    shared_prefixes: bool = False  # its requests share prefixes (a trace's conversations or shared blocks)
 
 
 class Knob:

@@ -14,6 +14,7 @@ from autotune.space.knobs.base import (
     Knob,
     Needs,
     Recipe,
+    Refusal,
     Target,
     Value,
     WholeNumberKnob,
@@ -159,6 +160,37 @@ class AsyncBatchingKnob(AutoOnOffKnob):
         "on": Needs(cuda=True, why="async batching needs a CUDA or XPU device: transformers refuses it elsewhere"),
         "off": Needs(cuda=True, why="off differs from auto only on CUDA: elsewhere async batching is never used"),
     }
+
+
+@register
+class PrefixReuseKnob(AutoOnOffKnob):
+    name = "prefix_reuse"
+    help = (
+        "a prefix requests share (a conversation's earlier turns, shared blocks) computed once: continuous batching "
+        "shares a prefix's full pages itself (auto, transformers 5.17 and later; off stops it), generate() reuses a "
+        "conversation's prompt cache when on (one request at a time)"
+    )
+    short_name = "prefix"
+    after = ("batching",)  # what it sets depends on the batching
+    worker_hook = "autotune.worker.prefix_reuse"  # generate()'s prompt cache, kept between a conversation's turns
+    failure_words = ("past_key_values", "prefix", "block sharing")
+    refused = (
+        Refusal(("on", "off"), None, "reusing a shared prefix changes nothing where requests share none", True),
+        Refusal(("on",), 1, "generate()'s prompt cache serves one request at a time"),
+    )
+
+    def expect(self, value: Value, device: DeviceType) -> Expectation:
+        return NEUTRAL if value == "auto" else Expectation(speed=1.1 if value == "on" else 0.95, spread=0.25)
+
+    def apply(self, value: Value, plan: Plan, target: Target) -> None:
+        if value == "auto":
+            return
+        if plan.batching == "continuous":
+            plan.continuous["allow_block_sharing"] = value == "on"
+            plan.not_servable.append(f"prefix_reuse={value} (serve has no flag for continuous batching's sharing)")
+        elif value == "on":
+            self.hook(plan)
+            plan.not_servable.append("prefix_reuse=on (transformers serve keeps no prompt cache for generate())")
 
 
 declare_recipe(

@@ -14,6 +14,7 @@ from autotune.figures.metrics import (
     E2E_THROUGHPUT,
     FIRST_CALL_S,
     GOODPUT_TOKENS,
+    PREFIX_HIT_RATE,
     REQUESTS_SERVED,
     ROOFLINE_FRACTION,
     THROUGHPUT,
@@ -41,6 +42,8 @@ class Served:
     gaps_s: list[list[float]]
     lengths: list[int]
     row_steps: int
+    input_tokens: int = 0
+    reused: int | None = None  # input tokens read from a reused prefix; None: not counted (none is shared)
 
     @property
     def requests(self) -> int:
@@ -125,12 +128,15 @@ def latency_percentiles(iterations: list[Iteration]) -> dict[str, float]:
 
 def traffic_figures(iterations: list[Iteration], slo: Mapping[str, float]) -> dict[str, float]:
     """A trace's replays: goodput (the tokens of the requests within the SLO, per second of the replay), the share of
-    decode steps spent on rows whose request had ended, the requests and tokens each replay served; medians over the
-    replays. Nothing for a workload of one shape."""
+    decode steps spent on rows whose request had ended, the requests and tokens each replay served (medians over the
+    replays), and where its requests share prefixes, the share of input tokens read from one reused (the last
+    replay's: the first fills the cache). Nothing for a workload of one shape."""
     replays = [(i, i.served) for i in iterations if i.served is not None]
     if not replays:
         return {}
-    return {
+    last = replays[-1][1]
+    hits = {PREFIX_HIT_RATE.name: last.reused / last.input_tokens} if last.reused is not None else {}
+    return hits | {
         GOODPUT_TOKENS.name: median([served.tokens_within(slo) / i.elapsed_s for i, served in replays]),
         WASTED_SHARE.name: median([served.wasted_share for _, served in replays]),
         REQUESTS_SERVED.name: float(replays[-1][1].requests),
