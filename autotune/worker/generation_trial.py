@@ -178,7 +178,7 @@ def _free_memory() -> None:
 
 def refuse_what_cannot_run(config: dict[str, Any], plan: Plan) -> None:
     """UnsupportedError, with what to install or change, when this environment cannot run the configuration."""
-    refused = rules.installation_problem(config, installed_version) or rules.plan_problem(plan)
+    refused = rules.installation_problem(config, installed_version) or rules.plan_problem(config, plan)
     if refused is not None:
         raise UnsupportedError(refused.message, knob=refused.knob, combination=refused.knob is None)
 
