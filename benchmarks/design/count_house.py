@@ -21,8 +21,9 @@ Set two commits' outputs side by side to see what a redesign changed (docs/desig
 - homes of "ceiling" and of "capacity": the modules named by the word (ceiling.py, ceilings.py, capacity_chart.py,
   or a folder of that name), and the packages they are in;
 - test-only lines in product modules: outside autotune/testing/ (the tests' own package, where it exists), the lines
-  of what only the tests use (TEST_ONLY: the planted and injected faults, the storage moments, the replay harness),
-  and the lines that reach it (a line naming a task's fault, the moments, or the tests' switch).
+  of what only the tests use (TEST_ONLY: the planted and injected faults, the storage moments, the replay harness;
+  the switch to the tests' package, autotune/for_tests.py, where it exists), and the lines that reach it (a line
+  naming a task's fault, the moments, or the switch).
 
 With `--kind-exercise BASE..BRANCH`, also the files of the package a branch touched (the exercise of adding a kind
 like `serve`: docs/design.md), by package; with `--knob-exercise BASE..BRANCH`, the files a branch adding a knob of a
@@ -387,6 +388,7 @@ def homes(tree: Tree, word: str) -> list[str]:
 # ------------------------------------------------------------------------------ what only the tests use
 
 TESTS_HOME = f"{PACKAGE}/testing/"
+SWITCH = f"{PACKAGE}/for_tests.py"  # the one switch the product reaches the tests' package through, counted whole
 # What only the tests use, as main 5bb2cda held it in the product's modules: whole modules, and definitions by name.
 TEST_ONLY_MODULES = ("search/faults.py", "study/moments.py", "strategy/replay.py")
 TEST_ONLY_NAMES = frozenset(
@@ -446,7 +448,7 @@ def test_only(tree: Tree) -> list[str]:
     for path, module in tree.modules.items():
         if path.startswith(TESTS_HOME):
             continue
-        if path in whole:
+        if path in whole or path == SWITCH:
             defined[short(path)] = lines_of(tree, path)
             continue
         definitions = _definition_lines(module)
