@@ -112,7 +112,7 @@ def test_autotune_loop_writes_a_folder_generate_can_load_and_refuses_an_unknown_
     assert default_folder("fused-step") == "./autotune-fused-step"
     with pytest.raises(UserError) as raised:
         write_loop_folder("nope", tmp_path / "other")
-    assert str(raised.value) == "no decoding loop 'nope': give one of deferred-stop, fused-step"
+    assert str(raised.value) == f"no decoding loop 'nope': give one of {', '.join(loop_names())}"
     assert not (tmp_path / "other").exists()
     refused = subprocess.run(
         [sys.executable, "-m", "autotune", "loop", "nope", "--out", str(tmp_path / "x")],
