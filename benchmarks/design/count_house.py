@@ -27,7 +27,8 @@ Set two commits' outputs side by side to see what a redesign changed (docs/desig
 
 With `--kind-exercise BASE..BRANCH`, also the files of the package a branch touched (the exercise of adding a kind
 like `serve`: docs/design.md), by package; with `--knob-exercise BASE..BRANCH`, the files a branch adding a knob of a
-new vocabulary touched (docs/adding-a-knob.md), all of them and those of the package.
+new vocabulary touched, or a value of one (a loop of decode_loop: docs/adding-a-knob.md), all of them and those of
+the package.
 
     python benchmarks/design/count_house.py                  # the working tree's HEAD
     python benchmarks/design/count_house.py bc744e6          # any commit
@@ -479,7 +480,8 @@ def knob_exercise(span: str) -> list[str]:
     every = git("diff", "--name-only", span).split()
     package = [path for path in every if path.startswith(f"{PACKAGE}/")]
     return [
-        f"files touched to add a knob of a new vocabulary ({span}): {len(every)}, {len(package)} of the package: "
+        f"files touched to add a knob of a new vocabulary, or a value of one ({span}): {len(every)}, {len(package)} "
+        "of the package: "
         + ", ".join(short(path) for path in package)
         + "; the others: "
         + ", ".join(path for path in every if path not in package)
