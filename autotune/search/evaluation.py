@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from autotune import for_tests
 from autotune.errors import SearchError, UserError
 from autotune.figures.metrics import TASK_ACCURACY, TASK_FLIPS, TASK_RECOVERY, THROUGHPUT, WARMUP
 from autotune.measure.prepare import Prepared, plan_target, trial_spec
 from autotune.process.results import Candidate, TaskResult, TaskSpec
 from autotune.process.runner import Limits, run_in_worker
 from autotune.search.events import SearchEvents
-from autotune.search.faults import injected_fault
 from autotune.search.session import Session
 from autotune.space import Config, build_plan
 from autotune.specs import EvalSpec, SearchRequest
@@ -96,7 +96,7 @@ def evaluation_spec(request: SearchRequest, prepared: Prepared, config: Config) 
     spec.task = "evaluate"
     spec.candidate = Candidate(config, plan)
     spec.evaluation = request.evaluation
-    spec.fault = injected_fault(-1, config)
+    spec.fault = for_tests.fault_for(-1, config)
     return spec
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from autotune import for_tests
 from autotune.data import CORPUS
 from autotune.figures.quality import DECODE, GENERATE
 from autotune.process.results import Answers, Outcome, TaskDetails, TaskResult, TaskSpec
@@ -33,7 +34,7 @@ from autotune.worker.extensions import build_library_extensions
 from autotune.worker.generation import entered
 from autotune.worker.generation_trial import refuse_what_cannot_run
 from autotune.worker.loading import load_model, load_tokenizer, materialize
-from autotune.worker.tasks import Phases, plant_model_fault
+from autotune.worker.tasks import Phases
 
 DEMO = "demo"
 DEMO_TASK = "autotune_demo"
@@ -67,7 +68,7 @@ def _evaluate(spec: TaskSpec, phases: Phases) -> TaskResult:
             importlib.import_module(requirement.import_name)
         build_library_extensions(spec.device)
         model = load_model(spec.model, plan, spec.device)
-    plant_model_fault(model, spec.fault)  # tests: a fault planted as in the trial
+    for_tests.model_loaded(spec.fault, model)  # a fault planted as in the trial
     with phases("evaluate"):
         task_names, manager = _tasks(spec.evaluation.task, Path(spec.cache_dir))
         answers, metric = answer(model, tokenizer, plan, spec, task_names, manager)

@@ -8,7 +8,9 @@ from typing import ClassVar
 
 from autotune.space.knobs.base import (
     NEUTRAL,
+    Argument,
     AutoOnOffKnob,
+    Deployment,
     DeviceType,
     Expectation,
     Knob,
@@ -39,6 +41,10 @@ class BatchingKnob(Knob):
 
     def duration_group(self, value: Value | None) -> object:
         return value
+
+    def depends_on_version(self, value: Value) -> bool:
+        """Continuous batching's configuration is what autotune/worker/compat.py renames between versions."""
+        return value == "continuous" or super().depends_on_version(value)
 
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         plan.batching = "continuous" if value == "continuous" else "generate"
@@ -189,8 +195,22 @@ class PrefixReuseKnob(AutoOnOffKnob):
             plan.continuous["allow_block_sharing"] = value == "on"
             plan.not_servable.append(f"prefix_reuse={value} (serve has no flag for continuous batching's sharing)")
         elif value == "on":
-            self.hook(plan)
+            self.hook(plan, value)
             plan.not_servable.append("prefix_reuse=on (transformers serve keeps no prompt cache for generate())")
+
+    def deployment(self, value: Value | None) -> Deployment | None:
+        """generate() given the cache the conversation's previous turn left, cut to that turn's input."""
+        if value != "on":
+            return None
+        why = (
+            "prefix_reuse=on: the cache generate() returned for this conversation's previous turn "
+            "(return_dict_in_generate=True), cut to that turn's input with .crop(len(its input_ids)); None for a "
+            "first turn"
+        )
+        return Deployment(
+            arguments=(Argument("past_key_values", "None", why), Argument("return_dict_in_generate", "True", "")),
+            entry={"prompt_cache": "per conversation: the previous turn's cache, cut to its input"},
+        )
 
 
 declare_recipe(
