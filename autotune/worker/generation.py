@@ -95,6 +95,7 @@ class Call:
     end: float
     times: list[float]
     generated: list[list[int]]
+    cache: Any = None  # the cache generate() left, where the call asked for it (a prompt cache to keep)
 
 
 class RowLengths:
@@ -147,20 +148,24 @@ class PaddedGeneration:
         call = self.call()
         return iteration_from_clock(call.start, call.end, call.times, self.input_ids.shape[0], call.generated)
 
-    def call(self) -> Call:
-        """One timed call: every row's tokens, each cut at its own length."""
+    def call(self, prompt_cache: Any = None, keep_cache: bool = False) -> Call:
+        """One timed call: every row's tokens, each cut at its own length. `prompt_cache`: a cache holding the start of
+        the inputs already (generate() prefills the rest); `keep_cache`: the call returns the cache it left."""
         clock = TokenClock(self.model.device)
         start = clock.start()
         with self.contexts():
-            output = self._generate(clock)
+            output = self._generate(clock, prompt_cache, keep_cache)
         end = clock.stop()
-        generated = output[:, self.input_ids.shape[1] :].tolist()
+        sequences = output.sequences if keep_cache else output
+        generated = sequences[:, self.input_ids.shape[1] :].tolist()
         if self.lengths:
             generated = [row[:length] for row, length in zip(generated, self.lengths, strict=True)]
-        return Call(start, end, clock.times(start), generated)
+        return Call(start, end, clock.times(start), generated, output.past_key_values if keep_cache else None)
 
-    def _generate(self, clock: TokenClock) -> Any:
+    def _generate(self, clock: TokenClock, prompt_cache: Any = None, keep_cache: bool = False) -> Any:
         criteria = [clock] if self.row_lengths is None else [clock, self.row_lengths]
+        cached = {"past_key_values": prompt_cache} if prompt_cache is not None else {}
+        kept = {"return_dict_in_generate": True} if keep_cache else {}
         return self.model.generate(
             input_ids=self.input_ids,
             attention_mask=self.attention_mask,
@@ -169,6 +174,8 @@ class PaddedGeneration:
             pad_token_id=self.pad_id,
             stopping_criteria=self.criteria(criteria),
             **self.kwargs,
+            **cached,
+            **kept,
         )
 
     def forced(self, prompts: torch.Tensor, processor: Any, attention_mask: torch.Tensor | None = None) -> torch.Tensor:

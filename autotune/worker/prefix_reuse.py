@@ -32,7 +32,9 @@ class PromptCaches:
 
     def keep(self, index: int, cache: Any, input_len: int) -> None:
         """The cache a request's generate() left, cut to its input (the next turn's history has the trace's reply)."""
-        cache.crop(input_len)
+        beyond = cache.get_seq_length() - input_len
+        if beyond > 0:
+            cache.crop(-beyond)  # a negative count removes that many tokens (transformers 5.17 and 5.22 alike)
         self.kept[index] = (cache, input_len)
 
 

@@ -13,15 +13,18 @@ import itertools
 import time
 from typing import Any
 
+from autotune.space.knobs.batching import PrefixReuseKnob
 from autotune.space.plan import Plan
 from autotune.specs import WorkloadSpec
-from autotune.worker.generation import ContinuousGeneration, Generation, PaddedGeneration
+from autotune.worker.generation import Call, ContinuousGeneration, Generation, PaddedGeneration
 from autotune.worker.measurement.speed import Iteration, Served
+from autotune.worker.prefix_reuse import PromptCaches
 from autotune.worker.traffic import ReplayRequest
 
 
 class BatchedReplay:
-    """generate() on the requests in order, `batch` at a time, each row to its own length."""
+    """generate() on the requests in order, `batch` at a time, each row to its own length; with prefix_reuse=on (one
+    request at a time), each conversation's turn starts from the cache its previous turn left."""
 
     def __init__(
         self,
@@ -34,17 +37,24 @@ class BatchedReplay:
         queued: bool,
     ) -> None:
         self.queued = queued
+        self.requests = requests
         self.batches = [
             PaddedGeneration(model, plan, [r.ids for r in chunk], spec, pad_id, [r.output_len for r in chunk])
             for chunk in (requests[start : start + batch] for start in range(0, len(requests), batch))
         ]
+        hook = plan.worker_hooks.get(PrefixReuseKnob.name)
+        self.prompt_cache = hook is not None and hook.value == "on" and batch == 1
+        self.continued = {request.previous for request in requests if request.previous is not None}
+        self.shared = any(request.reusable for request in requests)
 
     def run(self) -> Iteration:
         ttfts, e2es, gaps, lengths, generated = [], [], [], [], []
-        row_steps, decode_s = 0, 0.0
+        row_steps, decode_s, reused = 0, 0.0, 0
+        caches = PromptCaches() if self.prompt_cache else None
         origin = time.perf_counter()
-        for batch in self.batches:
-            call = batch.call()
+        for index, batch in enumerate(self.batches):
+            call, held = self._call(batch, index, caches)
+            reused += held
             base = origin if self.queued else call.start
             for row, length in zip(call.generated, batch.lengths or [], strict=True):
                 times = call.times[: len(row)]  # a row's tokens are the first steps' tokens, up to its length
@@ -56,7 +66,8 @@ class BatchedReplay:
             row_steps += len(call.times) * len(call.generated)
             decode_s += call.times[-1] - call.times[0]
         elapsed = time.perf_counter() - origin
-        served = Served(ttfts, e2es, gaps, lengths, row_steps)
+        inputs = sum(len(request.ids) for request in self.requests)
+        served = Served(ttfts, e2es, gaps, lengths, row_steps, inputs, reused if self.shared else None)
         return Iteration(
             elapsed_s=elapsed,
             ttft_s=sum(ttfts) / len(ttfts),
@@ -67,6 +78,17 @@ class BatchedReplay:
             served=served,
         )
 
+    def _call(self, batch: PaddedGeneration, index: int, caches: PromptCaches | None) -> tuple[Call, int]:
+        """One batch's call, and how many input tokens it read from a kept prompt cache (one request a batch then)."""
+        if caches is None:
+            return batch.call(), 0
+        request = self.requests[index]
+        cache, held = caches.take(request.previous)
+        call = batch.call(cache, keep_cache=index in self.continued)
+        if index in self.continued:
+            caches.keep(index, call.cache, len(request.ids))
+        return call, held
+
     def close(self) -> None:
         """Nothing runs between calls."""
 
@@ -76,6 +98,7 @@ def make_replay(
 ) -> Generation:
     """The replay of the requests this plan's batching runs."""
     if plan.batching == "continuous":
-        inputs = [request.ids for request in requests]
-        return ContinuousGeneration(model, plan, inputs, spec, [request.output_len for request in requests])
+        inputs, lengths = [request.ids for request in requests], [request.output_len for request in requests]
+        shared = any(request.reusable for request in requests)
+        return ContinuousGeneration(model, plan, inputs, spec, lengths, shared_prefixes=shared)
     return BatchedReplay(model, plan, requests, spec, batch, pad_id, queued)
