@@ -79,7 +79,7 @@ def requests(tokenizer: object) -> list[dict]:
         clock += rng.gammavariate(GAMMA_SHAPE, MEAN_GAP_S / GAMMA_SHAPE)
     turns = []
     for number in range(CONVERSATIONS):
-        at = rng.uniform(0, clock)
+        at = rng.uniform(0, clock / 4)  # early, so that a window of the first requests holds whole conversations
         held = 0  # the conversation so far: every turn's prompt and reply
         for _ in range(TURNS):
             prompt = passages.text(zipf(rng, *TURN_TOKENS))
@@ -90,7 +90,7 @@ def requests(tokenizer: object) -> list[dict]:
                 break
             turns.append({"prompt": prompt, "reply": reply, "arrival_s": round(at, 3), "conversation": f"c{number}"})
             held += output
-            at += rng.uniform(2.0, 6.0)  # the user reads the reply, then writes the next turn
+            at += rng.uniform(1.0, 3.0)  # the user reads the reply, then writes the next turn
     return sorted(singles + turns, key=lambda request: request["arrival_s"])
 
 

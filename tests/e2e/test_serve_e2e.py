@@ -141,13 +141,29 @@ def test_a_configuration_serve_cannot_express_is_refused(tmp_path, cli_env):
     assert "transformers serve has no flag for: a static cache without compilation" in completed.stderr
 
 
+TRACE_LENGTHS = [3, 9, 5, 12, 2, 7]
+
+
 def test_measure_serve_json_measures_every_listed_level_and_says_when_none_meets_the_slo(tmp_path, cli_env):
-    unreachable = [*SHAPE[:-1], "ttft_p95<=1us"]  # no request's first token comes within a microsecond
+    """On a trace of six requests, each asking for its own output length (a request answered with any other length
+    is an error): every request of each level, the trace's requests again from the first, got exactly its own."""
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(json.dumps({"input_tokens": 20 + 3 * n, "output_tokens": length}) + "\n"
+                             for n, length in enumerate(TRACE_LENGTHS)))  # fmt: skip
+    unreachable = ["--traffic", str(trace), "--load", "concurrency=1,2", "--slo", "ttft_p95<=1us"]  # no first token
     completed = run_cli(["measure", "--model", "demo", "--gpu", "cpu", "--workload", "serve", *unreachable, "--json"],
                         tmp_path, cli_env, timeout=900)  # fmt: skip
     assert completed.returncode == 0, completed.stderr[-3000:]
     document = json.loads(completed.stdout)
     metrics = document["metrics"]
+    assert document["workload"]["traffic"]["requests"] == len(TRACE_LENGTHS)
+    levels = document["serve"]["levels"]
+    assert all(level["errors"] == 0 for level in levels)  # every request received exactly its own length
+    sent = [level["requests"] for level in levels]
+    assert [level["output_tok_s"] * level["duration_s"] for level in levels] == pytest.approx(
+        [sum(TRACE_LENGTHS[i % len(TRACE_LENGTHS)] for i in range(count)) for count in sent]
+    )
+    assert metrics["goodput_tok_s"] == 0  # no request met the SLO
     for figure in ("ttft", "itl", "e2e"):
         for q in (50, 95, 99):
             assert metrics[f"{figure}_p{q}_s"] > 0
