@@ -8,14 +8,18 @@ import os
 
 from autotune.space import Config
 
+FINALISTS = "evaluation"  # the key of a fault in every finalist's evaluation (not the reference's)
 
-def injected_fault(launch_index: int, config: Config) -> dict[str, str] | None:
-    """Tests make a trial fail for real: the n-th trial this process launches (from 0), or every trial of the
-    configurations that have all the knob values a key names, whichever trial launches them.
+
+def injected_fault(launch_index: int | str, config: Config) -> dict[str, str] | None:
+    """Tests make a trial fail for real: the n-th trial this process launches (from 0), every finalist's evaluation on
+    the task (FINALISTS), or every trial of the configurations that have all the knob values a key names, whichever
+    trial launches them.
 
     AUTOTUNE_INJECT_FAULTS='{"3": {"phase": "load", "kind": "hang"}}' makes the fourth trial hang while loading;
     '{"dtype=float32,attn_implementation=eager": {"phase": "load", "kind": "raise"}}' makes every float32 eager
-    trial raise while loading.
+    trial raise while loading; '{"evaluation": {"phase": "evaluate", "kind": "stall"}}' stalls each finalist's
+    evaluation.
     """
     faults = os.environ.get("AUTOTUNE_INJECT_FAULTS")
     if not faults:

@@ -71,7 +71,6 @@ CASES = [
     (["search", *DEMO, "--devices", "a,b"], "--devices 'a'"),
     (["search", *DEMO, "--warm-start", "nothing"], "--warm-start: no study named 'nothing'"),
     (["search", *DEMO, "--eval-limit", "5"], "--eval-limit goes with --eval TASK"),
-    (["search", *DEMO, "--eval", "demo", "--devices", "cpu,cpu"], "--eval runs after a search on one device"),
     (
         ["search", *DEMO, "--constraint", "flips<=0.05"],
         "task_flips is measured after the search, on the front's finalists (--eval)",
