@@ -250,7 +250,8 @@ def print_evaluated(evaluated: Evaluated) -> None:
     spent = ", ".join(
         f"{name} {format_duration(seconds)}" for name, seconds in evaluated.spent_s.items() if seconds >= 0.05
     )
-    out.print(f"time spent: {spent}")
+    if spent:  # none where nothing was left to evaluate
+        out.print(f"time spent: {spent}")
     for line in evaluated.lines:
         out.print(line)
 

@@ -337,6 +337,8 @@ def evaluate(
     from autotune.study import default_storage_url
     from autotune.validate import check_device
 
+    if trials and (constraint or maximize or minimize):
+        raise UserError("give --trial, or best's --constraint / --maximize / --minimize, not both")
     evaluation = _evaluation(task, eval_limit) if task is not None else None
     if task is None:
         if eval_limit is not None:

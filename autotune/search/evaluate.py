@@ -75,8 +75,6 @@ def evaluate_stored(request: EvaluateRequest, events: SearchEvents) -> Evaluated
     started = time.monotonic()
     worker = request.worker
     deadline = worker.budget.deadline(started)
-    if request.trials and request.picks:
-        raise UserError("give --trial, or best's --constraint / --maximize / --minimize, not both")
     events.progress("reading the study")
     checked, reference_config = check_worker(worker, events)
     assert checked.existing is not None
