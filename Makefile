@@ -42,8 +42,8 @@ FLOOR_CACHE := $(CURDIR)/.cache/conformance-floor
 # what a knob value does differs from the last full floor run that passed: make conformance-floor-full keeps their
 # checksums in FLOOR_RECORD (commit it).
 FLOOR_TRANSFORMERS := $(shell sed -n 's/^transformers==//p' constraints-floor.txt)
-FLOOR_SOURCES := autotune/space/rules.py autotune/worker/compat.py autotune/worker/hub_kernels.py autotune/worker/loading.py \
-	autotune/worker/hooks.py autotune/worker/generation.py autotune/worker/generation_trial.py \
+FLOOR_SOURCES := autotune/space/rules.py autotune/worker/compat.py autotune/worker/hub_kernels.py autotune/worker/decode_loops.py \
+	autotune/worker/loading.py autotune/worker/hooks.py autotune/worker/generation.py autotune/worker/generation_trial.py \
 	$(sort $(wildcard autotune/space/knobs/*.py)) autotune/space/default.yaml autotune/cli/flags.py constraints-floor.txt benchmarks/conformance/conformance.py \
 	benchmarks/conformance/expected-$(FLOOR_TRANSFORMERS).yaml
 FLOOR_RECORD := benchmarks/conformance/full-floor.sha256

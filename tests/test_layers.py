@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ROW = re.compile(r"^\s*(\d+)\s+(parent|trial|shared)\s+(\S.*?)\s*$")
+ROW = re.compile(r"^\s*(\d+)\s+(parent|trial|shared|tests)\s+(\S.*?)\s*$")
 FORBIDDEN_SIDES = {("parent", "trial"), ("trial", "parent")}
 
 
 @dataclass(frozen=True)
 class Layer:
     rank: int  # 0 is the top: a package may import only from packages of a higher rank
-    side: str  # parent: the study process; trial: the trial process; shared: both import it
+    side: str  # parent: the study process; trial: the trial process; shared: both import it; tests: only the tests
 
 
 @dataclass(frozen=True)
@@ -179,6 +179,13 @@ def test_no_module_cycle() -> None:
 def test_imports_point_down_and_never_cross_the_process_boundary() -> None:
     wrong = upward(all_edges(ROOT), layer_table(ROOT / "docs" / "design.md"))
     assert [str(edge) for edge in wrong] == []
+
+
+def test_no_module_of_the_product_imports_the_tests_package() -> None:
+    """autotune/testing/ is reached by name through its switch (autotune/for_tests.py) alone, and only when a test
+    asks: nothing imports it."""
+    into = [edge for edge in all_edges(ROOT) if package_of(edge.imported) == "testing"]
+    assert [str(edge) for edge in into if package_of(edge.module) != "testing"] == []
 
 
 def test_the_walker_sees_imports_inside_functions(tmp_path: Path) -> None:

@@ -25,6 +25,8 @@ from autotune.cli.printers import out, print_gpus
 from autotune.cli.study_printers import print_best, print_comparison, print_history
 from autotune.errors import UserError
 from autotune.figures.constraints import Constraint
+from autotune.space.knobs import KNOBS
+from autotune.space.knobs.decoding import DecodeLoopKnob, default_folder, loop_names
 
 if TYPE_CHECKING:
     from autotune.study import Waiting
@@ -227,8 +229,14 @@ def gpus() -> None:
     print_gpus(PROFILES.values(), detect_gpus())
 
 
+# The decode_loop knob's loops, as its handler names them: the one it expects fastest on a GPU first.
+LOOPS_FASTEST_FIRST = " or ".join(
+    sorted(loop_names(), key=lambda loop: -KNOBS[DecodeLoopKnob.name].expect(loop, "cuda").speed)
+)
+
+
 def loop(
-    name: Annotated[str, typer.Argument(metavar="NAME", help="The decoding loop: fused-step or deferred-stop.")],
+    name: Annotated[str, typer.Argument(metavar="NAME", help=f"The decoding loop: {LOOPS_FASTEST_FIRST}.")],
     out_folder: Annotated[
         Path | None, typer.Option("--out", help="The folder to write.", show_default="./autotune-NAME")
     ] = None,
@@ -241,7 +249,7 @@ def loop(
 
     Example: autotune loop fused-step --out ./autotune-fused-step
     """
-    from autotune.report.loop_folder import default_folder, write_loop_folder
+    from autotune.report.loop_folder import write_loop_folder
 
     folder = str(out_folder) if out_folder is not None else default_folder(name)
     entry = write_loop_folder(name, Path(folder))

@@ -9,7 +9,7 @@ from importlib import resources
 from pathlib import Path
 
 from autotune.errors import UserError
-from autotune.space.knobs.decoding import STOCK_LOOP, DecodeLoopKnob
+from autotune.space.knobs.decoding import loop_names
 
 LOOPS_MODULE = "decode_loops.py"  # autotune/worker/decode_loops.py, read as text: the study side never imports it
 
@@ -27,16 +27,6 @@ def generate(model, *args, streamer=None, assistant_model=None, synced_gpus=None
         raise ValueError("decode_loop={loop} does not stream, assist or sync GPUs: call generate() without it")
     return GenerationMixin.generate(model, *args, custom_generate=LOOPS["{loop}"], **kwargs)
 '''
-
-
-def loop_names() -> tuple[str, ...]:
-    """The loops a folder can be written for: every value of decode_loop but generate()'s own."""
-    return tuple(str(value) for value in DecodeLoopKnob.choices if value != STOCK_LOOP)
-
-
-def default_folder(loop: str) -> str:
-    """Where a snippet expects the folder, relative to where it runs."""
-    return f"./autotune-{loop}"
 
 
 def write_loop_folder(loop: str, folder: Path) -> Path:

@@ -7,7 +7,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from autotune.report.loop_folder import default_folder
+from autotune.space.knobs import KNOBS, Deployment
 from autotune.space.plan import Call, Plan, imports_of, modules_to_import, plain, render, uses_torch
 
 EXAMPLE_PROMPT = "In the beginning God created the heaven and the earth."
@@ -33,8 +33,10 @@ def python_snippet(model_id: str, plan: Plan, device: str, max_new_tokens: int, 
     if plan.batching == "continuous":
         call = _continuous_lines(plan, max_new_tokens)
     else:
-        loop_kwargs, comments = _loop_kwargs(plan)
-        call = _generate_lines(generate_kwargs | loop_kwargs, max_new_tokens, comments)
+        arguments = [argument for _, deployment in deployments(plan) for argument in deployment.arguments]
+        hooked = {argument.name: argument.source for argument in arguments}
+        comments = {argument.name: argument.comment for argument in arguments if argument.comment}
+        call = _generate_lines(generate_kwargs | hooked, max_new_tokens, comments)
     lines += _inside_contexts(call, plan.contexts) if plan.contexts else call
     return "\n".join(lines) + "\n"
 
@@ -85,18 +87,14 @@ def _hoist_configured_objects(kwargs: dict[str, Any]) -> tuple[dict[str, Any], l
     return rendered, setup
 
 
-def _loop_kwargs(plan: Plan) -> tuple[dict[str, str], dict[str, str]]:
-    """generate()'s arguments for the plan's decoding loop, rendered (the folder `autotune loop` writes, and the trust
-    its code needs), and a comment for each."""
-    loop = plan.decode_loop
-    if loop is None:
-        return {}, {}
-    kwargs = {"custom_generate": repr(default_folder(loop)), "trust_remote_code": "True"}
-    comments = {
-        "custom_generate": f"decode_loop={loop}, in place of generate()'s own loop: `autotune loop {loop}` writes it",
-        "trust_remote_code": "generate() runs the folder's custom_generate/generate.py",
-    }
-    return kwargs, comments
+def deployments(plan: Plan) -> list[tuple[str, Deployment]]:
+    """What a deployment passes generate() for the plan's knobs with worker code, by knob, as their handlers say
+    (a decoding loop: the folder `autotune loop` writes, and the trust its code needs)."""
+    found = []
+    for knob, hook in plan.worker_hooks.items():
+        if knob in KNOBS and (deployment := KNOBS[knob].deployment(hook.value)) is not None:
+            found.append((knob, deployment))
+    return found
 
 
 def _generate_lines(kwargs: dict[str, str], max_new_tokens: int, comments: dict[str, str]) -> list[str]:
@@ -149,8 +147,8 @@ def json_snippet(model_id: str, config: dict[str, Any], plan: Plan, capacity: di
         "continuous_batching": plain(plan.continuous),
         "serve_flags": plan.serve_flags,
     }
-    if plan.decode_loop is not None:
-        document["decode_loop"] = {"name": plan.decode_loop, "custom_generate": default_folder(plan.decode_loop)}
+    for knob, deployment in deployments(plan):
+        document[knob] = dict(deployment.entry)
     if capacity is not None:
         document["capacity"] = capacity
     return json.dumps(document, indent=2)

@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autotune import for_tests
 from autotune.errors import SearchError, UserError
 from autotune.figures.metrics import TASK_ACCURACY, TASK_FLIPS, TASK_RECOVERY, THROUGHPUT, WARMUP
 from autotune.measure.prepare import Prepared, plan_target, trial_spec
 from autotune.process.results import Candidate, Outcome, TaskResult, TaskSpec
 from autotune.process.runner import Limits, run_in_worker
 from autotune.search.events import SearchEvents
-from autotune.search.faults import FINALISTS, injected_fault
 from autotune.search.interrupts import Interrupted, deferred
 from autotune.search.session import Session
 from autotune.search.trial import HEARTBEAT_EVERY_S
@@ -117,13 +117,13 @@ def evaluation_spec(
     request: SearchRequest, prepared: Prepared, config: Config, task: EvalSpec, finalist: bool = True
 ) -> TaskSpec:
     """The evaluate task of one configuration: a trial's spec, its plan, the task; a fault planted as in its trial, or
-    in every finalist's evaluation (search/faults.py)."""
+    in every finalist's evaluation (autotune/for_tests.py)."""
     plan = build_plan(config, plan_target(prepared.hardware.profile, request)).to_json()
     spec = trial_spec(request, prepared, config, plan)
     spec.task = "evaluate"
     spec.candidate = Candidate(config, plan)
     spec.evaluation = task
-    spec.fault = injected_fault(FINALISTS if finalist else -1, config)
+    spec.fault = for_tests.fault_for(for_tests.FINALISTS if finalist else -1, config)
     return spec
 
 

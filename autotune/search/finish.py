@@ -5,13 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from autotune import for_tests
 from autotune.figures.metrics import Metric
 from autotune.report import default_report_path
 from autotune.report.data import ParetoCard, report_data
 from autotune.report.html import write_report
 from autotune.search.events import SearchSummary
 from autotune.space import Config
-from autotune.study import DEFAULT_WAITING, Waiting, moments
+from autotune.study import DEFAULT_WAITING, Waiting
 from autotune.study.artifacts import attach_report
 from autotune.study.opened import OpenedStudy
 
@@ -36,7 +37,7 @@ def finish(
     waits out an outage as `waiting` says."""
     data = report_data(OpenedStudy.open(summary.study_name, summary.storage_url, waiting))
     path = write_report(data, report or default_report_path(summary.study_name))
-    moments.reach("report")
+    for_tests.hold("report")
     stored_in = attach_report(summary.study_name, summary.storage_url, artifacts, path, waiting)
     return Finished(
         summary=summary,

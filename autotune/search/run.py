@@ -27,6 +27,7 @@ from typing import Any
 
 import optuna
 
+from autotune import for_tests
 from autotune import study as studies
 from autotune.analysis.found import best_found
 from autotune.errors import UserError
@@ -49,7 +50,6 @@ from autotune.search.loop import TrialLoop
 from autotune.search.session import Checked, Session, check_search, check_worker, open_session
 from autotune.space.knobs import DeviceType
 from autotune.specs import BudgetSpec, SearchRequest, WorkerRequest
-from autotune.study import moments
 from autotune.study.evaluations import store_task
 from autotune.study.opened import OpenedStudy
 
@@ -71,7 +71,7 @@ def run_search(request: SearchRequest, events: SearchEvents) -> SearchSummary:
         summary = _run_loop(TrialLoop(session, loop_deadline, events), started)
         if reference is not None:
             summary = _with_finalists(summary, reference, evaluate_finalists(session, reference, deadline, events))
-    moments.reach("front")
+    for_tests.hold("front")
     studies.record_search_run(session.study, _run_record(request, summary))
     return _with_best(summary, session.study)
 

@@ -14,6 +14,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from autotune import for_tests
 from autotune import study as studies
 from autotune.errors import UserError
 from autotune.figures.constraints import Constraint, parse_constraints
@@ -25,7 +26,7 @@ from autotune.search import interrupts
 from autotune.search.events import SearchEvents
 from autotune.space import Config, SearchSpace, config_key, load_space, rules
 from autotune.specs import HardwareSpec, ModelSpec, SearchRequest, WorkerRequest
-from autotune.study import StudySettings, artifacts, moments
+from autotune.study import StudySettings, artifacts
 from autotune.study.claims import Claims
 from autotune.study.compile_archives import CompileArchives
 from autotune.study.patience import PatientStorage
@@ -101,7 +102,7 @@ def open_session(checked: Checked, prepared: Prepared, events: SearchEvents, que
     anchors (and the front a warm start names) unless told not to (`autotune evaluate` runs no trial)."""
     request = checked.request
     patient_storage = checked.patient_storage or open_patient_storage(request, checked.storage_url, events)
-    moments.reach("study")
+    for_tests.hold("study")
     study, space, settings = _create_or_load(checked, patient_storage, prepared)
     artifact_store = artifacts.open_store(request.storage.artifacts, checked.storage_url)
     if not checked.joining:

@@ -3,7 +3,7 @@
 take   asked of Optuna (a queued trial first), marked as this process's with a first heartbeat at once, its
        configuration claimed (study/claims.py), or skipped with why;
 run    measured in a worker while a thread records its heartbeat; tests inject a real fault into chosen trials
-       (search/faults.py);
+       (autotune/for_tests.py);
 store  its log and result told to the storage; the result is kept on disk until the storage has it (study/kept.py);
 retry  an interrupted configuration is measured by its queued retry and by nothing else meanwhile, and never again
        once its retry is interrupted too.
@@ -25,6 +25,7 @@ import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune import for_tests
 from autotune import study as studies
 from autotune.errors import StorageUnavailableError
 from autotune.measure.prepare import plan_target, trial_spec
@@ -32,12 +33,11 @@ from autotune.process import phases
 from autotune.process.results import Outcome, TaskResult
 from autotune.process.runner import Limits, run_in_worker
 from autotune.search.events import SearchEvents
-from autotune.search.faults import injected_fault
 from autotune.search.interrupts import Interrupted, deferred
 from autotune.search.session import Session
 from autotune.space import Config, SearchSpace, build_plan, config_key
 from autotune.strategy.durations import Duration
-from autotune.study import TrialRecord, artifacts, kept, moments
+from autotune.study import TrialRecord, artifacts, kept
 from autotune.study.claims import OWNER_ATTR, WORKER_PID_ATTR, claim_configuration, this_process
 from autotune.study.compile_archives import ARCHIVE_SUFFIX
 from autotune.study.optuna_internals import trial_id
@@ -122,7 +122,7 @@ class Trial:
     def take(self, token: int, space: SearchSpace) -> None:
         """Ask Optuna for a trial, marked as ours with a first heartbeat at once, so a crash can never leave it
         RUNNING; then its configuration. `token`: the loop's own, in the queued trials it pops."""
-        moments.reach("ask")
+        for_tests.hold("ask")
         with deferred():
             asked = self.study.ask()
             while not self.session.claims.take_trial(trial_id(asked), token):
@@ -137,7 +137,7 @@ class Trial:
 
     def claim(self) -> str | None:
         """Claim the configuration for this trial; why not, when another trial holds it."""
-        moments.reach("claim")
+        for_tests.hold("claim")
         holder = claim_configuration(self.study, self.session.claims, config_key(self.config), self.number)
         return None if holder == self.number else f"same configuration as trial #{holder}"
 
@@ -200,8 +200,7 @@ class Trial:
         studies.record_launch(asked, self.config, built.to_json(), self.roles)
         _record_forecast(asked, forecast)
         spec = trial_spec(request, session.prepared, self.config, built.to_json())
-        if (fault := injected_fault(launch_index, self.config)) is not None:
-            spec.fault = fault
+        spec.fault = for_tests.fault_for(launch_index, self.config)
         workdir = session.trial_workdir(self.number)
         archive = workdir / f"trial-{self.number:04d}{ARCHIVE_SUFFIX}"  # what it compiles anew, stored with the study
         spec.compile_cache = session.compile_archives.spec(records, archive)

@@ -52,9 +52,27 @@ def _check_path(path: str) -> None:
 _CHECKED_PATHS: set[str] = set()
 
 
+@dataclass(frozen=True)
+class WorkerHook:
+    """The trial worker's code a knob's value needs beyond the plan's arguments: the module a knob's handler names
+    (`Knob.worker_hook`, run by autotune/worker/hooks.py), and the value it runs for (None in plans stored before
+    hooks carried their value, read by autotune/study/migrations.py)."""
+
+    module: str
+    value: str | int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"module": self.module, "value": self.value}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> WorkerHook:
+        return cls(data["module"], data.get("value"))
+
+
 @dataclass
 class Plan:
-    """Arguments of from_pretrained, generate / generate_batch, and `transformers serve` flags."""
+    """Arguments of from_pretrained, generate / generate_batch, and `transformers serve` flags; and, by knob, the
+    worker code a value needs beyond them (a decoding loop given to generate() as custom_generate)."""
 
     load: dict[str, Any] = field(default_factory=dict)
     generate: dict[str, Any] = field(default_factory=dict)
@@ -64,10 +82,7 @@ class Plan:
     not_servable: list[str] = field(default_factory=list)
     contexts: list[Call] = field(default_factory=list)  # context managers generate() runs inside, outermost first
     workload: str | None = None  # the workload kind that measures it; None in plans stored before it was here
-    worker_hooks: dict[str, str] = field(default_factory=dict)  # knob -> the worker module it needs (worker/hooks.py)
-    # generate()'s decoding loop replaced by one of autotune's (worker/decode_loops.py) through custom_generate; None:
-    # generate()'s own
-    decode_loop: str | None = None
+    worker_hooks: dict[str, WorkerHook] = field(default_factory=dict)  # knob -> the worker code its value needs
 
     @property
     def quantized_kv_cache(self) -> bool:
@@ -79,22 +94,17 @@ class Plan:
         return "compile_config" in self.generate
 
     def to_json(self) -> dict[str, Any]:
-        hooks = {"worker_hooks": dict(self.worker_hooks)} if self.worker_hooks else {}
-        loop = {"decode_loop": self.decode_loop} if self.decode_loop else {}
-        return (
-            hooks
-            | loop
-            | {
-                "contexts": encode(self.contexts),
-                "load": encode(self.load),
-                "generate": encode(self.generate),
-                "batching": self.batching,
-                "continuous": encode(self.continuous),
-                "serve_flags": list(self.serve_flags),
-                "not_servable": list(self.not_servable),
-                "workload": self.workload,
-            }
-        )
+        hooks = {knob: hook.to_json() for knob, hook in self.worker_hooks.items()}
+        return ({"worker_hooks": hooks} if hooks else {}) | {
+            "contexts": encode(self.contexts),
+            "load": encode(self.load),
+            "generate": encode(self.generate),
+            "batching": self.batching,
+            "continuous": encode(self.continuous),
+            "serve_flags": list(self.serve_flags),
+            "not_servable": list(self.not_servable),
+            "workload": self.workload,
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Plan:
@@ -107,8 +117,7 @@ class Plan:
             not_servable=list(data.get("not_servable", [])),
             contexts=decode(data.get("contexts", [])),
             workload=data.get("workload"),
-            worker_hooks=dict(data.get("worker_hooks", {})),
-            decode_loop=data.get("decode_loop"),
+            worker_hooks={knob: WorkerHook.from_json(hook) for knob, hook in data.get("worker_hooks", {}).items()},
         )
 
 

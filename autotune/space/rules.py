@@ -10,7 +10,8 @@ Where each kind of rule is written:
 - the combinations of knobs never launched: the `rules:` of the space YAML, the user's own to edit
   (SearchSpace.violation);
 - the combinations a range of library versions breaks, and what no plan can do whichever knobs ask for it:
-  BROKEN_TOGETHER and plan_problem, below.
+  BROKEN_TOGETHER and plan_problem, below; the plans one value cannot run in: its handler's `refuses`;
+- which values run a path that differs by transformers version: their handlers' `depends_on_version`.
 
 A value or a combination that cannot run is removed, skipped or refused with the rule's reason, and never
 measured as something else. autotune/worker/compat.py only renames arguments between transformers versions.
@@ -201,47 +202,26 @@ def installation_problem(config: Mapping[str, Value], installed: Callable[[Requi
     return None
 
 
-def plan_problem(plan: Plan) -> Refused | None:
-    """What no plan can do, whichever knobs asked for it, or None."""
+def plan_problem(config: Mapping[str, Value], plan: Plan) -> Refused | None:
+    """What no plan can do, whichever knobs asked for it, or what a value's handler refuses of the plan the others
+    built (Knob.refuses: a combination, the value runs in other plans); None when it can run."""
     if plan.batching == "continuous" and plan.contexts:
         names = ", ".join(call.path for call in plan.contexts)
         return Refused(f"continuous batching generates in its own thread, which {names} entered here does not reach")
-    if plan.decode_loop is not None and (refused := _loop_problem(plan)) is not None:
-        return refused
+    for name, value in config.items():
+        if name in KNOBS and (why := KNOBS[name].refuses(value, plan)) is not None:
+            return Refused(why)
     if "assistant_model" in plan.generate and plan.generate["assistant_model"] is None:
         message = "speculative=assistant needs a draft model: give --assistant-model (a hub id or folder)"
         return Refused(message, "speculative", "assistant")
     return None
 
 
-# generate() arguments of assisted decoding: it runs a loop of its own, which a decoding loop cannot replace
-ASSISTED = ("prompt_lookup_num_tokens", "assistant_model", "assistant_early_exit")
-
-
-def _loop_problem(plan: Plan) -> Refused | None:
-    """What a decoding loop of autotune's (decode_loop) cannot replace: continuous batching's, assisted decoding's."""
-    if plan.batching == "continuous":
-        why = "continuous batching (generate_batch) runs a decoding loop of its own"
-    elif any(name in plan.generate for name in ASSISTED):
-        why = "assisted decoding (speculative) runs a decoding loop of its own"
-    else:
-        return None
-    return Refused(f"decode_loop={plan.decode_loop} replaces generate()'s greedy or sampling loop; {why}")
-
-
 def depends_on_version(config: Mapping[str, Value]) -> bool:
     """Whether running this configuration goes through a path that differs by transformers version or by the
-    packages beside it: a value with requirements or a combination broken in some versions (above), what
-    autotune/worker/compat.py renames (continuous batching), and hub kernels (each transformers pins its
-    kernels package). Version conformance runs these cases on the lowest supported transformers on every CI run.
+    packages beside it: a value whose handler says so (Knob.depends_on_version: a value with requirements, what
+    autotune/worker/compat.py renames, hub kernels, a decoding loop of autotune's, ...), or a combination broken in
+    some versions (above). Version conformance runs these cases on the lowest supported transformers on every CI run.
     """
-    attention = str(config.get("attn_implementation", ""))
-    return bool(
-        requirements(config)
-        or any(broken.matches(config) for broken in BROKEN_TOGETHER)
-        or config.get("batching") == "continuous"
-        or config.get("cache_implementation") == "quantized"  # generate()'s default KV backend, quanto
-        or config.get("use_kernels") == "on"
-        or config.get("decode_loop", "generate") != "generate"  # generate()'s internals it calls
-        or "/" in attention
-    )
+    by_value = any(name in KNOBS and KNOBS[name].depends_on_version(value) for name, value in config.items())
+    return by_value or any(broken.matches(config) for broken in BROKEN_TOGETHER)

@@ -15,6 +15,7 @@ from autotune.figures.metrics import OBJECTIVES
 from autotune.figures.quality import stored_path
 from autotune.profiles import STORED_DEVICE_TYPE
 from autotune.space.knobs import DeviceType
+from autotune.space.knobs.decoding import DecodeLoopKnob
 from autotune.space.plan import Call, encode
 from autotune.specs import QualitySpec
 from autotune.workloads import workload_as_run
@@ -73,12 +74,25 @@ def capacity(stored: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def plan(stored: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """A trial's plan (autotune.space.plan.Plan.to_json) with its contexts: plans stored before contexts were general
-    said `execution_mode` (inference_mode: generate() inside torch.inference_mode()), or nothing before that knob."""
-    if stored is None or "contexts" in stored:
-        return None if stored is None else dict(stored)
-    contexts = [Call("torch.inference_mode")] if stored.get("execution_mode") == "inference_mode" else []
-    return {**stored, "contexts": encode(contexts)}
+    """A trial's plan (autotune.space.plan.Plan.to_json) with its contexts and its worker hooks: plans stored before
+    contexts were general said `execution_mode` (inference_mode: generate() inside torch.inference_mode()), or nothing
+    before that knob; plans stored before a hook carried its value (main 5bb2cda and before) named its module alone,
+    and a decoding loop as a `decode_loop` of the plan's own."""
+    if stored is None:
+        return None
+    data = dict(stored)
+    if "contexts" not in data:
+        contexts = [Call("torch.inference_mode")] if data.get("execution_mode") == "inference_mode" else []
+        data["contexts"] = encode(contexts)
+    hooks = {
+        knob: {"module": hook, "value": None} if isinstance(hook, str) else hook
+        for knob, hook in data.get("worker_hooks", {}).items()
+    }
+    if (loop := data.pop("decode_loop", None)) is not None:
+        hooks[DecodeLoopKnob.name] = {"module": DecodeLoopKnob.worker_hook, "value": loop}
+    if hooks:
+        data["worker_hooks"] = hooks
+    return data
 
 
 def quality_path(stored: str | None) -> str:

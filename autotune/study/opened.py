@@ -11,8 +11,8 @@ from typing import Any
 
 import optuna
 
+from autotune import for_tests
 from autotune.figures.capacity import SloTarget
-from autotune.study import moments
 from autotune.study.patience import DEFAULT_WAITING, Waiting
 from autotune.study.records import TrialRecord, front_numbers, records, with_evaluations
 from autotune.study.settings import StudySettings, exclusions, search_runs, stored_settings, suspicions
@@ -49,7 +49,7 @@ class OpenedStudy:
         """The study of this name in this storage; a UserError when there is none. Its storage waits out an outage
         as `waiting` says."""
         study = load_stored_study(storage_url, name, waiting)
-        moments.reach("read")
+        for_tests.hold("read")
         return cls(name, storage_url, study)
 
     @classmethod

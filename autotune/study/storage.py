@@ -17,9 +17,9 @@ import sqlalchemy.exc
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial
 
+from autotune import for_tests
 from autotune.errors import UserError
 from autotune.extras import installed, why_storage_missing
-from autotune.study import moments
 from autotune.study.claims import OWNER_ATTR, WORKER_PID_ATTR
 from autotune.study.patience import (
     DEFAULT_WAITING,
@@ -76,7 +76,7 @@ def open_storage(url: str, waiting: Waiting = DEFAULT_WAITING) -> PatientStorage
         sqlite_file.parent.mkdir(parents=True, exist_ok=True)
     patience = Patience(waiting.limit_s, redact(url), waiting.say, sqlite_file)
     patience.interrupted = waiting.interrupted
-    moments.reach_once_connected("open")
+    for_tests.hold_once_connected("open")
     for attempt in range(SCHEMA_RACE_ATTEMPTS):
         try:
             patient_storage = patience.call(lambda: _new_storage(url, driver_url, waiting.limit_s))

@@ -12,6 +12,7 @@ import os
 import sys
 from pathlib import Path
 
+from autotune import for_tests
 from autotune.process.life import die_with_parent
 
 
@@ -20,8 +21,7 @@ def run(spec_path: Path, result_path: Path, started_at: float) -> None:
     import time
 
     raw_spec = json.loads(spec_path.read_text())
-    if (raw_spec.get("fault") or {}).get("kind") == "garbage":
-        result_path.write_text("{this is not a result")
+    if for_tests.garbled_result(raw_spec.get("fault"), result_path):
         return
 
     import transformers  # noqa: F401 - imported here so that start-up time covers every library import

@@ -21,7 +21,8 @@ This module imports only torch and transformers: it is copied as it is into the 
 code (`custom_generate/`, written by `autotune loop`, autotune/report/loop_folder.py). Both loops refuse, in one
 ValueError, what they do not do (beam search, assisted decoding, encoder-decoder models, attentions or hidden states
 in the output, chunked prefill). generate() hands a callable no streamer, synced_gpus or assistant model (it keeps
-them for its own loops): the folder's entry refuses those before generate() drops them.
+them for its own loops): the folder's entry refuses those before generate() drops them. In a trial, the module is the
+decode_loop knob's worker hook (`generate_arguments`, autotune/worker/hooks.py).
 """
 
 from __future__ import annotations
@@ -76,6 +77,12 @@ def fused_step(
 
 
 LOOPS: dict[str, Callable[..., Any]] = {"deferred-stop": deferred_stop, "fused-step": fused_step}
+
+
+def generate_arguments(knob: str, loop: str) -> dict[str, Any]:
+    """The worker hook of decode_loop (autotune/worker/hooks.py): every generate() of the trial runs `loop`."""
+    return {"custom_generate": LOOPS[loop]}
+
 
 # What generate() hands a decoder-only text model's loop; anything else (images, token types) needs generate()'s own
 # per-step preparation.

@@ -23,17 +23,19 @@ from typing import Any
 
 import yaml
 
+from autotune import for_tests
 from autotune.data import CORPUS
 from autotune.figures.quality import DECODE, GENERATE
 from autotune.process.results import Answers, Outcome, TaskDetails, TaskResult, TaskSpec
 from autotune.space import rules
 from autotune.space.plan import Plan
+from autotune.worker import hooks
 from autotune.worker.environment import environment
 from autotune.worker.extensions import build_library_extensions
 from autotune.worker.generation import entered
 from autotune.worker.generation_trial import refuse_what_cannot_run
 from autotune.worker.loading import load_model, load_tokenizer, materialize
-from autotune.worker.tasks import Phases, plant_model_fault
+from autotune.worker.tasks import Phases
 
 DEMO = "demo"
 DEMO_TASK = "autotune_demo"
@@ -67,7 +69,7 @@ def _evaluate(spec: TaskSpec, phases: Phases) -> TaskResult:
             importlib.import_module(requirement.import_name)
         build_library_extensions(spec.device)
         model = load_model(spec.model, plan, spec.device)
-    plant_model_fault(model, spec.fault)  # tests: a fault planted as in the trial
+    for_tests.model_loaded(spec.fault, model)  # a fault planted as in the trial
     with phases("evaluate"):
         task_names, manager = _tasks(spec.evaluation.task, Path(spec.cache_dir))
         answers, metric = answer(model, tokenizer, plan, spec, task_names, manager)
@@ -111,7 +113,7 @@ def planned_model(model: Any, tokenizer: Any, plan: Plan, batch_size: int) -> An
             with entered(plan.contexts):
                 return super()._model_generate(context, max_length, stop, **{**arguments, **generation_kwargs})
 
-    arguments = materialize(plan.generate)  # once: a new CompileConfig per call would recompile
+    arguments = materialize(plan.generate) | hooks.generate_arguments(plan)  # once: a new CompileConfig would recompile
     return PlannedLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
 
 

@@ -15,8 +15,8 @@ from autotune.data import CORPUS, load_prompts
 from autotune.errors import UserError
 from autotune.space.plan import Plan
 from autotune.specs import WorkloadSpec
+from autotune.worker import hooks
 from autotune.worker.compat import PAGED, continuous_batching_config, pin_attention, transformers_version
-from autotune.worker.decode_loops import LOOPS
 from autotune.worker.failures import BrokenOutputError, UnsupportedError
 from autotune.worker.loading import materialize
 from autotune.worker.measurement.speed import Iteration
@@ -100,9 +100,7 @@ class PaddedGeneration:
         self.attention_mask = torch.tensor(mask, device=model.device)
         self.output_len = spec.output_len
         self.pad_id = pad_id
-        self.kwargs = materialize(plan.generate)  # once: a new CompileConfig per call would recompile
-        if plan.decode_loop is not None:
-            self.kwargs["custom_generate"] = LOOPS[plan.decode_loop]
+        self.kwargs = materialize(plan.generate) | hooks.generate_arguments(plan)  # once: a new CompileConfig per call
         if model.generation_config.eos_token_id is not None:  # a model with no end of sequence checks for none
             self.kwargs.setdefault("eos_token_id", NEVER_PRODUCED_EOS)
         self.plan_contexts = plan.contexts  # generate() runs under torch.no_grad by itself, inside these

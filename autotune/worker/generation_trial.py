@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from autotune import for_tests
 from autotune.figures.capacity import Probe
 from autotune.figures.metrics import (
     CAPACITY,
@@ -55,7 +56,7 @@ from autotune.worker.measurement.speed import (
     speed_figures,
 )
 from autotune.worker.measurement.timing import repeat_until
-from autotune.worker.tasks import Phases, inject_fault, plant_model_fault
+from autotune.worker.tasks import Phases
 from autotune.worker.tensor_parallel import ranks_of, shared_clock
 from autotune.workloads import KINDS
 
@@ -80,7 +81,7 @@ def run(spec: TaskSpec, phases: Phases) -> TaskResult:
         import_first_call_modules()
         memory = PeakMemory(spec.device)
         model = load_model(spec.model, plan, spec.device)
-    plant_model_fault(model, spec.fault)
+    for_tests.model_loaded(spec.fault, model)
     sizes = spec.workload.batch_sizes or [KINDS[spec.workload.kind].requests(spec.workload)]
     probe = Probe(sizes, spec.workload.slo, spec.memory_limit_bytes)
     points = _climb(probe, lambda size: _measure_batch(spec, model, plan, tokenizer, size, memory, phases))
@@ -156,8 +157,7 @@ def _measure_batch(
     with phases("warmup"):
         warmup = [generation.run() for _ in range(max(1, workload.warmup_iterations))]
     with phases("measure"):
-        if (fault := spec.fault) and fault.get("batch") is not None and size >= int(fault["batch"]):
-            inject_fault(fault["kind"])  # tests: a probe that fails from this batch on
+        for_tests.batch_measuring(spec.fault, size)
         memory.reset()
         energy = EnergyCounter(spec.device)
         energy.start()
@@ -178,7 +178,7 @@ def _free_memory() -> None:
 
 def refuse_what_cannot_run(config: dict[str, Any], plan: Plan) -> None:
     """UnsupportedError, with what to install or change, when this environment cannot run the configuration."""
-    refused = rules.installation_problem(config, installed_version) or rules.plan_problem(plan)
+    refused = rules.installation_problem(config, installed_version) or rules.plan_problem(config, plan)
     if refused is not None:
         raise UnsupportedError(refused.message, knob=refused.knob, combination=refused.knob is None)
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import psutil
 
+from autotune import for_tests
 from autotune.figures.capacity import Capacity, Probe
 from autotune.figures.metrics import (
     CAPACITY,
@@ -108,7 +109,6 @@ def _serve(
     """Start the server, drive it through the probe's levels from the client's cores, stop it: the requests' records,
     the joules the device spent, and the client's share of its cores."""
     energy = EnergyCounter(spec.device)
-    kill_server = (spec.fault or {}).get("kind") == "kill_server"
     own_cores = os.sched_getaffinity(0)
     try:
         with phases("load"):
@@ -116,8 +116,7 @@ def _serve(
             server.wait_healthy(HEALTH_TIMEOUT_S)
         os.sched_setaffinity(0, client_cores)
         with phases("measure"):
-            if kill_server:  # the fault tests inject: the server dies as the load starts, whatever its speed
-                server.kill()
+            for_tests.load_starting(spec.fault, server)
             cpu_before, started = psutil.Process().cpu_times(), time.perf_counter()
             energy.start()
             records = asyncio.run(_drive(server, spec, prompts, probe))

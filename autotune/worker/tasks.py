@@ -7,9 +7,6 @@ import hashlib
 import importlib
 import json
 import logging
-import os
-import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -20,6 +17,7 @@ from typing import Any
 
 import torch
 
+from autotune import for_tests
 from autotune.data import EVAL_TEXT
 from autotune.extras import why_missing
 from autotune.figures.metrics import PERPLEXITY
@@ -68,18 +66,11 @@ class Phases:
         sys.stdout.write(phase_lines.line(name, time.perf_counter() - self.started))
         sys.stdout.flush()
 
-    def _injects_at(self, name: str) -> bool:
-        """Whether the fault is one to inject as this phase starts (a probe injects its own at a batch; a generation
-        trial plants a model fault in its model: plant_model_fault)."""
-        fault = self.fault or {}
-        return fault.get("phase") == name and "batch" not in fault and fault.get("kind") not in MODEL_FAULTS
-
     @contextmanager
     def __call__(self, name: str) -> Iterator[None]:
         self.current = name
         self.announce(name)
-        if self.fault and self._injects_at(name):
-            inject_fault(self.fault["kind"], self.fault.get("until"))
+        for_tests.phase_starting(self.fault, name)
         start = time.perf_counter()
         yield
         self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - start  # a probe repeats phases
@@ -324,96 +315,3 @@ def _runner(path: str) -> Callable[[TaskSpec, Phases], TaskResult]:
     if not module.startswith("autotune.worker."):
         raise ValueError(f"a workload's runner must be a function of the worker, not {path!r}")
     return getattr(importlib.import_module(module), function)
-
-
-# ------------------------------------------------------------------------------------------- faults
-
-
-STALL_S = 30.0
-MODEL_FAULTS = ("slow_forward", "decode_drift", "runaway")  # planted in the loaded model, not as a phase starts
-DRIFT_SCALE = 4.0  # decode_drift: the logits' shift, in standard deviations of a normal draw per token
-
-
-def plant_model_fault(model: Any, fault: dict[str, Any] | None) -> None:
-    """Tests: a model slower for real, whatever else runs beside it (slow_forward: a sleep per forward pass), or wrong
-    on the decoding path only (decode_drift: every forward pass of one new token per row, as a KV cache decodes, has a
-    fixed random shift added to its logits; a pass over a whole text, the prefill path, is left exact), or a generation
-    that runs away (runaway: once a row's decoded tokens end in a span of RUNAWAY_SPANS tokens said twice in a row, the
-    span is made the next tokens' first choice, so the row loops to the end; text forced along, which seldom repeats
-    itself so, is left nearly exact)."""
-    kind = (fault or {}).get("kind")
-    if kind == "slow_forward":
-        delay = float(fault["seconds"])  # type: ignore[index]
-        model.register_forward_hook(lambda *_: time.sleep(delay))
-    elif kind == "decode_drift":
-        generator = torch.Generator().manual_seed(0)
-        shift = DRIFT_SCALE * torch.randn(model.config.get_text_config(decoder=True).vocab_size, generator=generator)
-
-        def drift(module: Any, args: tuple, kwargs: dict, output: Any) -> Any:
-            ids = kwargs.get("input_ids", args[0] if args else None)
-            if ids is not None and ids.shape[1] == 1:
-                output.logits = output.logits + shift.to(output.logits.device, output.logits.dtype)
-            return output
-
-        model.register_forward_hook(drift, with_kwargs=True)
-    elif kind == "runaway":
-        model.register_forward_hook(_runaway_hook(), with_kwargs=True)
-
-
-RUNAWAY_SPANS = range(2, 7)  # runaway: the lengths of a span whose immediate repeat starts the loop
-
-
-def _runaway_hook() -> Callable[..., Any]:
-    """A forward hook that remembers each row's decoded tokens since the last prefill and, once they end in a span
-    said twice, puts the token that continues the cycle first."""
-    decoded: list[list[int]] = []
-
-    def runaway(module: Any, args: tuple, kwargs: dict, output: Any) -> Any:
-        ids = kwargs.get("input_ids", args[0] if args else None)
-        if ids is None:
-            return output
-        if ids.shape[1] != 1:  # a prefill: a new generation starts
-            decoded[:] = [[] for _ in range(ids.shape[0])]
-            return output
-        if len(decoded) != ids.shape[0]:
-            return output
-        logits = output.logits.clone()
-        for row, token in enumerate(ids[:, 0].tolist()):
-            history = decoded[row]
-            history.append(token)
-            period = next((p for p in RUNAWAY_SPANS if _said_twice(history, p)), 0)
-            if period:
-                logits[row, -1, history[-period]] = logits[row, -1].max() + 10.0
-        output.logits = logits
-        return output
-
-    return runaway
-
-
-def _said_twice(history: list[int], span: int) -> bool:
-    return len(history) >= 2 * span and history[-2 * span : -span] == history[-span:]
-
-
-def inject_fault(kind: str, until: str | None = None) -> None:
-    """Fail for real, as tests ask: hang, stall (then go on), raise, exit without a result, die by a signal,
-    run out of memory. A stall ends after STALL_S, or as soon as the file `until` exists (the test is done)."""
-    if kind == "stall":  # a trial slow enough for a test to act while it runs
-        deadline = time.monotonic() + STALL_S
-        while time.monotonic() < deadline and not (until and Path(until).exists()):
-            time.sleep(0.1)
-    elif kind == "hang":
-        time.sleep(10**6)
-    elif kind == "hang_with_child":
-        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(10**6)", "autotune-fault-child"])
-        time.sleep(10**6)
-    elif kind == "raise":
-        raise RuntimeError("injected failure")
-    elif kind == "exit":
-        os._exit(3)
-    elif kind == "segfault":
-        os.kill(os.getpid(), signal.SIGSEGV)
-    elif kind == "oom":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-        torch.empty(1 << 62, dtype=torch.uint8, device=device)
-    else:
-        raise ValueError(f"unknown fault kind {kind!r}")

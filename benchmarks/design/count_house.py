@@ -14,14 +14,26 @@ Set two commits' outputs side by side to see what a redesign changed (docs/desig
 - modules in search/: its modules and lines;
 - readers of older stored forms outside study/migrations.py: functions whose docstring says what was stored or
   written before (by older versions) kept or said, other than those that write (to_json) or point to the migrations;
-- benchmark scripts that import from tests/.
+- benchmark scripts that import from tests/;
+- Plan.from_json call sites: where a plan that crossed as a dict is rebuilt, by module;
+- build_plan calls per trial: its call sites on one trial's path (search/loop.py, search/trial.py), and every site;
+- modules over 400 lines, with their lines;
+- homes of "ceiling" and of "capacity": the modules named by the word (ceiling.py, ceilings.py, capacity_chart.py,
+  or a folder of that name), and the packages they are in;
+- test-only lines in product modules: outside autotune/testing/ (the tests' own package, where it exists), the lines
+  of what only the tests use (TEST_ONLY: the planted and injected faults, the storage moments, the replay harness;
+  the switch to the tests' package, autotune/for_tests.py, where it exists), and the lines that reach it (a line
+  naming a task's fault, the moments, or the switch).
 
 With `--kind-exercise BASE..BRANCH`, also the files of the package a branch touched (the exercise of adding a kind
-like `serve`: docs/design.md), by package.
+like `serve`: docs/design.md), by package; with `--knob-exercise BASE..BRANCH`, the files a branch adding a knob of a
+new vocabulary touched, or a value of one (a loop of decode_loop: docs/adding-a-knob.md), all of them and those of
+the package.
 
     python benchmarks/design/count_house.py                  # the working tree's HEAD
     python benchmarks/design/count_house.py bc744e6          # any commit
     python benchmarks/design/count_house.py HEAD --kind-exercise bc744e6..kind-exercise
+    python benchmarks/design/count_house.py 5bb2cda --knob-exercise e1b3d89^..e1b3d89   # decode_loop, as it came
 """
 
 from __future__ import annotations
@@ -321,6 +333,140 @@ def benchmarks_importing_tests(rev: str) -> list[str]:
     return [f"benchmark scripts that import from tests/: {len(paths)}: {', '.join(paths)}"]
 
 
+# ------------------------------------------------------------------------------ plans
+
+
+def calls_of(tree: Tree, name: str) -> Counter[str]:
+    """Calls of `name` (a function, or Class.method), by module."""
+    found: Counter[str] = Counter()
+    for path, module in tree.modules.items():
+        for node in ast.walk(module):
+            if isinstance(node, ast.Call) and _called(node) == name:
+                found[short(path)] += 1
+    return found
+
+
+TRIAL_PATH = ("search/loop.py", "search/trial.py")  # the modules one trial of a search runs through, in the study
+
+
+def plans(tree: Tree) -> list[str]:
+    rebuilt = calls_of(tree, "Plan.from_json")
+    built = calls_of(tree, "build_plan")
+    per_trial = sum(count for path, count in built.items() if path in TRIAL_PATH)
+    return [
+        f"Plan.from_json call sites: {sum(rebuilt.values())}: "
+        + ", ".join(f"{path} {count}" for path, count in sorted(rebuilt.items())),
+        f"build_plan calls per trial ({', '.join(TRIAL_PATH)}): {per_trial}; every call site: "
+        + ", ".join(f"{path} {count}" for path, count in sorted(built.items())),
+    ]
+
+
+# ------------------------------------------------------------------------------ modules and words
+
+LONG = 400
+
+
+def lines_of(tree: Tree, path: str) -> int:
+    return len(git("show", f"{tree.rev}:{path}").splitlines())
+
+
+def long_modules(tree: Tree) -> list[str]:
+    sizes = sorted(((lines_of(tree, path), short(path)) for path in tree.modules), reverse=True)
+    over = [f"{path} {lines}" for lines, path in sizes if lines > LONG]
+    return [f"modules over {LONG} lines: {len(over)}: {', '.join(over)}"]
+
+
+def homes(tree: Tree, word: str) -> list[str]:
+    """The modules named by `word` (its plural too), or inside a folder so named, and their packages."""
+    named = re.compile(rf"(^|_){word}s?(_|$)")
+    paths = sorted(
+        short(path) for path in tree.modules if any(named.search(Path(part).stem) for part in short(path).split("/"))
+    )
+    packages = sorted({path.split("/")[0] if "/" in path else path for path in paths})
+    return [f'homes of "{word}": {len(paths)} modules in {len(packages)} packages: {", ".join(paths)}']
+
+
+# ------------------------------------------------------------------------------ what only the tests use
+
+TESTS_HOME = f"{PACKAGE}/testing/"
+SWITCH = f"{PACKAGE}/for_tests.py"  # the one switch the product reaches the tests' package through, counted whole
+# What only the tests use, as main 5bb2cda held it in the product's modules: whole modules, and definitions by name.
+TEST_ONLY_MODULES = ("search/faults.py", "study/moments.py", "strategy/replay.py")
+TEST_ONLY_NAMES = frozenset(
+    {
+        "STALL_S",
+        "MODEL_FAULTS",
+        "DRIFT_SCALE",
+        "RUNAWAY_SPANS",
+        "plant_model_fault",
+        "_runaway_hook",
+        "_said_twice",
+        "inject_fault",
+        "_injects_at",
+    }
+)
+# A line that reaches them: names a task's fault (as a name, an attribute or a key), the moments, or the tests' switch.
+REACHING = frozenset(
+    {"fault", "kill_server", "moments", "reach", "reach_once_connected", "injected_fault", "for_tests"}
+)
+
+
+def _definition_lines(module: ast.Module) -> set[int]:
+    lines: set[int] = set()
+    for node in ast.walk(module):
+        named = None
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            named = node.name
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            named = node.targets[0].id
+        if named in TEST_ONLY_NAMES:
+            start = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+            lines |= set(range(start, (node.end_lineno or node.lineno) + 1))
+    return lines
+
+
+def _reaching_lines(module: ast.Module) -> set[int]:
+    lines: set[int] = set()
+    for node in ast.walk(module):
+        name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+        if name is None and isinstance(node, ast.alias):
+            name = node.asname or node.name.rsplit(".", 1)[-1]
+        if name is None and isinstance(node, ast.Constant) and isinstance(node.value, str):
+            name = node.value
+        if (
+            name in REACHING
+            or name in TEST_ONLY_NAMES
+            or (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == "fault")
+        ):
+            lines.add(node.lineno)
+    return lines
+
+
+def test_only(tree: Tree) -> list[str]:
+    whole = {f"{PACKAGE}/{path}" for path in TEST_ONLY_MODULES}
+    defined: Counter[str] = Counter()
+    reaching: Counter[str] = Counter()
+    for path, module in tree.modules.items():
+        if path.startswith(TESTS_HOME):
+            continue
+        if path in whole or path == SWITCH:
+            defined[short(path)] = lines_of(tree, path)
+            continue
+        definitions = _definition_lines(module)
+        if definitions:
+            defined[short(path)] = len(definitions)
+        if calls := _reaching_lines(module) - definitions:
+            reaching[short(path)] = len(calls)
+    total = sum(defined.values()) + sum(reaching.values())
+    return [
+        f"test-only lines in product modules: {total}: what only the tests use {sum(defined.values())} ("
+        + ", ".join(f"{path} {count}" for path, count in sorted(defined.items()))
+        + f"), lines that reach it {sum(reaching.values())} in {len(reaching)} modules ("
+        + ", ".join(f"{path} {count}" for path, count in sorted(reaching.items()))
+        + ")"
+    ]
+
+
 def kind_exercise(span: str) -> list[str]:
     paths = git("diff", "--name-only", span, "--", PACKAGE).split()
     packages = sorted({path.split("/")[1] if path.count("/") > 1 else short(path) for path in paths})
@@ -330,17 +476,33 @@ def kind_exercise(span: str) -> list[str]:
     ]
 
 
+def knob_exercise(span: str) -> list[str]:
+    every = git("diff", "--name-only", span).split()
+    package = [path for path in every if path.startswith(f"{PACKAGE}/")]
+    return [
+        f"files touched to add a knob of a new vocabulary, or a value of one ({span}): {len(every)}, {len(package)} "
+        "of the package: "
+        + ", ".join(short(path) for path in package)
+        + "; the others: "
+        + ", ".join(path for path in every if path not in package)
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("rev", nargs="?", default="HEAD")
     parser.add_argument("--kind-exercise", metavar="BASE..BRANCH", help="the branch of the exercise of adding a kind")
+    parser.add_argument("--knob-exercise", metavar="BASE..BRANCH", help="a branch adding a knob of a new vocabulary")
     args = parser.parse_args()
     tree = Tree(args.rev)
     print(f"at {git('rev-parse', '--short', args.rev).strip()}:")
     lines = [*boundary(tree), *slo(tree), *terms(tree), *older_forms(tree), *search_package(tree)]
     lines += benchmarks_importing_tests(args.rev)
+    lines += [*plans(tree), *long_modules(tree), *homes(tree, "ceiling"), *homes(tree, "capacity"), *test_only(tree)]
     if args.kind_exercise:
         lines += kind_exercise(args.kind_exercise)
+    if args.knob_exercise:
+        lines += knob_exercise(args.knob_exercise)
     print("\n".join(lines))
 
 

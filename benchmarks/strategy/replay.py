@@ -1,6 +1,6 @@
 """Replay search strategies against a measured grid and print the table: the hypervolume each finds, as a share of
 the whole grid's, after a share of the grid's trials, and the trial time to 95% of it (the harness:
-autotune/strategy/replay.py).
+autotune/testing/replay.py).
 
     python benchmarks/strategy/replay.py benchmarks/results/grid-demo-cpu.json --seeds 20
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # autotune, run as a script
 
-from autotune.strategy.replay import SAMPLERS, Curve, Grid, ahead_at_every_budget, compared_trials, replay
+from autotune.testing.replay import SAMPLERS, Curve, Grid, ahead_at_every_budget, compared_trials, replay
 
 # Optuna's GPSampler takes minutes per replay once it has seen ~100 trials (a 300-configuration grid):
 # its replays stop at the table's last column, so its time to 95% shows only for seeds that reach it there.

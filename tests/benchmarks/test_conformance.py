@@ -11,6 +11,7 @@ import pytest
 from autotune.paths import PACKAGED_SPACE
 from autotune.profiles import PROFILES
 from autotune.space import load_space
+from autotune.space.knobs import KNOBS
 from autotune.space.rules import depends_on_version
 from tests.benchmarks import tool
 from tests.conftest import BRIEF, REPO, run_cli
@@ -113,6 +114,14 @@ def test_the_floor_runs_the_cases_whose_path_depends_on_the_version_on_every_run
     assert depends_on_version(flex_static)  # refused after 5.17 (rules.BROKEN_TOGETHER)
     hub_attention = {"dtype": "bfloat16", "attn_implementation": "kernels-community/flash-attn2"}
     assert depends_on_version(hub_attention)
+
+
+def test_the_floor_runs_every_case_when_a_knobs_worker_hook_changes() -> None:
+    """A knob's worker module decides what its values do, as its handler does: the Makefile's FLOOR_SOURCES list it."""
+    makefile = (REPO / "Makefile").read_text()
+    sources = makefile.split("FLOOR_SOURCES :=", 1)[1].split("FLOOR_RECORD :=", 1)[0].split()
+    hooks = {knob.worker_hook for knob in KNOBS.values() if knob.worker_hook}
+    assert hooks and {f"{module.replace('.', '/')}.py" for module in hooks} <= set(sources)
 
 
 def test_an_outcome_other_than_the_one_written_down_is_one_line_naming_the_case_and_version() -> None:

@@ -26,8 +26,10 @@ def documents(path: Path) -> list[dict]:
 @pytest.mark.parametrize("version", VERSIONS)
 @pytest.mark.parametrize("path", MANIFESTS, ids=lambda path: path.name)
 def test_manifest_is_valid_against_the_kubernetes_api(path: Path, version: str):
-    for document in documents(path):
-        kubernetes_validate.validate(document, version, strict=True)
+    found = documents(path)
+    assert found, f"{path.name} holds no document"
+    for document in found:
+        kubernetes_validate.validate(document, version, strict=True)  # raises on a field the API does not know
 
 
 def test_the_manifests_hold_what_the_deployment_needs():

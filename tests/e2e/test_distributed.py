@@ -21,7 +21,7 @@ import pytest
 import sqlalchemy
 
 from autotune.errors import UserError
-from autotune.search.faults import FINALISTS
+from autotune.for_tests import FINALISTS
 from autotune.study import open_storage, records
 from autotune.study.claims import DONE, RUNNING, Claims, EvaluationClaim, Evaluations
 from autotune.study.evaluations import evaluated_numbers

@@ -2,9 +2,9 @@
 quantized cache, and faults planted in some of its configurations (injected by configuration, as the storage faults
 are: AUTOTUNE_INJECT_FAULTS).
 
-The first fault (decode_drift, autotune/worker/tasks.py) shifts the logits of every forward pass that decodes one token
-per row, as a KV cache decodes; a forward pass over a whole text is left exact. The figure studies stored before
-2026-11-27 (one forward pass over the text, no cache) cannot see it; the decoding path's can, and the preset's
+The first fault (decode_drift, autotune/testing/worker_faults.py) shifts the logits of every forward pass that decodes
+one token per row, as a KV cache decodes; a forward pass over a whole text is left exact. The figure studies stored
+before 2026-11-27 (one forward pass over the text, no cache) cannot see it; the decoding path's can, and the preset's
 quality guard keeps the configuration off the front. The second (runaway) makes a generation loop once it says a span
 twice: text forced along seldom does, so teacher forcing cannot see it; tier 0, the share of the trial's own
 generations that are degenerate, does, and the preset's guard keeps it off the front.
@@ -111,13 +111,13 @@ def _prefill_kl_of_the_planted_model(cache_dir: Path) -> float:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from autotune.paths import demo_model_path
+    from autotune.testing.worker_faults import plant
     from autotune.worker.measurement.quality import eval_windows, prefill_figures
-    from autotune.worker.tasks import plant_model_fault
 
     path = demo_model_path(cache_dir)
     reference = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     planted = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    plant_model_fault(planted, FAULT[PLANTED])
+    plant(FAULT[PLANTED], planted)
     return prefill_figures(planted, reference, eval_windows(AutoTokenizer.from_pretrained(path)))["kl_divergence"]
 
 

@@ -7,6 +7,7 @@ a real headless browser.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import sqlite3
@@ -87,7 +88,9 @@ def test_the_study_holds_eight_distinct_trials_each_in_its_own_process(first_run
     for record in complete:
         assert record.metrics["throughput_tok_s"] > 0
         assert record.metrics["peak_memory_gb"] > 0
-        assert record.metrics["kl_divergence"] >= 0
+        assert math.isfinite(record.metrics["kl_divergence"])
+        if record.config["dtype"] != "float32":  # below the reference's precision: it diverges (a NaN is stored as 0)
+            assert record.metrics["kl_divergence"] > 0, record.config
         assert 0 < record.metrics["top1_agreement"] <= 1
         # one batch size and no SLO: one shape measured, as before capacity probes existed
         assert record.capacity is None and "capacity" not in record.metrics and "meets_slo" not in record.metrics

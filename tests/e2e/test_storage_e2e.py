@@ -1,6 +1,6 @@
 """The study survives its database: real `autotune worker` processes on a real PostgreSQL server that is stopped
 while their trials measure and started again, a worker that outlasts its --storage-patience, a search and a worker
-whose server is stopped at each moment of their lives (held there by autotune/study/moments.py), `best`, `report` and
+whose server is stopped at each moment of their lives (held there by autotune/testing/moments.py), `best`, `report` and
 `history` whose server is stopped as they read, and a search beside a reader holding its SQLite file. The demo model;
 each wait is on an event (a line printed, a file, a process ending), never on a fixed sleep.
 """
@@ -188,7 +188,7 @@ def test_workers_live_through_a_postgresql_restart_and_past_their_patience_leave
 
 
 class Holds:
-    """The moments a process is held at (autotune/study/moments.py: AUTOTUNE_HOLD_AT), with their files in `folder`."""
+    """The moments a process is held at (autotune/testing/moments.py: AUTOTUNE_HOLD_AT), their files in `folder`."""
 
     def __init__(self, folder: Path, *moments: str) -> None:
         folder.mkdir(parents=True)

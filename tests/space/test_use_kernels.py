@@ -13,6 +13,7 @@ from autotune.process.results import Outcome
 from autotune.profiles import PROFILES
 from autotune.report.snippets import python_snippet, serve_command
 from autotune.space import Plan, Target, build_plan, load_space
+from autotune.space.plan import WorkerHook
 from autotune.specs import ModelSpec
 
 BASE = {"dtype": "float32", "attn_implementation": "eager", "quantization": "none", "batching": "generate"}
@@ -26,7 +27,7 @@ NO_KERNEL_ON_CPU = (
 def test_on_loads_with_use_kernels_and_off_is_the_baseline():
     plan = build_plan({**BASE, "use_kernels": "on"}, Target("cuda"))
     assert plan.load["use_kernels"] is True
-    assert plan.worker_hooks == {"use_kernels": "autotune.worker.hub_kernels"}  # the worker finds its check here
+    assert plan.worker_hooks == {"use_kernels": WorkerHook("autotune.worker.hub_kernels", "on")}  # its check, found
     assert Plan.from_json(json.loads(json.dumps(plan.to_json()))) == plan
     assert build_plan({**BASE, "use_kernels": "off"}, Target("cuda")) == build_plan(BASE, Target("cuda"))
     assert baseline_config(SPACE, "float32", PROFILES["cpu"], "throughput", "sdpa")["use_kernels"] == "off"
@@ -61,7 +62,7 @@ def test_a_stored_plan_can_name_no_hook_outside_the_worker():
     from autotune.worker import hooks
 
     plan = build_plan({**BASE, "use_kernels": "on"}, Target("cpu"))
-    plan.worker_hooks["use_kernels"] = "os"
+    plan.worker_hooks["use_kernels"] = WorkerHook("os", "on")
     with pytest.raises(ValueError, match=r"not a module of autotune\.worker\."):
         hooks.before_load(plan)
 

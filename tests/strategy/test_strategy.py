@@ -26,7 +26,7 @@ from autotune.strategy.queue import (
     ruled_out,
     warm_up_set,
 )
-from autotune.strategy.replay import Grid, ahead_at_every_budget, replay
+from autotune.testing.replay import Grid, ahead_at_every_budget, replay
 
 REPO = Path(__file__).resolve().parents[2]
 GRID_SPACE = load_space(REPO / "search_spaces" / "cpu-grid.yaml")

@@ -22,15 +22,17 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from autotune import for_tests
 from autotune import study as studies
 from autotune.errors import StorageUnavailableError, UserError
 from autotune.extras import installed
 from autotune.space import config_key
-from autotune.study import kept, moments
+from autotune.study import kept
 from autotune.study.claims import Claims
 from autotune.study.optuna_internals import trial_id
 from autotune.study.patience import _kind
 from autotune.study.recovery import Recovery
+from autotune.testing import moments
 from tests.disks import fill, small_disk
 from tests.fakes import BASELINE, CONTINUOUS, REFERENCE, settings
 from tests.postgres import PostgresServer, postgres_server  # noqa: F401 - a fixture
@@ -89,7 +91,7 @@ def test_opening_waits_out_a_server_that_shuts_down_under_it_and_stays_down_then
     monkeypatch: pytest.MonkeyPatch,
 ):
     url = postgres_server.url
-    monkeypatch.setenv(moments.HOLD_VARIABLE, json.dumps({"open": str(tmp_path / "open")}))
+    monkeypatch.setenv(for_tests.HOLD_VARIABLE, json.dumps({"open": str(tmp_path / "open")}))
     monkeypatch.setattr(moments, "_held", set())
     said = Said(OUTAGE)
     opened = opening(url, said)

@@ -61,6 +61,10 @@ class AttentionKnob(Knob):
     def usual_values(self) -> tuple[Value, ...]:
         return ("sdpa", "eager")  # what transformers picks when none is given
 
+    def depends_on_version(self, value: Value) -> bool:
+        """A hub kernel comes through the kernels package, which each transformers pins."""
+        return "/" in str(value) or super().depends_on_version(value)
+
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         plan.load["attn_implementation"] = value
         plan.serve_flags += ["--attn-implementation", str(value)]

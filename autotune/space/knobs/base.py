@@ -1,6 +1,7 @@
 """The base of the knob handlers: what a handler says (`Knob`), what a value needs (`Needs`, `Requires`,
-`Refusal`), what the guides lead one to expect of it (`Expectation`), the registry and the build order of a plan,
-and the recipes (stacks the guides recommend for one aim) the families declare beside their knobs.
+`Refusal`), what the guides lead one to expect of it (`Expectation`), what a deployment passes for it beyond the
+plan's arguments (`Deployment`), the registry and the build order of a plan, and the recipes (stacks the guides
+recommend for one aim) the families declare beside their knobs.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from autotune.space.plan import Plan
+from autotune.space.plan import Plan, WorkerHook
 
 DeviceType = Literal["cpu", "cuda"]
 Value = str | int
@@ -76,6 +77,24 @@ class Refusal:
 
 
 @dataclass(frozen=True)
+class Argument:
+    """One keyword argument of generate() as a deployment's Python writes it, with the comment that goes beside it."""
+
+    name: str
+    source: str  # Python source: "'./autotune-fused-step'"
+    comment: str = ""
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """What a deployment passes generate() for a knob's value beyond the plan's arguments: the code the trial worker
+    runs through the knob's worker hook, as the snippets (autotune/report/snippets.py) write it."""
+
+    arguments: tuple[Argument, ...]  # in the Python snippet's generate() call
+    entry: Mapping[str, Any]  # in the JSON snippet, under the knob's name
+
+
+@dataclass(frozen=True)
 class Target:
     """What the plan is built for: the device, and the workload's largest shape (it sizes the paged cache)."""
 
@@ -111,7 +130,8 @@ class Knob:
     requires: ClassVar[Mapping[Value, Requires]] = {}  # packages and versions
     refused: ClassVar[tuple[Refusal, ...]] = ()  # workloads that could only refuse them
     # The trial worker's module for what a value needs beyond the plan's arguments (a check before or after loading,
-    # autotune/worker/hooks.py); apply() names it in the plan with `hook`, and the worker finds it there.
+    # generate() arguments only worker code can build: autotune/worker/hooks.py); apply() names it in the plan with
+    # `hook`, the worker finds it there, and `deployment` says what a deployment passes for it.
     worker_hook: ClassVar[str | None] = None
 
     @property
@@ -150,10 +170,26 @@ class Knob:
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         raise NotImplementedError
 
-    def hook(self, plan: Plan) -> None:
-        """Have the worker run this knob's worker hook for the plan."""
+    def hook(self, plan: Plan, value: Value) -> None:
+        """Have the worker run this knob's worker hook for the plan and this value."""
         assert self.worker_hook is not None, f"knob {self.name} names no worker hook"
-        plan.worker_hooks[self.name] = self.worker_hook
+        plan.worker_hooks[self.name] = WorkerHook(self.worker_hook, value)
+
+    def deployment(self, value: Value | None) -> Deployment | None:
+        """What a deployment passes generate() for this value beyond the plan's arguments (what the worker hook adds
+        to the trial's), or None; `value` is None in plans stored before hooks carried it."""
+        return None
+
+    def refuses(self, value: Value, plan: Plan) -> str | None:
+        """Why this value cannot run in this plan, which other knobs built (a combination: the value runs in other
+        plans), or None. The trial worker asks before loading (autotune/space/rules.py, plan_problem)."""
+        return None
+
+    def depends_on_version(self, value: Value) -> bool:
+        """Whether running this value goes through a path that differs by transformers version or by the packages
+        beside it, so version conformance runs it on the lowest supported transformers on every CI run: a value that
+        requires a package (`requires`), unless the handler says more."""
+        return value in self.requires
 
     def check_value(self, value: Value, where: str) -> None:
         """ValueError unless this knob accepts the value (`where` says who named it)."""

@@ -39,6 +39,10 @@ class BatchingKnob(Knob):
     def duration_group(self, value: Value | None) -> object:
         return value
 
+    def depends_on_version(self, value: Value) -> bool:
+        """Continuous batching's configuration is what autotune/worker/compat.py renames between versions."""
+        return value == "continuous" or super().depends_on_version(value)
+
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         plan.batching = "continuous" if value == "continuous" else "generate"
         if value != "continuous":

@@ -46,6 +46,10 @@ class CacheKnob(Knob):
             return Expectation(speed=0.7, memory=0.95, kl=1e-3)  # KV quantized and dequantized per step [cpu]
         return NEUTRAL
 
+    def depends_on_version(self, value: Value) -> bool:
+        """A quantized cache runs generate()'s default KV backend (quanto), which each version picks and calls."""
+        return value == "quantized" or super().depends_on_version(value)
+
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         if value == "dynamic":
             return

@@ -21,11 +21,16 @@ class UseKernelsKnob(Knob):
             return Expectation(speed=1.05, spread=0.2)  # fused kernels for mapped layers [overview]
         return NEUTRAL
 
+    def depends_on_version(self, value: Value) -> bool:
+        """Each transformers pins the kernels package it accepts, and maps its own layers to hub kernels."""
+        return value == "on" or super().depends_on_version(value)
+
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         if value == "off":
             return
         plan.load["use_kernels"] = True
-        self.hook(plan)  # transformers falls back to its own layers without a word: the hook checks one runs a kernel
+        # transformers falls back to its own layers without a word: the hook checks one runs a kernel
+        self.hook(plan, value)
         plan.not_servable.append("use_kernels=on (serve loads the model without hub kernels)")
 
 

@@ -4,7 +4,8 @@ AUTOTUNE_HOLD_AT='{"ask": "/tmp/t/ask", "front": "/tmp/t/front"}' holds this pro
 moment named: it creates /tmp/t/ask.reached, waits until /tmp/t/ask.release exists (HOLD_S at most), and goes on
 to the storage call that follows. Where the variable is unset, as always outside the tests, nothing is held.
 
-The moments, each just before the storage calls it names (tests/e2e/test_storage_e2e.py stops PostgreSQL at each):
+The moments, each just before the storage calls it names (tests/e2e/test_storage_e2e.py stops PostgreSQL at each),
+where the product calls autotune/for_tests.py's `hold`:
 
 open      opening the storage, its first connection made (study/storage.py)
 study     creating or joining the study (search/session.py)
@@ -24,7 +25,8 @@ from pathlib import Path
 
 import sqlalchemy
 
-HOLD_VARIABLE = "AUTOTUNE_HOLD_AT"
+from autotune.for_tests import HOLD_VARIABLE
+
 MOMENTS = ("open", "study", "ask", "claim", "front", "read", "report")
 HOLD_S = 300.0
 

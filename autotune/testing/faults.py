@@ -1,27 +1,26 @@
 """Faults injected into real trials by the tests (AUTOTUNE_INJECT_FAULTS): which trial of a search fails, where and how;
-the worker raises or hangs as told (TaskSpec.fault)."""
+the worker fails as told (TaskSpec.fault, autotune/testing/worker_faults.py)."""
 
 from __future__ import annotations
 
 import json
 import os
 
+from autotune.for_tests import FAULTS_VARIABLE, Fault
 from autotune.space import Config
 
-FINALISTS = "evaluation"  # the key of a fault in every finalist's evaluation (not the reference's)
 
-
-def injected_fault(launch_index: int | str, config: Config) -> dict[str, str] | None:
+def injected_fault(launch_index: int | str, config: Config) -> Fault | None:
     """Tests make a trial fail for real: the n-th trial this process launches (from 0), every finalist's evaluation on
-    the task (FINALISTS), or every trial of the configurations that have all the knob values a key names, whichever
-    trial launches them.
+    the task (for_tests.FINALISTS), or every trial of the configurations that have all the knob values a key names,
+    whichever trial launches them.
 
     AUTOTUNE_INJECT_FAULTS='{"3": {"phase": "load", "kind": "hang"}}' makes the fourth trial hang while loading;
     '{"dtype=float32,attn_implementation=eager": {"phase": "load", "kind": "raise"}}' makes every float32 eager
     trial raise while loading; '{"evaluation": {"phase": "evaluate", "kind": "stall"}}' stalls each finalist's
     evaluation.
     """
-    faults = os.environ.get("AUTOTUNE_INJECT_FAULTS")
+    faults = os.environ.get(FAULTS_VARIABLE)
     if not faults:
         return None
     for key, fault in json.loads(faults).items():
