@@ -6,7 +6,7 @@
 FROM python:3.12-slim-bookworm
 
 ARG TORCH=torch==2.13.0
-ARG EXTRAS=postgres,s3
+ARG EXTRAS=postgres,s3,eval
 
 WORKDIR /opt/autotune
 COPY pyproject.toml constraints.txt README.md ./

@@ -45,8 +45,12 @@ def hold_once_connected(moment: str) -> None:
         _testing("moments").reach_once_connected(moment)
 
 
-def fault_for(launch_index: int, config: Mapping[str, Any]) -> Fault | None:
-    """The fault a test asked this trial to fail with (its task spec's `fault`), or None."""
+FINALISTS = "evaluation"  # the key of a fault in every finalist's evaluation on the task (not the reference's)
+
+
+def fault_for(launch_index: int | str, config: Mapping[str, Any]) -> Fault | None:
+    """The fault a test asked this trial to fail with (its task spec's `fault`), or None; `launch_index`: the trial's
+    launch in this process (from 0), or FINALISTS for a finalist's evaluation."""
     if not os.environ.get(FAULTS_VARIABLE):
         return None
     return _testing("faults").injected_fault(launch_index, config)

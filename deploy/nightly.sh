@@ -3,22 +3,28 @@
 # previous night, and chart every night so far. The Kubernetes CronJob (deploy/kubernetes/nightly.yaml)
 # runs it; so can cron or a scheduled CI job (docs/deploy.md).
 #
-#   AUTOTUNE_NIGHTLY_PREFIX=qwen-a10g AUTOTUNE_SEARCH="--model Qwen/Qwen3-0.6B --gpu a10g" deploy/nightly.sh
+#   AUTOTUNE_NIGHTLY_PREFIX=qwen-a10g AUTOTUNE_SEARCH="--model Qwen/Qwen3-0.6B --gpu a10g --eval gsm8k" \
+#     AUTOTUNE_GATE="recovery_low>=0.95 flips<=0.05" deploy/nightly.sh
 #
 # Settings, from the environment:
 #   AUTOTUNE_NIGHTLY_PREFIX  the studies are PREFIX-YYYY-MM-DD (required)
-#   AUTOTUNE_SEARCH          `autotune search` flags: --model, --gpu, --constraint... (required)
+#   AUTOTUNE_SEARCH          `autotune search` flags: --model, --gpu, --constraint... (required); with --eval TASK
+#                            the front's finalists are evaluated on the task, and compare follows their answers
+#   AUTOTUNE_GATE            `autotune best` constraints tonight's pick must meet, e.g. "recovery_low>=0.95
+#                            flips<=0.05": best's pick is evaluated on the task first where the budget left it out
+#                            (autotune evaluate), and the pick is written as pick.json
 #   AUTOTUNE_BUDGET          tonight's budget (default 2h); AUTOTUNE_TRIALS: a number of trials instead, or too
 #   AUTOTUNE_STORAGE         one storage URL for every night (default: studies/<study>.db, a file per night)
 #   AUTOTUNE_ARTIFACTS       where trial logs, reports and the chart of the nights go (a folder, s3://, gs://)
 #   AUTOTUNE_TOLERANCES      `compare` and `history` flags: --threshold, --memory-tolerance, --kl-tolerance (default:
 #                            theirs, 5% on a GPU, 25% on a CPU for throughput)
 #   AUTOTUNE_NIGHT           tonight's date, YYYY-MM-DD (default: today)
-#   AUTOTUNE_OUT             folder for compare.md, history.md and history.html (default: reports)
+#   AUTOTUNE_GATE_BUDGET     the budget of the gate's evaluations (default 30m)
+#   AUTOTUNE_OUT             folder for compare.md, history.md, history.html and pick.json (default: reports)
 #   GITHUB_STEP_SUMMARY      set by GitHub Actions: the comparison and the nights' table are appended to it
 #
-# Exit status: 0; 3 when tonight regressed against the previous night (autotune compare's verdict);
-# any other status is the failing command's.
+# Exit status: 0; 3 when tonight regressed against the previous night (autotune compare's verdict), or when no
+# configuration meets AUTOTUNE_GATE (autotune best's); any other status is the failing command's.
 
 set -uo pipefail
 
@@ -57,10 +63,24 @@ autotune search "${search[@]}" --study "$tonight" "${storage[@]}" "${artifacts[@
   --report "$out/$tonight.html" || exit
 
 verdict=0
-if [ -n "$previous" ]; then
-  autotune compare "$previous" "$tonight" "${storage[@]}" "${tolerances[@]}" --format markdown >"$out/compare.md"
+if [ -n "${AUTOTUNE_GATE:-}" ]; then  # tonight's pick must meet the gate: evaluated on the task first if need be
+  gate=()
+  read -ra bounds <<<"$AUTOTUNE_GATE"
+  for bound in "${bounds[@]}"; do gate+=(--constraint "$bound"); done
+  if [[ " $AUTOTUNE_SEARCH " == *" --eval "* ]]; then
+    autotune evaluate --study "$tonight" "${storage[@]}" "${gate[@]}" --budget "${AUTOTUNE_GATE_BUDGET:-30m}"
+    evaluated=$?  # 1: an evaluation failed, 3: nothing meets the gate's other bounds; best says which cut the last
+    [ "$evaluated" = 0 ] || [ "$evaluated" = 1 ] || [ "$evaluated" = 3 ] || exit "$evaluated"
+  fi
+  autotune best --study "$tonight" "${storage[@]}" "${gate[@]}" --format json >"$out/pick.json"
   verdict=$?
   [ "$verdict" = 0 ] || [ "$verdict" = 3 ] || exit "$verdict"
+fi
+if [ -n "$previous" ]; then
+  autotune compare "$previous" "$tonight" "${storage[@]}" "${tolerances[@]}" --format markdown >"$out/compare.md"
+  compared=$?
+  [ "$compared" = 0 ] || [ "$compared" = 3 ] || exit "$compared"
+  [ "$compared" = 0 ] || verdict=3
   cat "$out/compare.md"
 fi
 # The chart of every night (stored with tonight's study when AUTOTUNE_ARTIFACTS is set), and its table.

@@ -5,6 +5,10 @@ Each figure has its own tolerance, larger than its run-to-run noise, so that noi
 regression: a later configuration "fits" a level of the earlier front when its memory and KL are
 within their tolerances of the level's, and the level regressed when the best throughput that fits
 is lower by more than the throughput tolerance, or when nothing fits at all.
+
+Where both studies were evaluated on a task (tier 1, --eval), each configuration evaluated in both has its answers set
+against each other item by item (analysis/task_changes.py): answering fewer right, or flipping more, beyond chance and
+its tolerance, is a regression too.
 """
 
 from __future__ import annotations
@@ -13,12 +17,14 @@ import math
 from dataclasses import dataclass, field, replace
 
 from autotune.analysis.capacity import AtCapacity, at_capacity
+from autotune.analysis.task_changes import TaskComparison, compare_tasks
 from autotune.analysis.tolerances import DEFAULT_TOLERANCES, GivenTolerances, Tolerances
 from autotune.errors import UserError
 from autotune.figures.capacity import SloTarget
 from autotune.figures.metrics import KL_DIVERGENCE, KL_FLOOR, METRICS, PEAK_MEMORY, THROUGHPUT, compared
 from autotune.figures.quality import ON_THE_PATH
 from autotune.study import DEFAULT_WAITING, TrialRecord, Waiting
+from autotune.study.evaluations import TaskAnswers, task_answers
 from autotune.study.opened import OpenedStudy, Terms
 
 __all__ = [
@@ -99,6 +105,7 @@ class Comparison:
     target: SloTarget | None = None  # the SLO both studies were searched within
     not_compared: str | None = None  # why their figures do not compare (another SLO); nothing else is set then
     quality_apart: str | None = None  # why their quality figures do not compare (measured on other paths)
+    task: TaskComparison | None = None  # where both were evaluated on a task: each configuration's answers, paired
     traffic_apart: str | None = None  # compared anyway (--across-traffic): the different traffic each replayed
 
     @property
@@ -109,10 +116,17 @@ class Comparison:
     def regressed(self) -> list[Level]:
         return [level for level in self.levels if level.regressed_figure(self.tolerances)]
 
+    @property
+    def regression(self) -> bool:
+        """Whether anything regressed: a level of the earlier front, or a configuration's answers on the task."""
+        return bool(self.regressed_figures())
+
     def regressed_figures(self) -> list[str]:
-        """What regressed at some level of the earlier front: "throughput", "memory", "KL", in that order."""
+        """What regressed: "throughput", "memory", "KL" at some level of the earlier front, then "task accuracy",
+        "task flips" on some configuration, in that order."""
         named = " and ".join(level.regressed_figure(self.tolerances) or "" for level in self.regressed)
-        return [figure for figure in ("throughput", "memory", "KL") if figure in named]
+        on_task = self.task.regressed(self.tolerances) if self.task else []
+        return [figure for figure in ("throughput", "memory", "KL") if figure in named] + on_task
 
 
 def compare_studies(
@@ -125,8 +139,9 @@ def compare_studies(
     if apart is not None and not across_traffic:
         raise UserError(f"{apart}; their figures measure other requests: pass --across-traffic to compare them anyway")
     tolerances = given.on(before.settings.device_type)
+    tasks = (task_answers(before.study.user_attrs), task_answers(after.study.user_attrs))
     comparison = compare(before.records, before.front_numbers, after.records, after.front_numbers, tolerances,
-                         (before.terms, after.terms))  # fmt: skip
+                         (before.terms, after.terms), tasks)  # fmt: skip
     if comparison.not_compared:
         why = f"{before.name} and {after.name} do not compare: {comparison.not_compared}"
         raise UserError(f"{why}; compare studies searched with the same --slo (autotune best prints each one's)")
@@ -157,8 +172,10 @@ def compare_stored(
 
 
 def compare(before: list[TrialRecord], front_before: set[int], after: list[TrialRecord], front_after: set[int],
-            tolerances: Tolerances, terms: tuple[Terms, Terms] | None = None) -> Comparison:  # fmt: skip
-    """Compare study A (before) with study B (after); `terms`: what each study's figures at capacity hold under."""
+            tolerances: Tolerances, terms: tuple[Terms, Terms] | None = None,
+            tasks: tuple[TaskAnswers | None, TaskAnswers | None] = (None, None)) -> Comparison:  # fmt: skip
+    """Compare study A (before) with study B (after); `terms`: what each study's figures at capacity hold under;
+    `tasks`: each one's answers on its task, where it was evaluated on one."""
     if terms is not None and (why := terms[0].target.differs(terms[1].target)):
         return Comparison(tolerances=tolerances, not_compared=f"{why}: figures at capacity do not compare")
     complete_before = {_key(r): r for r in before if r.complete}
@@ -181,7 +198,19 @@ def compare(before: list[TrialRecord], front_before: set[int], after: list[Trial
     for record in (r for r in before if r.number in front_before and r.complete):
         level = _level(record, list(complete_after.values()), tolerances)
         comparison.levels.append(_at_capacity(level, record, complete_after, terms) if terms else level)
+    comparison.task = _on_the_task(tasks, on_front, complete_before, complete_after)
     return comparison
+
+
+def _on_the_task(
+    tasks: tuple[TaskAnswers | None, TaskAnswers | None],
+    on_front: dict[str, list[str]],
+    before: dict[str, TrialRecord],
+    after: dict[str, TrialRecord],
+) -> TaskComparison | None:
+    """The configurations on either front that both studies measured, their answers on the task set side by side."""
+    both = [key for key in on_front if key in before and key in after]
+    return compare_tasks(*tasks, [(before[key].config, before[key].number, after[key].number) for key in both])
 
 
 def quality_apart(before: list[TrialRecord], after: list[TrialRecord]) -> str | None:

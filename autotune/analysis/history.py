@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from autotune.analysis.capacity import AtCapacity, at_capacity
 from autotune.analysis.compare import Comparison, GivenTolerances, compare
 from autotune.figures.capacity import SloTarget
-from autotune.figures.metrics import KL_DIVERGENCE, PEAK_MEMORY, THROUGHPUT, Metric, in_history
+from autotune.figures.metrics import KL_DIVERGENCE, METRICS, PEAK_MEMORY, THROUGHPUT, Metric, in_history
 from autotune.space import Config
 from autotune.study import TrialRecord
+from autotune.study.evaluations import TaskAnswers, task_answers
 from autotune.study.opened import OpenedStudy, Terms
 
 DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
@@ -33,10 +34,12 @@ class Night:
     front: set[int]  # its trials on the front (Optuna's best_trials)
     device: str  # the device type of its profile (cuda, cpu): the default tolerances of a comparison from it
     terms: Terms | None = None  # what its figures at capacity hold under (its SLO, device, price)
+    task: TaskAnswers | None = None  # its answers on its task, where it was evaluated on one (--eval)
 
     @classmethod
     def of(cls, opened: OpenedStudy) -> Night:
-        return cls(opened.name, opened.records, opened.front_numbers, opened.settings.device_type, opened.terms)
+        task = task_answers(opened.study.user_attrs)
+        return cls(opened.name, opened.records, opened.front_numbers, opened.settings.device_type, opened.terms, task)
 
 
 @dataclass(frozen=True)
@@ -90,7 +93,8 @@ class NightSummary:
 
     @property
     def regressed(self) -> list[str]:
-        """What regressed since the night before ("throughput", "memory", "KL"); empty when nothing did."""
+        """What regressed since the night before ("throughput", "memory", "KL", "task accuracy", "answer flips vs
+        reference"); empty when nothing did."""
         return self.comparison.regressed_figures() if self.comparison else []
 
     @property
@@ -132,6 +136,14 @@ class History:
     def regressed(self) -> list[NightSummary]:
         return [night for night in self.nights if night.regressed]
 
+    def shows(self, metric: Metric) -> bool:
+        """Whether the nights' table, chart and JSON show a figure of in_history(): always, or an optional one (tier
+        0's and tier 1's) where some night measured it, and the figure it goes with (`history_with`)."""
+        measured = lambda name: any(night.best(METRICS[name]) is not None for night in self.nights)  # noqa: E731
+        if not metric.optional:
+            return True
+        return measured(metric.name) and (not metric.history_with or measured(metric.history_with))
+
 
 def in_night_order(names: Sequence[str]) -> list[str]:
     """By the date in each name when every name has one (then by name), else as given."""
@@ -151,7 +163,8 @@ def history(nights: Sequence[Night], given: GivenTolerances | None = None) -> Hi
         if before is not None:
             terms = (before.terms, night.terms) if before.terms and night.terms else None
             tolerances = given.on(before.device)
-            comparison = compare(before.records, before.front, night.records, night.front, tolerances, terms)
+            tasks = (before.task, night.task)
+            comparison = compare(before.records, before.front, night.records, night.front, tolerances, terms, tasks)
         summaries.append(
             NightSummary(
                 study=night.study,

@@ -1,5 +1,6 @@
-"""Command line: thin commands over the library (search_commands.py: search, worker, measure; study_commands.py:
-compare, history, report, best, gpus, loop). Bad input ends as one line on stderr and exit status 2."""
+"""Command line: thin commands over the library (search_commands.py: search, worker, evaluate, measure;
+study_commands.py: compare, history, report, best, gpus, loop). Bad input ends as one line on stderr and exit
+status 2."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ app = typer.Typer(
 for command in (
     search_commands.search,
     search_commands.worker,
+    search_commands.evaluate,
     study_commands.compare,
     study_commands.history,
     search_commands.measure,

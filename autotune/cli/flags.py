@@ -240,6 +240,22 @@ _KlTolerance = Annotated[
     str | None,
     typer.Option("--kl-tolerance", help="Extra KL that still meets a level.", show_default=_default_tolerance("kl")),
 ]
+_AccuracyTolerance = Annotated[
+    str | None,
+    typer.Option(
+        "--accuracy-tolerance",
+        help="Task accuracy a configuration may lose, as a share of the night before's, beyond chance (--eval).",
+        show_default=_default_tolerance("accuracy"),
+    ),
+]
+_FlipsTolerance = Annotated[
+    str | None,
+    typer.Option(
+        "--flips-tolerance",
+        help="More of the task's items a configuration may flip, in points, beyond chance (--eval).",
+        show_default=_default_tolerance("flips"),
+    ),
+]
 
 
 # ------------------------------------------------------------------------------------ the workload kinds' flags
@@ -371,12 +387,18 @@ def port_problem(flag: Flag, port: int) -> str | None:
 
 
 def given_tolerances(
-    threshold: _Threshold = None, memory_tolerance: _MemoryTolerance = None, kl_tolerance: _KlTolerance = None
+    threshold: _Threshold = None,
+    memory_tolerance: _MemoryTolerance = None,
+    kl_tolerance: _KlTolerance = None,
+    accuracy_tolerance: _AccuracyTolerance = None,
+    flips_tolerance: _FlipsTolerance = None,
 ) -> GivenTolerances:
     return GivenTolerances(
         throughput=_fraction(threshold, "--threshold"),
         memory=_fraction(memory_tolerance, "--memory-tolerance"),
         kl=_fraction(kl_tolerance, "--kl-tolerance"),
+        accuracy=_fraction(accuracy_tolerance, "--accuracy-tolerance"),
+        flips=_fraction(flips_tolerance, "--flips-tolerance"),
     )
 
 

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from autotune.profiles import DetectedDevice, HardwareProfile
     from autotune.report.data import ParetoCard
     from autotune.search.dry_run import DryRun
+    from autotune.search.evaluate import Evaluated
     from autotune.search.events import SearchSummary
     from autotune.search.finish import Finished
     from autotune.study import TrialRecord
@@ -234,10 +235,25 @@ def _changes(config: Config, baseline: Config) -> Config:
 
 
 def print_worker_summary(summary: SearchSummary) -> None:
+    """A worker's trials, then its evaluations on the study's task (tier 1), where the study has one."""
     out.print(
         f"worker on study {summary.study_name}: {summary.launched} trials in "
         f"{format_duration(summary.elapsed_s)} ({summary.stop_reason})"
     )
+    for line in summary.evaluation:
+        out.print(line)
+
+
+def print_evaluated(evaluated: Evaluated) -> None:
+    """`autotune evaluate`: what it was asked for and its time, as a search's summary says it; then its lines."""
+    out.print(f"study {evaluated.study_name}: {evaluated.chosen}, in {format_duration(evaluated.elapsed_s)}")
+    spent = ", ".join(
+        f"{name} {format_duration(seconds)}" for name, seconds in evaluated.spent_s.items() if seconds >= 0.05
+    )
+    if spent:  # none where nothing was left to evaluate
+        out.print(f"time spent: {spent}")
+    for line in evaluated.lines:
+        out.print(line)
 
 
 def print_finished(finished: Finished) -> None:

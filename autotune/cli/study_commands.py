@@ -68,6 +68,8 @@ def compare(
 
     A regression: at a point of STUDY_A's front, STUDY_B's best throughput at that memory and KL is lower.
 
+    Where both were evaluated on a task (--eval), a configuration answering fewer items right, or flipping more, too.
+
     Studies searched with an SLO compare their figures at capacity, and only under the same SLO.
 
     Each figure has its own tolerance, by the device of STUDY_A, above that figure's run-to-run noise there.
@@ -82,7 +84,7 @@ def compare(
     waiting = _waiting(storage_patience_s)
     comparison = compare_stored(study_a, url_a, study_b, url_b, tolerances, waiting, across_traffic)
     print_comparison(study_a, study_b, comparison, "json" if as_json else output.value)
-    if comparison.regressed:
+    if comparison.regression:
         raise typer.Exit(3)
 
 

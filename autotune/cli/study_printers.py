@@ -13,6 +13,7 @@ from rich.table import Table
 from autotune.cli.printers import knobs_line, out
 from autotune.figures.constraints import MEETS_SLO, Constraint
 from autotune.figures.metrics import COLUMN, METRICS, WHERE_MEASURED, Metric, compared, in_history
+from autotune.figures.task import ALPHA
 from autotune.units import format_bytes
 
 if TYPE_CHECKING:
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from autotune.analysis.capacity import AtCapacity
     from autotune.analysis.compare import Comparison, Level, Tolerances
     from autotune.analysis.history import FrontPoint, History
+    from autotune.analysis.task_changes import TaskChange
     from autotune.report.best import Best
     from autotune.report.cards import DeployCard
 
@@ -70,6 +72,7 @@ def print_comparison(study_a: str, study_b: str, comparison: Comparison, output:
         out.print(f"compared across traffic (--across-traffic): {comparison.traffic_apart}")
     for level in comparison.levels:
         out.print(_level_line(study_b, level, t))
+    _print_task(comparison)
 
 
 def _within(comparison: Comparison) -> str:
@@ -80,7 +83,8 @@ def _within(comparison: Comparison) -> str:
 
 def comparison_markdown(study_a: str, study_b: str, comparison: Comparison) -> str:
     t = comparison.tolerances
-    verdict = "**REGRESSED**: " + ", ".join(comparison.regressed_figures()) if comparison.regressed else "no regression"
+    regressed = comparison.regressed_figures()
+    verdict = "**REGRESSED**: " + ", ".join(regressed) if regressed else "no regression"
     columns = _moved_columns(comparison)
     lines = [
         f"### autotune compare: {_md(study_a)} → {_md(study_b)}: {verdict}",
@@ -98,7 +102,7 @@ def comparison_markdown(study_a: str, study_b: str, comparison: Comparison) -> s
         lines.append(f"| `{_md(knobs_line(movement.config))}` | {'+'.join(movement.on_front)} | {' | '.join(cells)} |")
     lines += ["", "Each level of the earlier front:", ""]
     lines += [f"- {_md(_level_line(study_b, level, t))}" for level in comparison.levels]
-    return "\n".join(lines)
+    return "\n".join([*lines, *_task_markdown(comparison)])
 
 
 def _md(text: str) -> str:
@@ -112,12 +116,12 @@ def _comparison_document(study_a: str, study_b: str, comparison: Comparison) -> 
         "before": study_a,
         "after": study_b,
         "threshold": comparison.threshold,
-        "tolerances": asdict(tolerances),
+        "tolerances": {"throughput": tolerances.throughput, "memory": tolerances.memory, "kl": tolerances.kl},
         "slo": comparison.target.slo if comparison.target else None,
         "within": comparison.target.within if comparison.target else None,
         "quality_apart": comparison.quality_apart,
         **({"traffic_apart": comparison.traffic_apart} if comparison.traffic_apart else {}),
-        "regressed": bool(comparison.regressed),
+        "regressed": comparison.regression,
         "configurations": [asdict(movement) for movement in comparison.movements],
         "levels": [
             {
@@ -130,6 +134,7 @@ def _comparison_document(study_a: str, study_b: str, comparison: Comparison) -> 
             }
             for level in comparison.levels
         ],
+        **({"task": _task_json(comparison)} if comparison.task else {}),
     }
 
 
@@ -191,6 +196,101 @@ def _change(changes: dict[str, float], name: str) -> str:
     return f"{changes[name]:+.1%}" if name in changes else "-"
 
 
+# ------------------------------------------------------------------------------------ compare: on the task
+
+TASK_HEADINGS = (
+    "configuration",
+    "items",
+    "accuracy",
+    "right then, wrong now / the reverse",
+    "recovery vs the night before",
+    "flips vs its reference",
+    "newly flipped / no longer",
+    "verdict",
+)
+
+
+def _task_sentence(comparison: Comparison) -> str:
+    """What the task's rows say and when one regressed."""
+    task, t = comparison.task, comparison.tolerances
+    assert task is not None
+    return (
+        f"On the task ({task.task}), each configuration evaluated in both, its answers paired item by item: a "
+        f"regression is a loss of accuracy over {t.accuracy:.0%} of the earlier's, or more items flipped by over "
+        f"{t.flips:.0%} of them, beyond chance (exact one-sided sign test on the items that changed, p < {ALPHA:g})"
+    )
+
+
+def _task_cells(change: TaskChange, comparison: Comparison) -> list[str]:
+    recovery = change.recovery
+    low = f" (>={change.recovery_low:.1%})" if change.recovery_low is not None else ""
+    regressed = change.regressed(comparison.tolerances)
+    return [
+        knobs_line(change.config),
+        str(change.items),
+        f"{change.accuracy_before:.1%} -> {change.accuracy_after:.1%}",
+        f"{change.lost} / {change.gained} (p = {change.accuracy_p:.2g})",
+        f"{recovery:.1%}{low}" if recovery is not None else "-",
+        f"{change.flips_before:.1%} -> {change.flips_after:.1%}",
+        f"{change.newly_flipped} / {change.unflipped} (p = {change.flips_p:.2g})",
+        f"REGRESSED {', '.join(regressed)}" if regressed else "ok",
+    ]
+
+
+def _print_task(comparison: Comparison) -> None:
+    task = comparison.task
+    if task is None:
+        return
+    if task.apart:
+        out.print(f"on the task: not compared, {task.apart}")
+        return
+    if not task.changes:
+        out.print(f"on the task ({task.task}): no configuration on either front was evaluated in both")
+        return
+    table = Table(title=_task_sentence(comparison))
+    for heading in TASK_HEADINGS:
+        table.add_column(heading)
+    for change in task.changes:
+        table.add_row(*_task_cells(change, comparison))
+    out.print(table)
+
+
+def _task_markdown(comparison: Comparison) -> list[str]:
+    task = comparison.task
+    if task is None:
+        return []
+    if task.apart or not task.changes:
+        why = f"not compared, {task.apart}" if task.apart else "no configuration on either front was evaluated in both"
+        return ["", f"On the task: {_md(why)}."]
+    rows = [f"| {' | '.join(_md(cell) for cell in _task_cells(change, comparison))} |" for change in task.changes]
+    return ["", f"{_md(_task_sentence(comparison))}:", "", f"| {' | '.join(TASK_HEADINGS)} |",
+            "|" + "---|" * len(TASK_HEADINGS), *rows]  # fmt: skip
+
+
+def _task_json(comparison: Comparison) -> dict[str, Any]:
+    """Where both studies were evaluated on a task: each configuration's answers paired, and what regressed."""
+    task = comparison.task
+    assert task is not None
+    changes = [
+        {
+            **asdict(change),
+            "recovery": change.recovery,
+            "accuracy_p": change.accuracy_p,
+            "flips_p": change.flips_p,
+            "regressed": change.regressed(comparison.tolerances),
+        }
+        for change in task.changes
+    ]
+    t = comparison.tolerances
+    return {
+        "task": task.task,
+        "apart": task.apart,
+        "tolerances": {"accuracy": t.accuracy, "flips": t.flips, "alpha": ALPHA},
+        "regressed": task.regressed(t),
+        "configurations": changes,
+    }
+
+
 # ------------------------------------------------------------------------------------ history
 
 
@@ -228,11 +328,11 @@ def _history_document(history: History, chart: str) -> dict[str, Any]:
                 "study": night.study,
                 "date": night.date,
                 "launched": night.launched,
-                "front": [_front_point(point) for point in night.points],
+                "front": [_front_point(point, history) for point in night.points],
                 "best_throughput_tok_s": night.best_throughput,
                 "lowest_peak_memory_gb": night.lowest_memory_gb,
                 "lowest_kl": night.lowest_kl,
-                **{best_key(metric): night.best(metric) for metric in in_history() if _kept(metric, history)},
+                **{best_key(metric): night.best(metric) for metric in in_history() if history.shows(metric)},
                 "slo": night.target.slo if night.target else None,
                 "fastest_at_capacity": _capacity_json(night.fastest_capacity),
                 "previous": night.previous,
@@ -244,19 +344,18 @@ def _history_document(history: History, chart: str) -> dict[str, Any]:
     }
 
 
-def _kept(metric: Metric, history: History) -> bool:
-    """A figure in the nights' JSON: always, an optional one (tier 1's) where some night measured it."""
-    return not metric.optional or any(night.best(metric) is not None for night in history.nights)
-
-
 def best_key(metric: Metric) -> str:
     """The key of a night's best of a figure in the JSON: best_<figure>, or lowest_<figure> for one minimised."""
     return f"{'best' if metric.direction == 'maximize' else 'lowest'}_{metric.name}"
 
 
-def _front_point(point: FrontPoint) -> dict[str, Any]:
+def _front_point(point: FrontPoint, history: History) -> dict[str, Any]:
     shown = {key: value for key, value in asdict(point).items() if key != "figures"}
-    figures = {name: value for name, value in point.figures.items() if value is not None or not METRICS[name].optional}
+    figures = {
+        name: value
+        for name, value in point.figures.items()
+        if history.shows(METRICS[name]) and (value is not None or not METRICS[name].optional)
+    }
     return {**shown, "capacity": _capacity_json(point.capacity), **figures}
 
 

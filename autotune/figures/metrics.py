@@ -63,6 +63,7 @@ class Metric:
     compared: Compared | None = None
     after_search: bool = False  # measured after the search, on the front's finalists (tier 1): no search bound
     history: str = ""  # history: each night's best on its front, in the nights' column of this name (shared: " / ")
+    history_with: str = ""  # history shows it only for series where some night measured this figure too
     aliases: tuple[tuple[str, str], ...] = ()  # names --constraint takes, each with the unit a bare number is in
     forecast: Family | None = None
 
@@ -223,6 +224,8 @@ DEGENERATE_SHARE = Metric(
     card="degenerate {}",
     card_clause="of its own free-running generations",
     compared=WHERE_MEASURED,
+    history="degenerate",
+    history_with="task_accuracy",  # tier 0 beside tier 1, on nights gated on the task (as before them, without)
     aliases=(("degenerate", ""),),
 )
 

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from autotune.figures.metrics import TASK_ACCURACY, TASK_FLIPS, TASK_ITEMS, TASK_RECOVERY, TASK_RECOVERY_LOW
 
 Z_ONE_SIDED_95 = 1.6448536269514722
+ALPHA = 0.05  # a one-sided test's level: chance alone reaches it once in twenty comparisons at most
 
 
 def wilson(right: int, total: int, z: float = Z_ONE_SIDED_95) -> tuple[float, float]:
@@ -73,3 +74,12 @@ def task_figures(reference: Mapping[str, bool], answers: Mapping[str, bool]) -> 
         low = paired_difference_low(both, lost, gained, neither)
         figures[TASK_RECOVERY_LOW.name] = max(0.0, 1 + low / reference_accuracy)
     return figures
+
+
+def one_sided_sign_p(worse: int, better: int) -> float:
+    """The exact one-sided p-value of McNemar's test on paired items: the chance that, of the `worse + better` items
+    whose answers changed, `worse` or more changed for the worse if either way were as likely (binomial, one half)."""
+    changed = worse + better
+    if changed == 0:
+        return 1.0
+    return sum(math.comb(changed, k) for k in range(worse, changed + 1)) / 2**changed

@@ -32,7 +32,7 @@ from autotune.report.ceiling import CeilingRow, ceiling_rows
 from autotune.report.environment import environment
 from autotune.study import StudySettings, TrialRecord
 from autotune.study.ceilings import ceilings
-from autotune.study.evaluations import evaluated_numbers, stored_task
+from autotune.study.evaluations import evaluated_numbers, stored_task, unevaluated
 from autotune.study.opened import OpenedStudy, Terms
 
 NOT_APPLICABLE = "n/a"  # a knob that does not apply to a configuration (e.g. compile without a static cache)
@@ -217,8 +217,8 @@ def task_evaluation(opened: OpenedStudy) -> dict[str, str]:
         f"{task['task']}, {len(answers)} items judged by {task['metric']}; the reference answers {right:.1%} right",
         f"evaluated: {', '.join(f'#{number}' for number in numbers) or 'none'}",
     ]
-    if task.get("unevaluated"):
-        said.append(f"not evaluated, the budget left could not: {'; '.join(task['unevaluated'])}")
+    if left := unevaluated(opened.study.user_attrs):
+        said.append(f"not evaluated, the budget left could not: {'; '.join(left)}")
     return {TASK_ROW: "; ".join(said)}
 
 

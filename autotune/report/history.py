@@ -1,8 +1,9 @@
 """The nights of a series side by side, as one self-contained HTML page: a chart and a table.
 
-The chart has a row per figure (throughput, peak memory, KL, and capacity where nights probed one) and a column per
-night: every front point as a small grey dot, the front's best as a line (for capacity, the fastest point's), and a
-red cross where a night regressed on that figure.
+The chart has a row per figure (throughput, peak memory, KL, capacity where nights probed one, and where some night
+measured them the degenerate share, and the task's accuracy and flips) and a column per night: every front point as a
+small grey dot, the front's best as a line (for capacity, the fastest point's), and a red cross where a night
+regressed on that figure.
 Every text from a study (names, configurations) is escaped.
 """
 
@@ -19,7 +20,7 @@ from plotly.subplots import make_subplots
 
 from autotune.analysis.capacity import AtCapacity
 from autotune.analysis.history import FrontPoint, History, NightSummary
-from autotune.figures.metrics import KL_FLOOR
+from autotune.figures.metrics import KL_FLOOR, Metric, in_history
 from autotune.report.history_table import history_headings, night_cells
 from autotune.report.pages import write_page
 from autotune.space.knobs import short_name
@@ -29,11 +30,12 @@ from autotune.space.knobs import short_name
 class Row:
     """One figure of the chart: how to read it from a front point, its best, and its axis."""
 
-    figure: str  # as regressions name it: throughput, memory, KL
+    figure: str  # as regressions name it: throughput, memory, KL, task accuracy, answer flips vs reference
     title: str
     value: Callable[[FrontPoint], float | None]
     best: Callable[[NightSummary], float | None]
     log: bool = False
+    share: bool = False  # a share of items or generations: its axis in percent
 
 
 def _kl_shown(kl: float | None) -> float | None:
@@ -60,9 +62,22 @@ CAPACITY_ROW = Row(
 )
 
 
+def _share_row(metric: Metric) -> Row:
+    """A figure measured on some nights only (the degenerate share, the task's accuracy and flips): its row."""
+    best = "best" if metric.direction == "maximize" else "lowest"
+    return Row(
+        metric.label,
+        f"{best} {metric.label}",
+        lambda point: point.figures.get(metric.name),
+        lambda night: night.best(metric),
+        share=True,
+    )
+
+
 def rows_of(history: History) -> tuple[Row, ...]:
     probed = any(point.capacity for night in history.nights for point in night.points)
-    return (*ROWS, CAPACITY_ROW) if probed else ROWS
+    measured = tuple(_share_row(metric) for metric in in_history() if metric.optional and history.shows(metric))
+    return (*ROWS, *((CAPACITY_ROW,) if probed else ()), *measured)
 
 
 def write_history(history: History, title: str, path: Path) -> Path:
@@ -98,6 +113,8 @@ def history_figure(history: History) -> go.Figure:
             figure.add_trace(trace, row=index, col=1)
         if row.log:
             figure.update_yaxes(type="log", row=index, col=1)
+        if row.share:
+            figure.update_yaxes(tickformat=".0%", row=index, col=1)
     figure.update_xaxes(type="category", categoryorder="array", categoryarray=labels)
     figure.update_layout(height=190 * len(rows) + 190, margin={"t": 60}, legend={"orientation": "h", "y": 1.08})
     return figure

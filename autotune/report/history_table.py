@@ -36,13 +36,8 @@ CAPACITY_HEADINGS = ("SLO", "capacity of the fastest")
 
 
 def _figure_columns(history: History) -> list[list[Metric]]:
-    """The nights' figure columns: an optional figure's only where some night measured it."""
-    return [
-        metrics
-        for metrics in HISTORY_COLUMNS
-        if not any(metric.optional for metric in metrics)
-        or any(night.best(metric) is not None for night in history.nights for metric in metrics)
-    ]
+    """The nights' figure columns: an optional figure's only where the nights show it (History.shows)."""
+    return [metrics for metrics in HISTORY_COLUMNS if any(map(history.shows, metrics))]
 
 
 def _probed(history: History) -> bool:

@@ -1,14 +1,22 @@
-"""Tier 1 in a search (`--eval TASK`): the reference evaluated once on the task before any trial (a task that cannot be
-loaded here is bad input then, not after the search), then, after the trial loop, each configuration on the front,
-best first, while the budget left covers its forecast; those it does not are named. Each evaluation runs in a worker
+"""Tier 1 (`--eval TASK`): the reference evaluated once on the task before any trial (a task that cannot be loaded here
+is bad input then, not after the search); then configurations evaluated one at a time: after the trial loop of a
+search or of a worker, each configuration on the front, best first; with `autotune evaluate`, those it chooses.
+
+Each is claimed first (study/claims.py, Evaluations), as a trial's configuration is: of all the processes of a study (a
+search, its workers on every machine, an `autotune evaluate`), exactly one evaluates it, under a heartbeat, and one
+whose process died is taken by the next process free, once (study/recovery.py). A process with nothing left to take
+waits while others evaluate, so that it takes the evaluation of one that dies. Each evaluation starts only while the
+budget left covers its forecast; those it does not are named, and stored as left out. It runs in a worker
 (autotune/worker/evaluation.py) with the configuration's plan; the answers are stored with the study
 (autotune/study/evaluations.py) and read back as each finalist's figures (autotune/figures/task.py).
 """
 
 from __future__ import annotations
 
+import random
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,16 +24,21 @@ from autotune import for_tests
 from autotune.errors import SearchError, UserError
 from autotune.figures.metrics import TASK_ACCURACY, TASK_FLIPS, TASK_RECOVERY, THROUGHPUT, WARMUP
 from autotune.measure.prepare import Prepared, plan_target, trial_spec
-from autotune.process.results import Candidate, TaskResult, TaskSpec
+from autotune.process.results import Candidate, Outcome, TaskResult, TaskSpec
 from autotune.process.runner import Limits, run_in_worker
 from autotune.search.events import SearchEvents
+from autotune.search.interrupts import Interrupted, deferred
 from autotune.search.session import Session
+from autotune.search.trial import HEARTBEAT_EVERY_S
 from autotune.space import Config, build_plan
 from autotune.specs import EvalSpec, SearchRequest
-from autotune.study import TrialRecord
-from autotune.study.evaluations import evaluated_numbers, store_answers, store_task, stored_task
+from autotune.study import GRACE_PERIOD_S, TrialRecord
+from autotune.study.claims import DONE, FAILED, INTERRUPTED, RUNNING, EvaluationClaim, Evaluations
+from autotune.study.evaluations import evaluated_numbers, store_answers, store_left_out, stored_task
 from autotune.study.opened import OpenedStudy
+from autotune.study.recovery import Heartbeat
 
+EVALUATING = "evaluating the task (tier 1)"  # what the summaries call the time spent evaluating
 EXPECTED_FINALISTS = 4  # the front's size the loop leaves time for: its evaluations' forecast is kept from the loop
 TASK_PHASE = "task"  # the worker's phase of a task that cannot be loaded (autotune/worker/tasks.py)
 
@@ -37,9 +50,20 @@ class ReferenceEvaluation:
     stored: dict[str, Any]
     new: bool  # evaluated by this search (to be stored), not read from the study
 
+    @classmethod
+    def stored_in(cls, study: Any) -> ReferenceEvaluation | None:
+        """The study's task and reference, where it was searched with --eval."""
+        stored = stored_task(study)
+        return cls(stored, new=False) if stored else None
+
     @property
     def seconds(self) -> float:
         return float(self.stored["reference"]["seconds"])
+
+    @property
+    def task(self) -> EvalSpec:
+        """The task as --eval asked it: every configuration of the study is evaluated on the same items."""
+        return EvalSpec(self.stored["task"], self.stored.get("limit"))
 
     def line(self) -> str:
         answers = self.stored["reference"]["answers"]
@@ -68,7 +92,7 @@ def evaluate_reference(
             )
         return ReferenceEvaluation(stored, new=False)
     events.progress("evaluating the reference on the task (lm-evaluation-harness)")
-    spec = evaluation_spec(request, prepared, prepared.reference_config)
+    spec = evaluation_spec(request, prepared, prepared.reference_config, asked, finalist=False)
     result = run_in_worker(spec, workdir / "evaluation-reference", Limits(request.budget.trial_timeout_s, deadline))
     if not result.ok:
         raise _reference_error(asked, result)
@@ -89,14 +113,17 @@ def _reference_error(asked: EvalSpec, result: TaskResult) -> Exception:
     return SearchError(f"--eval {asked.task}: the reference's evaluation failed ({result.outcome.value}: {first})")
 
 
-def evaluation_spec(request: SearchRequest, prepared: Prepared, config: Config) -> TaskSpec:
-    """The evaluate task of one configuration: a trial's spec, its plan, the task; a fault planted as in its trial."""
+def evaluation_spec(
+    request: SearchRequest, prepared: Prepared, config: Config, task: EvalSpec, finalist: bool = True
+) -> TaskSpec:
+    """The evaluate task of one configuration: a trial's spec, its plan, the task; a fault planted as in its trial, or
+    in every finalist's evaluation (autotune/for_tests.py)."""
     plan = build_plan(config, plan_target(prepared.hardware.profile, request, prepared.traffic)).to_json()
     spec = trial_spec(request, prepared, config, plan)
     spec.task = "evaluate"
     spec.candidate = Candidate(config, plan)
-    spec.evaluation = request.evaluation
-    spec.fault = for_tests.fault_for(-1, config)
+    spec.evaluation = task
+    spec.fault = for_tests.fault_for(for_tests.FINALISTS if finalist else -1, config)
     return spec
 
 
@@ -117,49 +144,169 @@ def forecast_s(reference: ReferenceEvaluation, record: TrialRecord, reference_re
     return reference.seconds * slower + record.metrics.get(WARMUP.name, 0.0)
 
 
+Chooser = Callable[[OpenedStudy], Sequence[TrialRecord]]  # the configurations to evaluate, in order, as the study is
+
+
+def the_front(opened: OpenedStudy) -> Sequence[TrialRecord]:
+    return opened.front
+
+
+WAIT_S = 5.0  # how often a process with nothing left to take looks again at the evaluations others run
+
+
 def evaluate_finalists(
-    session: Session, reference: ReferenceEvaluation, deadline: float | None, events: SearchEvents
+    session: Session,
+    reference: ReferenceEvaluation,
+    deadline: float | None,
+    events: SearchEvents,
+    chosen: Chooser = the_front,
+    again: bool = False,
 ) -> tuple[str, ...]:
-    """Each configuration on the front not yet evaluated, best first, while the budget left covers its forecast; the
-    summary's lines: the task, each finalist's figures, those the budget left unevaluated."""
-    opened = OpenedStudy.of(session.study, session.storage_url)
-    done = evaluated_numbers(session.study.user_attrs)
-    reference_record = next((r for r in opened.launched if "reference" in r.roles and r.complete), None)
-    lines, unevaluated = [reference.line()], []
-    for record in opened.front:
-        if record.number in done:
-            continue
-        expected = forecast_s(reference, record, reference_record)
-        left = deadline - time.monotonic() if deadline is not None else None
-        if left is not None and expected > left:
-            unevaluated.append(f"#{record.number} (may take {expected:.0f}s, {max(left, 0):.0f}s left)")
-            continue
-        events.progress(f"evaluating trial #{record.number} on the task (lm-evaluation-harness)")
-        lines.append(_evaluate(session, record, expected, deadline))
-    if unevaluated:
-        lines.append(f"not evaluated on the task, the budget left could not: {'; '.join(unevaluated)}")
-    store_task(session.study, {**reference.stored, "unevaluated": unevaluated})
-    return tuple(lines)
+    """The configurations `chosen` picks (the front's, best first) that are not evaluated yet, each claimed, then
+    evaluated while the budget left covers its forecast; `again`: one whose evaluation failed or was interrupted twice
+    is taken too (`autotune evaluate --trial`). The summary's lines: the task, each evaluation's figures, those the
+    budget left unevaluated."""
+    return (reference.line(), *Evaluator(session, reference, deadline, events, again).run(chosen))
 
 
-def _evaluate(session: Session, record: TrialRecord, expected: float, deadline: float | None) -> str:
-    request = session.request
-    spec = evaluation_spec(request, session.prepared, record.config)
-    workdir = session.workdir / f"evaluation-{record.number}"
-    result = run_in_worker(spec, workdir, Limits(request.budget.trial_timeout_s, deadline))
-    took = f"{_seconds(result):.1f}s, forecast {expected:.1f}s"
-    if not result.ok:
-        first = result.message.splitlines()[0] if result.message else ""
-        return f"#{record.number}: not evaluated, {result.outcome.value}: {first[:160]} ({took})"
-    evaluated = result.details.evaluation
-    answers, path = (evaluated.answers, evaluated.path) if evaluated else ({}, None)
-    store_answers(session.study, record.number, {"answers": answers, "seconds": _seconds(result), "path": path})
-    opened = OpenedStudy.of(session.study, session.storage_url)
-    figures = next(r for r in opened.records if r.number == record.number).metrics
-    shown = ", ".join(
-        f"{metric.heading} {metric.text(figures)}" for metric in (TASK_ACCURACY, TASK_RECOVERY, TASK_FLIPS)
-    )
-    return f"#{record.number}: {shown} ({took})"
+@dataclass
+class Evaluator:
+    """One process evaluating the study's configurations, each claimed first."""
+
+    session: Session
+    reference: ReferenceEvaluation
+    deadline: float | None
+    events: SearchEvents
+    again: bool = False
+    token: int = field(default_factory=lambda: random.SystemRandom().randrange(1, 2**31))  # this process's, in claims
+    left_out: dict[int, str] = field(default_factory=dict)  # trial -> why the budget left it out
+    taken: set[int] = field(default_factory=set)  # the trials this process took: once each
+    failed: list[int] = field(default_factory=list)  # those whose evaluation failed (an error, not the budget)
+
+    @property
+    def evaluations(self) -> Evaluations:
+        return Evaluations(self.session.claims)
+
+    def run(self, chosen: Chooser) -> list[str]:
+        """Take and evaluate, one at a time, until nothing is left to take and no other process evaluates any."""
+        lines: list[str] = []
+        waited_since: float | None = None
+        while True:
+            self.session.recovery()  # the evaluations of dead processes given back, with the trials'
+            opened = OpenedStudy.of(self.session.study, self.session.storage_url)
+            taken, others = self._take_next(chosen(opened), opened)
+            if taken is not None:
+                lines.append(self._evaluate(*taken))
+                waited_since = None
+                continue
+            waited_since = waited_since or time.monotonic()
+            if not others or not self._may_wait(waited_since):
+                break
+            numbers = ", ".join(f"#{number}" for number in others)
+            self.events.progress(f"waiting: other processes evaluate {numbers} (one whose process dies is taken here)")
+            time.sleep(WAIT_S)
+        if self.left_out:
+            listed = "; ".join(f"#{number} ({why})" for number, why in self.left_out.items())
+            lines.append(f"not evaluated on the task, the budget left could not: {listed}")
+        return lines
+
+    def _may_wait(self, since: float) -> bool:
+        """While the budget lasts, and no longer than another process's evaluation can last alive (its timeout) and
+        dead (the grace its heartbeat has)."""
+        now = time.monotonic()
+        longest = self.session.request.budget.trial_timeout_s + GRACE_PERIOD_S
+        return (self.deadline is None or now < self.deadline) and now - since < longest
+
+    def _take_next(
+        self, candidates: Sequence[TrialRecord], opened: OpenedStudy
+    ) -> tuple[tuple[TrialRecord, float] | None, list[int]]:
+        """The first candidate this process may evaluate, claimed, with its forecast; and those other processes are
+        evaluating now."""
+        done = evaluated_numbers(opened.study.user_attrs)
+        claims = self.evaluations.claims()
+        reference_record = next((r for r in opened.launched if "reference" in r.roles and r.complete), None)
+        others = []
+        for record in candidates:
+            number, claim = record.number, claims.get(record.number)
+            if number in done or number in self.left_out or number in self.taken:
+                continue
+            if claim is not None and claim.state == RUNNING:
+                others.append(number)
+                continue
+            if claim is not None and not self._may_take(claim):
+                continue
+            expected = forecast_s(self.reference, record, reference_record)
+            left = self.deadline - time.monotonic() if self.deadline is not None else None
+            if left is not None and expected > left:
+                self._leave_out(number, f"may take {expected:.0f}s, {max(left, 0):.0f}s left")
+                continue
+            if self.evaluations.take(number, self.token, self.again):
+                self.taken.add(number)
+                return (record, expected), others
+        return None, others
+
+    def _may_take(self, claim: EvaluationClaim) -> bool:
+        """A claim that ended without answers: taken when its process was interrupted (once), or when asked again."""
+        return claim.free or (self.again and claim.state in (FAILED, INTERRUPTED))
+
+    def _leave_out(self, number: int, why: str) -> None:
+        self.left_out[number] = why
+        store_left_out(self.session.study, number, why)
+
+    def _evaluate(self, record: TrialRecord, expected: float) -> str:
+        """Evaluate a trial this process claimed, under a heartbeat; store its answers while the claim is still its."""
+        session, number = self.session, record.number
+        request = session.request
+        spec = evaluation_spec(request, session.prepared, record.config, self.reference.task)
+        workdir = session.workdir / f"evaluation-{number}"
+        self.events.progress(f"evaluating trial #{number} on the task (lm-evaluation-harness)")
+        beat = lambda: self.evaluations.beat(number, self.token)  # noqa: E731
+        try:
+            with Heartbeat(beat, HEARTBEAT_EVERY_S, f"the evaluation of trial #{number}"):
+                result = run_in_worker(spec, workdir, Limits(request.budget.trial_timeout_s, self.deadline))
+        except Interrupted:
+            with deferred():
+                self.evaluations.end(number, self.token, INTERRUPTED)  # the next process free takes it
+            raise
+        took = f"{_seconds(result):.1f}s, forecast {expected:.1f}s"
+        if result.outcome == Outcome.BUDGET:
+            self.evaluations.give_back(number, self.token)
+            self._leave_out(number, "the budget ran out during its evaluation")
+            return f"#{number}: not evaluated, the budget ran out during its evaluation ({took})"
+        if not result.ok:
+            self.evaluations.end(number, self.token, FAILED)
+            self.failed.append(number)
+            first = result.message.splitlines()[0] if result.message else ""
+            return f"#{number}: not evaluated, {result.outcome.value}: {first[:160]} ({took})"
+        return self._store(record, result, took)
+
+    def _store(self, record: TrialRecord, result: TaskResult, took: str) -> str:
+        number, study = record.number, self.session.study
+        if not self.evaluations.holds(number, self.token):
+            return (
+                f"#{number}: evaluated, not stored: its heartbeats stopped reaching the database for longer than the "
+                f"grace period, and another process took its evaluation over ({took})"
+            )
+        evaluated = result.details.evaluation
+        answers, path = (evaluated.answers, evaluated.path) if evaluated else ({}, None)
+        with deferred():
+            store_answers(study, number, {"answers": answers, "seconds": _seconds(result), "path": path})
+            self.evaluations.end(number, self.token, DONE)
+        opened = OpenedStudy.of(study, self.session.storage_url)
+        figures = next(r for r in opened.records if r.number == number).metrics
+        shown = ", ".join(
+            f"{metric.heading} {metric.text(figures)}" for metric in (TASK_ACCURACY, TASK_RECOVERY, TASK_FLIPS)
+        )
+        return f"#{number}: {shown} ({took})"
+
+
+def front_evaluated(opened: OpenedStudy) -> str:
+    """Which of the front's finalists are evaluated on the task, whichever process evaluated them."""
+    done = evaluated_numbers(opened.study.user_attrs)
+    front = [record.number for record in opened.front]
+    evaluated = [f"#{number}" for number in front if number in done]
+    listed = ", ".join(evaluated) or "none"
+    return f"the front's {len(front)} finalists: {len(evaluated)} evaluated on the task ({listed})"
 
 
 def _seconds(result: TaskResult) -> float:

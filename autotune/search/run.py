@@ -31,11 +31,19 @@ from autotune import for_tests
 from autotune import study as studies
 from autotune.analysis.found import best_found
 from autotune.errors import UserError
+from autotune.extras import EVAL, why_missing
 from autotune.measure.prepare import Prepared, machine_notes, prepare
 from autotune.process import phases
 from autotune.process.life import child_environment
 from autotune.profiles import detect_gpu
-from autotune.search.evaluation import ReferenceEvaluation, evaluate_finalists, evaluate_reference, reserved_s
+from autotune.search.evaluation import (
+    EVALUATING,
+    ReferenceEvaluation,
+    evaluate_finalists,
+    evaluate_reference,
+    front_evaluated,
+    reserved_s,
+)
 from autotune.search.events import SearchEvents, SearchSummary
 from autotune.search.interrupts import Interrupted, StudyPlace, deferred
 from autotune.search.loop import TrialLoop
@@ -66,9 +74,6 @@ def run_search(request: SearchRequest, events: SearchEvents) -> SearchSummary:
     for_tests.hold("front")
     studies.record_search_run(session.study, _run_record(request, summary))
     return _with_best(summary, session.study)
-
-
-EVALUATING = "evaluating the task (tier 1)"
 
 
 def _with_finalists(summary: SearchSummary, reference: ReferenceEvaluation, lines: tuple[str, ...]) -> SearchSummary:
@@ -111,7 +116,8 @@ def _with_best(summary: SearchSummary, study: optuna.Study) -> SearchSummary:
 
 
 def join_study(worker: WorkerRequest, events: SearchEvents) -> SearchSummary:
-    """`autotune worker`: take trials of an existing study, with its model, space, workload and reference."""
+    """`autotune worker`: take trials of an existing study, with its model, space, workload and reference; then, where
+    the study was searched with --eval, the front's finalists no other process has evaluated, each claimed."""
     started = time.monotonic()
     deadline = worker.budget.deadline(started)
     events.progress("reading the study")
@@ -121,7 +127,21 @@ def join_study(worker: WorkerRequest, events: SearchEvents) -> SearchSummary:
             checked.request, checked.hardware, checked.space, checked.workdir, deadline, reference, _preparing(events)
         )
         session = open_session(checked, prepared, events)
-        return _run_loop(TrialLoop(session, deadline, events), started)
+        task = _task_here(session, events)
+        loop_deadline = deadline - reserved_s(task, deadline) if task and deadline else deadline
+        summary = _run_loop(TrialLoop(session, loop_deadline, events), started)
+        if task is not None:
+            summary = _with_finalists(summary, task, evaluate_finalists(session, task, deadline, events))
+        return summary
+
+
+def _task_here(session: Session, events: SearchEvents) -> ReferenceEvaluation | None:
+    """The study's task (tier 1), where it has one and this machine can evaluate it (lm-evaluation-harness)."""
+    task = ReferenceEvaluation.stored_in(session.study)
+    if task is not None and (missing := why_missing("the study's --eval", EVAL)):
+        events.note(f"{missing}; this worker leaves the finalists' evaluations to the study's other processes")
+        return None
+    return task
 
 
 @contextmanager
@@ -181,14 +201,19 @@ def _run_record(request: SearchRequest, summary: SearchSummary) -> dict[str, Any
 
 
 def _run_on_devices(request: SearchRequest, events: SearchEvents) -> SearchSummary:
-    """One `autotune worker` per device, each pinned to its GPU, all on this study; then the summary."""
+    """One `autotune worker` per device, each pinned to its GPU, all on this study; then the summary. With --eval, the
+    reference is evaluated here first, each worker evaluates finalists after its trials (one per device at a time,
+    each claimed), and what is left of the front when they end (a worker died) is evaluated here."""
     started = time.monotonic()
     deadline = request.budget.deadline(started)
     checked = _check(request, events)
     _check_devices(request.devices, checked.profile.device_type)
     with _study_named_on_interrupt(checked):
         prepared = _prepare(checked, deadline, events)  # builds the model and the reference once, for every worker here
+        reference = _evaluate_reference(checked, prepared, deadline, events) if request.evaluation else None
         session = open_session(checked, prepared, events)
+        if reference is not None and reference.new:
+            store_task(session.study, reference.stored)
         study = session.study
         run_id = uuid.uuid4().hex[:12]
         shares = _shares(request.budget.max_trials, len(request.devices))
@@ -200,6 +225,8 @@ def _run_on_devices(request: SearchRequest, events: SearchEvents) -> SearchSumma
             codes = [worker.wait() for worker in workers]
             # A worker that died left its trial RUNNING: fail it now and queue its retry, as a worker would.
             session.recovery()
+            workers_ended = time.monotonic()
+            finalists = evaluate_finalists(session, reference, deadline, events) if reference is not None else ()
         except Interrupted as interrupt:  # each worker records its own trial, then ends
             with deferred():
                 for worker in workers:
@@ -210,8 +237,12 @@ def _run_on_devices(request: SearchRequest, events: SearchEvents) -> SearchSumma
     failed = tuple(f"{w.label} {_ended(code)}" for w, code in zip(workers, codes, strict=True) if code)
     finished = len(workers) - len(failed)
     reason = f"{finished} of {len(workers)} workers finished" if failed else f"{len(workers)} workers finished"
-    spent = {"preparing and workers": elapsed}
+    spent = {"preparing and workers": workers_ended - started}
+    if reference is not None:
+        spent[EVALUATING + ", after the workers"] = time.monotonic() - workers_ended
+        finalists = (*finalists, front_evaluated(OpenedStudy.of(study, session.storage_url)))
     summary = SearchSummary(session.name, session.storage_url, launched, reason, elapsed, spent, failed)
+    summary = replace(summary, evaluation=tuple(finalists))
     studies.record_search_run(study, _run_record(request, summary))
     return _with_best(summary, study)
 

@@ -98,9 +98,9 @@ def trial_workdir(workdir: Path, number: int) -> Path:
     return workdir / f"trial-{number:04d}"
 
 
-def open_session(checked: Checked, prepared: Prepared, events: SearchEvents) -> Session:
+def open_session(checked: Checked, prepared: Prepared, events: SearchEvents, queue: bool = True) -> Session:
     """Create the study, or load it to resume; store what the report needs; recover interrupted trials; queue the
-    anchors (and the front a warm start names)."""
+    anchors (and the front a warm start names) unless told not to (`autotune evaluate` runs no trial)."""
     request = checked.request
     patient_storage = checked.patient_storage or open_patient_storage(request, checked.storage_url, events)
     for_tests.hold("study")
@@ -121,7 +121,8 @@ def open_session(checked: Checked, prepared: Prepared, events: SearchEvents) -> 
         claims=claims, artifact_store=artifact_store, recovery=recovery, compile_archives=compile_archives,
     )  # fmt: skip
     recovery()
-    _enqueue_anchors(study, prepared)
+    if queue:
+        _enqueue_anchors(study, prepared)
     if request.warm_start:
         previous, previous_url = find_warm_start(request, checked.storage_url, events)
         _enqueue_warm_start(study, previous, space, events)

@@ -207,7 +207,7 @@ class Trial:
         limits = Limits(request.budget.trial_timeout_s, deadline)
         on_start = lambda pid: asked.set_user_attr(WORKER_PID_ATTR, pid)  # noqa: E731 - which process measures it
         on_phase = lambda name: self.events.progress(f"trial #{asked.number}: {phases.label(name, built.compiles)}")  # noqa: E731
-        with Heartbeat(session.patient_storage, self.id, HEARTBEAT_EVERY_S):
+        with Heartbeat.of_trial(session.patient_storage, self.id, HEARTBEAT_EVERY_S):
             started = self.started = time.monotonic()
             result = run_in_worker(spec, workdir, limits, on_start=on_start, on_phase=on_phase)
             duration = time.monotonic() - started

@@ -8,7 +8,8 @@ failed trial without an outcome is an interrupted one (see study.TrialRecord): O
 finished trial be annotated, so its one-line reason (FAIL_REASON_ATTR) is written just before it fails.
 
 `Recovery` is what a search or a worker does between trials: the results this machine kept on disk
-stored first (study/kept.py), then the trials of dead processes failed and retried.
+stored first (study/kept.py), then the trials of dead processes failed and retried, and their evaluations on the
+study's task (tier 1) given back for the next process free (study/claims.py, Evaluations), by the same signs.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ from optuna.storages import fail_stale_trials
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.study import FAIL_REASON_ATTR, TrialRecord, interrupted_message, kept
-from autotune.study.claims import OWNER_ATTR, Claims, owner_alive
+from autotune.study.claims import OWNER_ATTR, Claims, Evaluations, owner_alive
 from autotune.study.optuna_internals import heartbeat_enabled, stale_trial_ids, study_id, study_storage
+from autotune.study.storage import GRACE_PERIOD_S
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +49,7 @@ class Recovery:
     attach_log: LogAttacher
     note: Callable[[str], None]
     noted: set[int] = field(default_factory=set)  # the interrupted trials this run has told of already
+    grace_s: float = GRACE_PERIOD_S  # an evaluation whose heartbeat is older is its dead process's, as a trial's
 
     def __call__(self) -> list[FrozenTrial]:
         """Store the results that processes of this machine kept on disk and could not store (study/kept.py), then
@@ -62,21 +65,33 @@ class Recovery:
         if recovered:
             numbers = ", ".join(f"#{number}" for number in recovered)
             self.note(f"trials {numbers} were interrupted when their process died; each is retried once")
+        given_back = Evaluations(self.claims).recover(self.grace_s)
+        if given_back:
+            numbers = ", ".join(f"#{number}" for number in given_back)
+            self.note(
+                f"the evaluations on the task of trials {numbers} were interrupted when their process died; "
+                "the next process free takes each, once"
+            )
         return trials
 
 
 class Heartbeat:
-    """A trial's heartbeat, recorded on a thread every `every_s` seconds for as long as the block runs.
+    """A heartbeat (`beat`: a trial's, an evaluation's), recorded on a thread every `every_s` seconds for as long as the
+    block runs.
 
     Beating from the trial loop itself left gaps: one blocking call (a fork server importing torch on a
     busy machine, a lock) could outlast the grace period, and another worker then failed a live trial.
     """
 
-    def __init__(self, storage: optuna.storages.BaseStorage, trial_id: int, every_s: float) -> None:
-        self.storage, self.trial_id, self.every_s = storage, trial_id, every_s
+    def __init__(self, beat: Callable[[], None], every_s: float, of: str) -> None:
+        self.record, self.every_s, self.of = beat, every_s, of
         self.stopped = threading.Event()
-        self.thread = threading.Thread(target=self._beat, name=f"heartbeat of trial id {trial_id}", daemon=True)
+        self.thread = threading.Thread(target=self._beat, name=f"heartbeat of {self.of}", daemon=True)
         self.failing = False  # the last beat could not be recorded: try again every RETRY_S, say so once
+
+    @classmethod
+    def of_trial(cls, storage: optuna.storages.BaseStorage, trial_id: int, every_s: float) -> Heartbeat:
+        return cls(lambda: storage.record_heartbeat(trial_id), every_s, f"trial id {trial_id}")
 
     def __enter__(self) -> Heartbeat:
         self._record()
@@ -97,10 +112,10 @@ class Heartbeat:
         """One beat. While the database is unreachable, beats are retried every second, so the trial's heartbeat
         resumes within a second of its return, before another worker can find it stale."""
         try:
-            self.storage.record_heartbeat(self.trial_id)
+            self.record()
         except Exception as error:  # the database is unreachable, or restarting: the next beat tries again
             if not self.failing:
-                log.info("could not record the heartbeat of trial id %s: %s", self.trial_id, _first_line(error))
+                log.info("could not record the heartbeat of %s: %s", self.of, _first_line(error))
             self.failing = True
             return
         self.failing = False

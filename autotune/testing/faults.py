@@ -10,13 +10,15 @@ from autotune.for_tests import FAULTS_VARIABLE, Fault
 from autotune.space import Config
 
 
-def injected_fault(launch_index: int, config: Config) -> Fault | None:
-    """Tests make a trial fail for real: the n-th trial this process launches (from 0), or every trial of the
-    configurations that have all the knob values a key names, whichever trial launches them.
+def injected_fault(launch_index: int | str, config: Config) -> Fault | None:
+    """Tests make a trial fail for real: the n-th trial this process launches (from 0), every finalist's evaluation on
+    the task (for_tests.FINALISTS), or every trial of the configurations that have all the knob values a key names,
+    whichever trial launches them.
 
     AUTOTUNE_INJECT_FAULTS='{"3": {"phase": "load", "kind": "hang"}}' makes the fourth trial hang while loading;
     '{"dtype=float32,attn_implementation=eager": {"phase": "load", "kind": "raise"}}' makes every float32 eager
-    trial raise while loading.
+    trial raise while loading; '{"evaluation": {"phase": "evaluate", "kind": "stall"}}' stalls each finalist's
+    evaluation.
     """
     faults = os.environ.get(FAULTS_VARIABLE)
     if not faults:

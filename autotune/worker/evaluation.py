@@ -29,6 +29,7 @@ from autotune.figures.quality import DECODE, GENERATE
 from autotune.process.results import Answers, Outcome, TaskDetails, TaskResult, TaskSpec
 from autotune.space import rules
 from autotune.space.plan import Plan
+from autotune.worker import hooks
 from autotune.worker.environment import environment
 from autotune.worker.extensions import build_library_extensions
 from autotune.worker.generation import entered
@@ -112,7 +113,7 @@ def planned_model(model: Any, tokenizer: Any, plan: Plan, batch_size: int) -> An
             with entered(plan.contexts):
                 return super()._model_generate(context, max_length, stop, **{**arguments, **generation_kwargs})
 
-    arguments = materialize(plan.generate)  # once: a new CompileConfig per call would recompile
+    arguments = materialize(plan.generate) | hooks.generate_arguments(plan)  # once: a new CompileConfig would recompile
     return PlannedLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
 
 

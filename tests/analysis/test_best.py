@@ -62,6 +62,24 @@ def test_nothing_satisfies_says_what_was_asked(known):
     assert "decode throughput >= 300 tok/s" in chosen.why_none()
 
 
+def test_nothing_satisfies_names_the_constraint_that_cut_the_last_candidate_and_its_nearest_miss(known):
+    records, _ = known
+    chosen = pick(records, parse_constraints(["memory<=2.1GB", "throughput>=300"]), DEFAULT_GOAL)
+    assert chosen.why_none().endswith(
+        ": peak memory <= 2.1 GB leaves 3; decode throughput >= 300 tok/s cuts the last 3: the nearest, #1, has "
+        "200 tok/s"
+    )  # #3 (400 tok/s) needs 2.2 GB: the memory bound left #1 (200), #2 and #4 (150 each)
+
+
+def test_a_task_bound_on_trials_never_evaluated_says_autotune_evaluate_evaluates_them(known):
+    records, _ = known
+    chosen = pick(records, parse_constraints(["kl<=0.01", "flips<=0.05"]), DEFAULT_GOAL)
+    assert chosen.why_none().endswith(
+        "KL divergence vs reference <= 0.01 leaves 4; answer flips vs reference <= 0.05 cuts the last 4: 4 were not "
+        "evaluated on the task (autotune evaluate evaluates them)"
+    )
+
+
 def test_a_study_without_complete_trials_satisfies_nothing():
     chosen = pick([], [], DEFAULT_GOAL)
     assert chosen.chosen is None and "no trial of the study has completed" in chosen.why_none()

@@ -71,7 +71,6 @@ CASES = [
     (["search", *DEMO, "--devices", "a,b"], "--devices 'a'"),
     (["search", *DEMO, "--warm-start", "nothing"], "--warm-start: no study named 'nothing'"),
     (["search", *DEMO, "--eval-limit", "5"], "--eval-limit goes with --eval TASK"),
-    (["search", *DEMO, "--eval", "demo", "--devices", "cpu,cpu"], "--eval runs after a search on one device"),
     (
         ["search", *DEMO, "--constraint", "flips<=0.05"],
         "task_flips is measured after the search, on the front's finalists (--eval)",
@@ -86,6 +85,10 @@ CASES = [
     (["measure", "--model", "demo", "--gpu", "cpu", "--input-len", "600"], "but the model has 512 positions"),
     (["worker", "--study", "x", "--storage", "sqlite:///{things}/none.db", "--device", NO_GPU], "no such CUDA GPU"),
     (["worker", "--study", "x", "--storage", "sqlite:///{things}/none.db"], "no study named 'x'"),
+    (["evaluate", "--study", "x", "--storage", "sqlite:///{things}/none.db"], "no study named 'x'"),
+    (["evaluate", "--study", "x", "--eval-limit", "5"], "--eval-limit goes with --eval TASK"),
+    (["evaluate", "--study", "x", "--trial", "1", "--constraint", "kl<=0.01"], "give --trial, or best's --constraint"),
+    (["evaluate", "--study", "x", "--eval", " "], "--eval must name a task"),
     (["report", "--study", "x", "--report", "a.html", "--out", "b.html"], "--out is the old name of --report"),
 ]
 

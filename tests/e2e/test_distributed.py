@@ -1,6 +1,6 @@
 """Many workers on one study: PostgreSQL shared by `autotune worker` processes (one killed, the connections of the
-others cut by the server), one worker per device, and a nightly warm start. Real processes, a real PostgreSQL
-server, the demo model.
+others cut by the server), one worker per device (with --eval: the front's finalists evaluated by the workers, one
+killed mid-evaluation), and a nightly warm start. Real processes, a real PostgreSQL server, the demo model.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import optuna
@@ -19,7 +20,12 @@ import psutil
 import pytest
 import sqlalchemy
 
-from autotune.study import records
+from autotune.errors import UserError
+from autotune.for_tests import FINALISTS
+from autotune.study import open_storage, records
+from autotune.study.claims import DONE, RUNNING, Claims, EvaluationClaim, Evaluations
+from autotune.study.evaluations import evaluated_numbers
+from autotune.study.opened import OpenedStudy
 from autotune.worker.demo_model import ensure_demo_model
 from tests.conftest import BRIEF, cheap_space
 from tests.postgres import postgres_url  # noqa: F401 - a fixture
@@ -138,22 +144,67 @@ def _terminate_backends(url: str, pids: list[int]) -> list[int]:
         engine.dispose()
 
 
-def test_one_worker_per_device_shares_the_study(tmp_path, env):
-    completed = cli(["search", "--model", "demo", "--gpu", "cpu", "--study", "devices", "--devices", "cpu,cpu",
-                     "--trials", "4", *cheap_space(tmp_path), *SMALL], tmp_path, env)  # fmt: skip
-    assert completed.returncode == 0, completed.stdout + completed.stderr
-    assert "[worker 0, cpu]" in completed.stdout and "[worker 1, cpu]" in completed.stdout
-    study = optuna.load_study(study_name="devices", storage=f"sqlite:///{tmp_path}/studies/devices.db")
+def test_one_worker_per_device_shares_the_study_and_its_finalists_a_killed_workers_taken_by_the_other(
+    tmp_path,
+    env,
+    release,
+    postgres_url,  # noqa: F811
+):
+    """`search --devices cpu,cpu --eval demo` on PostgreSQL: the reference evaluated once, the trials shared by the two
+    workers, then the front's finalists, each claimed by one worker. Every finalist's evaluation stalls (planted) until
+    the worker seen evaluating first is killed: its finalist is evaluated by the other worker."""
+    name = f"devices-{uuid.uuid4().hex[:8]}"  # a PostgreSQL study's files go to the shared cache: a folder of its own
+    stall = {FINALISTS: {"phase": "evaluate", "kind": "stall", "until": str(release)}}
+    search = subprocess.Popen([sys.executable, "-m", "autotune", "search", "--model", "demo", "--gpu", "cpu", "--study",
+                               name, "--storage", postgres_url, "--devices", "cpu,cpu", "--trials", "4", "--eval",
+                               "demo", "--eval-limit", "40", *cheap_space(tmp_path), *SMALL], cwd=tmp_path,
+                              env={**env, "AUTOTUNE_INJECT_FAULTS": json.dumps(stall)}, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)  # fmt: skip
+    victim, taken = _first_evaluating(postgres_url, name, deadline_s=600)
+    os.kill(victim, signal.SIGKILL)  # mid-evaluation
+    release.touch()
+    output, errors = search.communicate(timeout=1200)
+    assert search.returncode == 1, output + errors
+    assert "cpu was killed by SIGKILL (its lines above say why)" in errors
+    assert "[worker 0, cpu]" in output and "[worker 1, cpu]" in output
+    study = optuna.load_study(study_name=name, storage=postgres_url)
     run = [r for r in records(study) if r.launched and r.run_id]
-    assert len(run) == 4 and len({r.run_id for r in run}) == 1, completed.stdout
+    assert len(run) == 4 and len({r.run_id for r in run}) == 1, output
     assert len({r.config_key for r in run}) == 4
-    assert len({t.user_attrs["owner"]["pid"] for t in study.get_trials(deepcopy=False) if t.number in
-                {r.number for r in run}}) == 2  # fmt: skip
-    assert "report: reports/devices.html" in completed.stdout
+    workers = {t.user_attrs["owner"]["pid"] for t in study.get_trials(deepcopy=False) if t.number in
+               {r.number for r in run}}  # fmt: skip
+    assert len(workers) == 2 and victim in workers
+    assert "RUNNING" not in {t.state.name for t in study.get_trials(deepcopy=False)}
+    # Every finalist evaluated once: the victim's by the other worker, on its second attempt; none left running.
+    claims = _evaluations(postgres_url, name)
+    front = OpenedStudy.of(study, postgres_url).front_numbers
+    assert front and front <= evaluated_numbers(study.user_attrs) and front <= set(claims)
+    assert {claim.state for claim in claims.values()} == {DONE}
+    assert claims[taken].attempts == 2 and claims[taken].owner["pid"] in workers - {victim}
+    assert all(claim.attempts == 1 for number, claim in claims.items() if number != taken)
+    assert f"the front's {len(front)} finalists: {len(front)} evaluated on the task" in output
+    assert "report: reports/" in output  # what the workers measured and evaluated is reported
     # The search (which created the study) and each worker prepared in a folder of their own: in one, the second
     # worker to start deleted the first one's result before the first read it ("exited with status 0 without a result").
-    prepared = list((tmp_path / "studies" / "devices").glob("prepare-*"))
+    prepared = list((Path(env["AUTOTUNE_CACHE_DIR"]) / "studies" / name).glob("prepare-*"))
     assert len(prepared) == 3 and all((folder / "result.json").is_file() for folder in prepared), prepared
+
+
+def _evaluations(url: str, name: str) -> dict[int, EvaluationClaim]:
+    storage = open_storage(url)
+    return Evaluations(Claims(storage.engine, storage.get_study_id_from_name(name))).claims()
+
+
+def _first_evaluating(url: str, name: str, deadline_s: float) -> tuple[int, int]:
+    """The pid of the first worker seen evaluating a finalist, and that finalist's trial number."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        with contextlib.suppress(KeyError, sqlalchemy.exc.DBAPIError, UserError):  # the study is not created yet
+            for number, claim in _evaluations(url, name).items():
+                if claim.state == RUNNING:
+                    return claim.owner["pid"], number
+    raise AssertionError("no worker started evaluating a finalist")
 
 
 def test_devices_must_exist(tmp_path, env):

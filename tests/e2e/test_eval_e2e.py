@@ -1,7 +1,13 @@
 """Tier 1 end to end: a real search of the demo model with --eval demo. The reference is evaluated before any trial,
 each configuration on the front after the loop, through lm-evaluation-harness in a worker with its plan; accuracy,
 recovery with its bound, and flips are figures of the terminal's summary and front, the report, and `best` (text and
-JSON), which takes them as constraints. A task that cannot be loaded here is one line, before any study is created."""
+JSON), which takes them as constraints. A task that cannot be loaded here is one line, before any study is created.
+
+Then two more nights of the same space, searched without --eval (their reference and baseline), whose trials
+`autotune evaluate` evaluates later: `best --constraint flips<=...` exits 3 before, naming the constraint that cut the
+last candidate, and picks one after; the second night like the first (compare: exit 0), the third with a
+decoding-path fault planted in its baseline configuration, its trials and its evaluation (compare: exit 3, the task
+figures named); `history` shows accuracy, flips and the degenerate share of each night, in its table and its chart."""
 
 from __future__ import annotations
 
@@ -74,3 +80,86 @@ def test_a_task_that_cannot_be_loaded_here_is_one_line_and_leaves_no_study(tmp_p
     error = completed.stderr.strip().splitlines()
     assert len(error) == 1 and "--eval autotune_has_no_such_task: lm-evaluation-harness could not load" in error[0]
     assert not (tmp_path / "studies" / "none.db").exists()
+
+
+# ------------------------------------------------------------------ later nights, evaluated on demand
+
+NIGHTS = ("night-2", "night-3")
+BASELINE = "dtype=bfloat16,cache_implementation=dynamic"  # the demo's baseline on a CPU: trial #1 of each night
+DRIFT = json.dumps({BASELINE: {"phase": "load", "kind": "decode_drift"}})  # its decoding path wrong, its prefill exact
+
+
+@pytest.fixture(scope="module")
+def nights(searched) -> dict[str, list]:
+    """Each later night: its search (two trials), `best --constraint flips<=0.05` before its trials are evaluated,
+    `autotune evaluate` of both, and the same `best` after. The third night's baseline decodes wrong (planted)."""
+    workdir, env, _ = searched
+    done: dict[str, list] = {}
+    for name in NIGHTS:
+        tonight = {**env, "AUTOTUNE_INJECT_FAULTS": DRIFT} if name == "night-3" else env
+        args = ["search", "--model", "demo", "--gpu", "cpu", "--space", "space.yaml", "--study", name, "--trials", "2"]
+        searched_tonight = run_cli([*args, *SHAPE], workdir, tonight)
+        assert searched_tonight.returncode == 0, searched_tonight.stdout + searched_tonight.stderr
+        gate = ["best", "--study", name, "--constraint", "flips<=0.05", "--format", "json"]
+        before = run_cli(gate, workdir, env, timeout=120)
+        evaluated = run_cli(["evaluate", "--study", name, "--eval", "demo", "--trial", "0", "--trial", "1"], workdir,
+                            tonight)  # fmt: skip
+        assert evaluated.returncode == 0, evaluated.stdout + evaluated.stderr
+        done[name] = [before, evaluated, run_cli(gate, workdir, env, timeout=120)]
+    return done
+
+
+def test_best_exits_3_naming_the_cut_until_autotune_evaluate_evaluates_what_the_search_left_out(nights):
+    before, evaluated, after = nights["night-2"]
+    assert before.returncode == 3 and before.stdout == ""
+    assert before.stderr.strip().endswith(
+        "answer flips vs reference <= 0.05 cuts the last 2: 2 were not evaluated on the task (autotune evaluate "
+        "evaluates them)"
+    )
+    printed = evaluated.stdout
+    assert "study night-2: trial #0, trial #1, in " in printed and "evaluating the task (tier 1) " in printed
+    assert "task demo (573 items, exact_match): the reference answers" in printed
+    assert all(any(line.startswith(f"#{number}: accuracy ") for line in printed.splitlines()) for number in (0, 1))
+    assert after.returncode == 0, after.stderr
+    picked = json.loads(after.stdout)
+    assert picked["trial"] in (0, 1) and picked["metrics"]["task_flips"] <= 0.05 and picked["feasible_trials"] >= 1
+
+
+def test_two_nights_of_the_same_configurations_compare_without_a_regression(searched, nights):
+    workdir, env, _ = searched
+    compared = run_cli(["compare", STUDY, "night-2", "--format", "markdown"], workdir, env, timeout=120)
+    assert compared.returncode == 0, compared.stdout + compared.stderr
+    assert "no regression" in compared.stdout.splitlines()[0]
+    task_rows = [line for line in compared.stdout.splitlines() if line.startswith("| dtype=")]
+    assert len(task_rows) == 2 and all("573 | " in row and row.endswith("| ok |") for row in task_rows)
+
+
+def test_a_night_whose_decoding_path_broke_regresses_on_the_task_named_in_the_table_and_the_markdown(searched, nights):
+    workdir, env, _ = searched
+    compared = run_cli(["compare", "night-2", "night-3", "--format", "markdown"], workdir, env, timeout=120)
+    assert compared.returncode == 3, compared.stdout + compared.stderr
+    headline = compared.stdout.splitlines()[0]
+    assert headline.startswith("### autotune compare: night-2 → night-3: **REGRESSED**: ")
+    assert "task accuracy" in headline
+    broken = next(line for line in compared.stdout.splitlines() if line.startswith("| dtype=bfloat16"))
+    assert "REGRESSED task accuracy" in broken
+    table = run_cli(["compare", "night-2", "night-3"], workdir, {**env, "COLUMNS": "250"}, timeout=120)
+    assert table.returncode == 3 and "REGRESSED task accuracy" in table.stdout
+    document = json.loads(run_cli(["compare", "night-2", "night-3", "--format", "json"], workdir, env).stdout)
+    assert document["regressed"] and "task accuracy" in document["task"]["regressed"]
+    (change,) = [c for c in document["task"]["configurations"] if c["config"]["dtype"] == "bfloat16"]
+    assert change["lost"] > change["gained"] and change["accuracy_p"] < 0.05
+
+
+def test_history_shows_accuracy_flips_and_the_degenerate_share_per_night_in_its_table_and_chart(searched, nights):
+    workdir, env, _ = searched
+    names = ",".join((STUDY, *NIGHTS))
+    shown = run_cli(["history", "--studies", names, "--report", "nights.html"], workdir, {**env, "COLUMNS": "250"})
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    header = next(line for line in shown.stdout.splitlines() if "best accuracy" in line)
+    assert "lowest flips" in header and "lowest degenerate" in header
+    last = next(line for line in shown.stdout.splitlines() if "night-3" in line and "REGRESSED" in line)
+    assert "task accuracy" in last
+    page = (workdir / "nights.html").read_text()
+    for title in ("best task accuracy", "lowest answer flips vs reference", "lowest degenerate generations"):
+        assert title in page

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.figures.task import paired_difference_low, task_figures, wilson
+from autotune.figures.task import one_sided_sign_p, paired_difference_low, task_figures, wilson
 
 
 def test_the_wilson_interval_is_the_formulas():
@@ -45,3 +45,12 @@ def test_only_shared_items_count_and_a_reference_with_none_right_has_no_recovery
     assert task_figures({"a": True}, {"b": True}) == {}
     figures = task_figures({"a": False, "b": False}, {"a": True, "b": False})
     assert "task_recovery" not in figures and figures["task_flips"] == 0.5
+
+
+def test_the_sign_test_is_the_binomial_tail_of_the_items_that_changed():
+    """Of n changed items, k or more for the worse at one half each: sum of C(n, i) / 2^n for i >= k."""
+    assert one_sided_sign_p(5, 0) == 1 / 32 and one_sided_sign_p(3, 0) == 1 / 8
+    assert one_sided_sign_p(2, 1) == (3 + 1) / 8  # C(3,2) + C(3,3) over 2^3
+    assert one_sided_sign_p(0, 0) == 1.0 and one_sided_sign_p(0, 4) == 1.0
+    assert one_sided_sign_p(110, 0) == 2.0**-110  # the decode_drift night of the demo: 110 lost, none gained
+    assert one_sided_sign_p(4, 4) > 0.5  # as many either way: nothing to explain

@@ -172,7 +172,7 @@ def test_a_heartbeat_thread_keeps_a_trial_alive_through_a_long_blocking_call(tmp
     study = optuna.create_study(study_name="beats", storage=storage)
     beating, silent = study.ask(), study.ask()
     storage.record_heartbeat(silent._trial_id)  # beats once, as a trial loop that blocks does
-    with Heartbeat(storage, beating._trial_id, every_s=0.1):
+    with Heartbeat.of_trial(storage, beating._trial_id, every_s=0.1):
         time.sleep(4.0)  # longer than the grace period: a fork server starting on a busy machine
         optuna.storages.fail_stale_trials(study)  # what another worker's recovery runs meanwhile
     states = {t.number: t.state for t in study.get_trials(deepcopy=False)}
