@@ -77,9 +77,9 @@ def _objective_aliases() -> list[str]:
     return [alias for alias, (name, _) in ALIASES.items() if METRICS[name].direction is not None]
 
 
-# Figures of a request trace's replay (--traffic); the serve kind's trials measure goodput in tokens without one too.
+# Figures of a request trace's replay (--traffic): a kind's trials measure them on a trace, or where the kind says it
+# measures them without one (workloads/: WorkloadKind.without_a_trace).
 ON_A_TRACE = (GOODPUT_TOKENS.name, WASTED_SHARE.name, PREFIX_HIT_RATE.name)
-SERVE_MEASURES_TOO = (GOODPUT_TOKENS.name,)
 
 
 def why_unavailable(
@@ -88,18 +88,17 @@ def why_unavailable(
     of_one_kind: Mapping[str, str],
     device_type: str,
     has_energy_counter: bool,
-    traced: bool = False,
+    untraced: frozenset[str] = frozenset(),
 ) -> str | None:
     """Why trials of this study could not produce the figure, or None when they can.
 
     `of_one_kind`: figure -> the one workload kind whose trials report it (autotune.workloads.metrics_of_one_kind);
-    `traced`: the study replays a request trace (--traffic).
+    `untraced`: the figures of a trace's replay this study's trials cannot measure (it replays none).
     """
     owner = of_one_kind.get(metric.name)
     if owner is not None and owner != workload:
         return f"{metric.name} is measured under --workload {owner} only (this study's workload is {workload})"
-    serve_too = metric.name in SERVE_MEASURES_TOO and workload == "serve"
-    if metric.name in ON_A_TRACE and not traced and not serve_too:
+    if metric.name in untraced:
         return f"{metric.name} is measured on a request trace only (give --traffic)"
     if metric.name == ENERGY and not has_energy_counter:
         where = "a CPU" if device_type == "cpu" else "this GPU (NVML reports no energy counter)"
@@ -113,11 +112,11 @@ def check_available(
     of_one_kind: Mapping[str, str],
     device_type: str,
     has_energy_counter: bool,
-    traced: bool = False,
+    untraced: frozenset[str] = frozenset(),
 ) -> None:
     """One UserError line for the first objective no trial of this study could produce."""
     for name in objectives:
-        reason = why_unavailable(METRICS[name], workload, of_one_kind, device_type, has_energy_counter, traced)
+        reason = why_unavailable(METRICS[name], workload, of_one_kind, device_type, has_energy_counter, untraced)
         if reason is not None:
             raise UserError(f"objective {reason}; choose other --objectives")
 

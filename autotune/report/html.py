@@ -40,9 +40,10 @@ def write_report(data: ReportData, path: Path) -> Path:
 
 
 def render(data: ReportData) -> str:
+    traffic = [_section("Traffic", _traffic(data), "traffic")] if data.settings.workload.traffic else []
     sections = [
         _header(data),
-        _section("Traffic", _traffic(data), "traffic") if data.settings.workload.traffic else "",
+        *traffic,
         _section("Pareto front", _front_charts(data), "front"),
         _section("Configurations to deploy", _cards(data), "cards"),
         _section("Decode ceiling", ceiling_section(data.ceilings), "ceiling") if data.ceilings else "",

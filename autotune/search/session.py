@@ -33,7 +33,7 @@ from autotune.study.patience import PatientStorage
 from autotune.study.records import front_numbers
 from autotune.study.recovery import LogAttacher, Recovery
 from autotune.study.traffic import fetch_window, store_window
-from autotune.workloads import metrics_of_one_kind
+from autotune.workloads import KINDS, metrics_of_one_kind
 
 
 @dataclass(frozen=True)
@@ -250,8 +250,8 @@ def _check_objectives(settings: StudySettings, hardware: ResolvedHardware) -> No
     """An objective this device or workload cannot measure is bad input, not a study of failed trials."""
     counter = ENERGY in settings.objectives and has_energy_counter(hardware.device)
     device_type = "cuda" if hardware.device.startswith("cuda") else "cpu"
-    traced = settings.workload.traffic is not None
-    check_available(settings.objectives, settings.workload.kind, metrics_of_one_kind(), device_type, counter, traced)
+    untraced = KINDS[settings.workload.kind].untraced(settings.workload)
+    check_available(settings.objectives, settings.workload.kind, metrics_of_one_kind(), device_type, counter, untraced)
 
 
 def find_warm_start(request: SearchRequest, url: str, events: SearchEvents) -> tuple[optuna.Study, str]:

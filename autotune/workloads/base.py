@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from autotune.errors import UserError
 from autotune.extras import Package
 from autotune.figures.capacity import SloTarget
+from autotune.figures.objectives import ON_A_TRACE
 from autotune.figures.slo import describe_slo, parse_slo
 from autotune.specs import WorkloadSpec
 
@@ -128,6 +129,13 @@ class WorkloadKind:
     # A trace's requests (--traffic) are all there from the replay's start, each waiting for those before it (its time
     # to first token counts from then); False: they are sent one at a time, each timed from its own start.
     requests_wait: ClassVar[bool] = True
+    # Figures of a trace's replay its trials measure without one (figures/objectives.py: ON_A_TRACE).
+    without_a_trace: ClassVar[frozenset[str]] = frozenset()
+
+    def untraced(self, spec: WorkloadSpec) -> frozenset[str]:
+        """The figures of a trace's replay this workload's trials cannot measure: all of them but the kind's own,
+        where it replays no trace."""
+        return frozenset() if spec.traffic is not None else frozenset(ON_A_TRACE) - self.without_a_trace
 
     def requests(self, spec: WorkloadSpec) -> int:
         """How many requests a trial runs at once: it sizes the plan (paged cache) and what a value may run with."""

@@ -19,6 +19,7 @@ from autotune.figures.metrics import (
     ENERGY_PER_TOKEN,
     ERRORS,
     GOODPUT,
+    GOODPUT_TOKENS,
     IN_FLIGHT_PEAK,
     ITL_P95,
     OUTPUT_TOK_S,
@@ -201,6 +202,7 @@ class Serve(WorkloadKind):
     flags = (LOAD, SLO, SLO_SHARE, SERVE_PORT)
     probes = "load"
     metrics = frozenset({GOODPUT.name, REQUESTS_PER_S.name, ERRORS.name})  # latency percentiles: every kind's
+    without_a_trace = frozenset({GOODPUT_TOKENS.name})  # goodput in tokens, of every request sent
     # Continuous batching first: it keeps the GPU busy under concurrent requests; then what a single batch wants.
     aims: ClassVar[Mapping[str, tuple[str, ...]]] = {
         "speed": ("serve", "throughput"),

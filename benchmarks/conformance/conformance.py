@@ -10,7 +10,8 @@ baseline with one knob changed, for every value of the space that the cpu profil
 warm-up set). Each case runs in the trial worker the search uses (the library call behind `autotune measure`, one
 fork server for all cases): a batch of two prompts, or one prompt at a time for a value no batch can run (speculative
 decoding); plus the refusal of a batch that one of those values meets. Speculative decoding and tensor parallelism
-run in float32, so that the reference's greedy tokens are the check of their exactness.
+run in float32, so that the reference's greedy tokens are the check of their exactness. A value that changes
+something only where requests share prefixes (prefix_reuse) replays the demo trace's first requests.
 
 Each case's outcome must be the one written in benchmarks/conformance/expected-<transformers version>.yaml: `ok`, or
 `{unsupported: words}` where the words must be in the message. An ok run must also show the figures its knob
@@ -46,6 +47,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # autotune, run as a script
 
+from autotune.data import DEMO_TRACE
 from autotune.errors import UserError
 from autotune.measure.configuration import measure as measure_configuration
 from autotune.measure.prepare import baseline_config
@@ -57,6 +59,7 @@ from autotune.space.knobs import KNOBS, Target
 from autotune.space.rules import depends_on_version, workload_problem
 from autotune.specs import BudgetSpec, HardwareSpec, ModelSpec, SearchRequest, WorkloadSpec
 from autotune.strategy.queue import warm_up_set
+from autotune.traffic import TrafficRef, read_trace
 from autotune.units import parse_duration
 
 REPO = Path(__file__).resolve().parents[2]
@@ -67,6 +70,7 @@ SHAPE = {"input_len": 32, "output_len": 16}
 # Conformance asks whether a value runs and what it shows, not how fast: a short measuring phase will do.
 TIMING = {"min_iterations": 3, "min_seconds": 0.2}
 RANK_MODULE = "autotune.worker.tensor_parallel"
+TRACE_WINDOW = 16  # the demo trace's first requests: one of them is a conversation's turn that continues another
 
 
 @dataclass(frozen=True)
@@ -77,18 +81,30 @@ class Case:
     device_type: str = "cpu"
 
     @property
+    def replays_a_trace(self) -> bool:
+        """A value of this configuration changes something only where requests share prefixes (prefix_reuse): it
+        replays the demo trace's first requests, a conversation's turn among them."""
+        return any(
+            refusal.shared_prefixes and value in refusal.values
+            for name, value in self.config.items()
+            if name in KNOBS
+            for refusal in KNOBS[name].refused
+        )
+
+    @property
     def one_prompt_at_a_time(self) -> bool:
         """A value of this configuration is never run on a batch (its knob says why)."""
         if self.on_a_batch:
             return False
-        batch = Target(device_type=self.device_type, requests=BATCH)
+        batch = Target(device_type=self.device_type, requests=BATCH, shared_prefixes=self.replays_a_trace)
         return any(name in KNOBS and workload_problem(name, value, batch) for name, value in self.config.items())
 
     @property
     def workload(self) -> WorkloadSpec:
+        traffic = TrafficRef.of(read_trace(DEMO_TRACE), TRACE_WINDOW) if self.replays_a_trace else None
         if self.one_prompt_at_a_time:
-            return WorkloadSpec("latency", batch_size=1, **SHAPE, **TIMING)
-        return WorkloadSpec("throughput", batch_size=BATCH, **SHAPE, **TIMING)
+            return WorkloadSpec("latency", batch_size=1, **SHAPE, **TIMING, traffic=traffic)
+        return WorkloadSpec("throughput", batch_size=BATCH, **SHAPE, **TIMING, traffic=traffic)
 
     @property
     def depends_on_version(self) -> bool:
@@ -195,6 +211,12 @@ def figure_problems(case: Case, metrics: dict[str, float]) -> list[str]:
         require("perplexity", lambda v: math.isfinite(v) and v > 0, "a finite perplexity")
     if config.get("batching") == "continuous":
         require("greedy_agreement", lambda v: 0 <= v <= 1, "in [0, 1]")
+    if config.get("prefix_reuse", "auto") != "auto":  # the trace's requests, each to its own length
+        require("requests_served", lambda v: v == TRACE_WINDOW, f"{TRACE_WINDOW}")
+        if config["prefix_reuse"] == "on":  # a conversation's turn read its history from the prompt cache
+            require("prefix_hit_rate", lambda v: 0 < v <= 1, "in (0, 1]")
+        else:
+            require("prefix_hit_rate", lambda v: v == 0, "0: nothing shared")
     require("token_agreement", lambda v: 0 < v <= 1, "in (0, 1]")  # every trial, on some decoding path
     return problems
 

@@ -100,8 +100,13 @@ def test_values_no_batch_can_run_are_measured_one_prompt_at_a_time_and_their_ref
     assert all(case.config["dtype"] == "float32" and case.label.endswith("(float32)") for case in one_at_a_time)
     (on_a_batch,) = [case for case in speculative if case.on_a_batch]
     assert on_a_batch.workload.kind == "throughput" and on_a_batch.workload.batch_size == 2
-    batched = [case for case in PLANNED if case not in speculative]
+    prompt_cache = BY_LABEL["prefix_reuse=on"]  # generate()'s prompt cache: one request at a time, on a trace
+    assert prompt_cache.one_prompt_at_a_time and prompt_cache.workload.kind == "latency"
+    assert prompt_cache.workload.traffic is not None and prompt_cache.workload.traffic.shared
+    batched = [case for case in PLANNED if case not in speculative and case != prompt_cache]
     assert all(case.workload.kind == "throughput" and case.workload.batch_size == 2 for case in batched)
+    traced = [case.label for case in PLANNED if case.workload.traffic is not None]
+    assert traced == ["prefix_reuse=on", "prefix_reuse=off"]  # only where requests must share a prefix
     assert BY_LABEL["tp_size=2 (float32)"].config["dtype"] == "float32"
 
 

@@ -188,6 +188,10 @@ class PrefixReuseKnob(AutoOnOffKnob):
     def expect(self, value: Value, device: DeviceType) -> Expectation:
         return NEUTRAL if value == "auto" else Expectation(speed=1.1 if value == "on" else 0.95, spread=0.25)
 
+    def depends_on_version(self, value: Value) -> bool:
+        """Continuous batching's sharing of pages, and the prompt cache's DynamicCache.crop, are each version's."""
+        return value != "auto" or super().depends_on_version(value)
+
     def apply(self, value: Value, plan: Plan, target: Target) -> None:
         if value == "auto":
             return
