@@ -16,6 +16,7 @@ import pytest
 from autotune.data import DEMO_TRACE
 from autotune.figures.metrics import GOODPUT_TOKENS, PEAK_MEMORY, REQUESTS_SERVED, TOKENS_GENERATED, WASTED_SHARE
 from autotune.study import records, stored_settings
+from tests.browser import open_page
 from tests.cli.test_cli import assert_one_line_error
 from tests.conftest import DEMO_STUDY, DemoSearch, run_cli
 
@@ -85,12 +86,23 @@ def test_goodput_leads_the_objectives_of_a_search_on_a_trace(traced):
     assert "best goodput: requested tokens/s within the SLO" in completed.stdout
 
 
-def test_the_report_says_which_trace_and_charts_it(traced):
-    workdir, *_ = traced
-    page = (workdir / "reports" / f"{STUDY}.html").read_text()
-    assert '<section id="traffic"><h2>Traffic</h2>' in page
-    assert f"Tuned on the first {WINDOW} of 48 requests of demo-trace.jsonl (jsonl, sha256 " in page
-    assert 'id="fig-traffic"' in page and "input tokens per request" in page
+# The traffic chart as plotly drew it: its traces' types, the bars of its histograms, the arrivals' line.
+TRAFFIC_CHART = """(() => { const d = document.getElementById('fig-traffic'); return {
+  types: d.data.map(t => t.type), bars: d.querySelectorAll('.barlayer path').length,
+  lines: d.querySelectorAll('.scatterlayer path.js-line').length,
+  said: document.querySelector('#traffic').innerText }; })()"""
+
+
+def test_the_report_says_which_trace_and_charts_it_in_a_real_browser(traced, chromium):
+    workdir, _, _, study, _ = traced
+    page = open_page(chromium, workdir / "reports" / f"{STUDY}.html", evaluate={"traffic": TRAFFIC_CHART})
+    assert page.errors == [] and page.requests == [] and page.dialogs == []
+    assert page.plots == page.plot_divs
+    chart = page.texts["traffic"]
+    assert chart["types"] == ["histogram", "histogram", "scatter"]  # inputs, outputs, arrivals
+    assert chart["bars"] > 2 and chart["lines"] == 1
+    assert f"Tuned on the first {WINDOW} of 48 requests of demo-trace.jsonl (jsonl, sha256 " in chart["said"]
+    assert stored_settings(study).prepared.traffic.describe() in chart["said"]
 
 
 def test_another_trace_is_refused_on_resume_and_the_study_is_untouched(traced, tmp_path):
