@@ -46,7 +46,7 @@ FLOOR_SOURCES := autotune/space/rules.py autotune/worker/compat.py autotune/work
 	autotune/worker/prefix_reuse.py autotune/worker/replay.py \
 	autotune/worker/loading.py autotune/worker/hooks.py autotune/worker/generation.py autotune/worker/generation_trial.py \
 	$(sort $(wildcard autotune/space/knobs/*.py)) autotune/space/default.yaml autotune/cli/flags.py constraints-floor.txt benchmarks/conformance/conformance.py \
-	benchmarks/conformance/expected-$(FLOOR_TRANSFORMERS).yaml
+	autotune/cli/workload_flags.py autotune/cli/traffic_flags.py benchmarks/conformance/expected-$(FLOOR_TRANSFORMERS).yaml
 FLOOR_RECORD := benchmarks/conformance/full-floor.sha256
 
 $(FLOOR_STAMP): pyproject.toml constraints-floor.txt

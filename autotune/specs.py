@@ -78,7 +78,7 @@ _WORKLOAD_DEFAULTS = asdict(WorkloadSpec())
 @dataclass
 class QualitySpec:
     """Teacher-forced comparison with the reference configuration on a bundled evaluation text, through each
-    configuration's own decoding path (autotune/worker/measurement/quality.py)."""
+    configuration's own decoding path (autotune/worker/measurement/quality/)."""
 
     positions: int = 256  # decoded positions judged at least (whole batches of the workload's output length)
     top_k: int = 1024  # reference probabilities kept per position (the rest is one bucket)

@@ -1,6 +1,6 @@
-"""Command line: thin commands over the library (search_commands.py: search, worker, evaluate, measure;
-study_commands.py: compare, history, report, best, gpus, loop). Bad input ends as one line on stderr and exit
-status 2."""
+"""Command line: thin commands over the library (search_commands.py: search, worker; evaluate_command.py: evaluate;
+measure_commands.py: measure, ceiling; study_commands.py: compare, history, report, best, gpus, loop). Bad input ends
+as one line on stderr and exit status 2."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from autotune.cli import search_commands, study_commands
+from autotune.cli import evaluate_command, measure_commands, search_commands, study_commands
 from autotune.cli.flags import FLAG
 from autotune.errors import NothingSatisfiesError, OutputError, SearchError, StorageUnavailableError, UserError
 from autotune.search import interrupts
@@ -24,13 +24,13 @@ app = typer.Typer(
 for command in (
     search_commands.search,
     search_commands.worker,
-    search_commands.evaluate,
+    evaluate_command.evaluate,
     study_commands.compare,
     study_commands.history,
-    search_commands.measure,
+    measure_commands.measure,
     study_commands.report,
     study_commands.best,
-    search_commands.ceiling,
+    measure_commands.ceiling,
     study_commands.gpus,
     study_commands.loop,
 ):

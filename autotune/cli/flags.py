@@ -3,6 +3,7 @@
 A group is a function whose parameters are flags and whose result is one spec, built and checked
 once. A command names the spec in its signature (`workload: Workload`) and `with_groups` puts the
 group's flags in its place, so `search`, `measure` and `worker` share them instead of repeating them.
+The workload's group and its flags are workload_flags.py's; those of a request trace, traffic_flags.py's.
 """
 
 from __future__ import annotations
@@ -17,21 +18,16 @@ from typing import Annotated, Any, TypeVar, get_args, get_origin
 import typer
 
 from autotune.analysis.tolerances import DEFAULT_TOLERANCES, GivenTolerances
-from autotune.data import DEMO_TRACE, load_prompts
 from autotune.errors import UserError
-from autotune.extras import why_missing
-from autotune.figures.capacity import parse_batch_sizes
 from autotune.specs import (
     DEFAULT_STORAGE_PATIENCE,
     DEFAULT_TRIAL_TIMEOUT,
     BudgetSpec,
+    EvalSpec,
     HardwareSpec,
     ModelSpec,
-    WorkloadSpec,
 )
-from autotune.traffic import DEFAULT_WINDOW, TrafficRef, read_trace
 from autotune.units import parse_duration
-from autotune.workloads import KINDS, Flag, foreign_flags, kind_flags, workload_kind
 
 Command = TypeVar("Command", bound=Callable[..., Any])
 
@@ -133,6 +129,23 @@ def report_path(report: Path | None, old_flag: Path | None) -> Path | None:
     return report if report is not None else old_flag
 
 
+def evaluation_spec(task: str | None, limit: int | None) -> EvalSpec | None:
+    """--eval: refused in one line where lm-evaluation-harness is not installed."""
+    from autotune.extras import EVAL, why_missing
+
+    if task is None:
+        if limit is not None:
+            raise UserError("--eval-limit goes with --eval TASK")
+        return None
+    if not task.strip():
+        raise UserError(
+            "--eval must name a task: demo, a task of lm-evaluation-harness, or a folder of task YAML files"
+        )
+    if missing := why_missing("--eval", EVAL):
+        raise UserError(missing)
+    return EvalSpec(task.strip(), limit)
+
+
 Device = Annotated[str | None, typer.Option("--device", help="cuda, cuda:N or cpu.", show_default="from --gpu")]
 SpacePath = Annotated[
     Path | None,
@@ -174,44 +187,6 @@ _Price = Annotated[
 _Budget = Annotated[str | None, typer.Option("--budget", help="Wall-clock budget: 90s, 30m, 2h.")]
 _Trials = Annotated[int | None, typer.Option("--trials", min=1, help="Run at most N trials.")]
 _TrialTimeout = Annotated[str, typer.Option("--trial-timeout", help="Kill a trial after this long.")]
-_WorkloadKind = Annotated[
-    str,
-    typer.Option(
-        "--workload",
-        help=", ".join(f"{kind.name} ({kind.help})" for kind in KINDS.values()) + ".",
-    ),
-]
-_BatchSize = Annotated[
-    str,
-    typer.Option(
-        "--batch-size",
-        help="Prompts per generation: 8; or a range, 1-128 (by doubling), or a list, 1,8,32: throughput searches them "
-        "for the largest batch within --slo and the memory.",
-    ),
-]
-_InputLen = Annotated[int, typer.Option("--input-len", min=1, help="Tokens per prompt.")]
-_OutputLen = Annotated[int, typer.Option("--output-len", min=2, help="Tokens generated per prompt.")]
-_Prompts = Annotated[
-    Path | None, typer.Option("--prompts", help="Your prompts: .jsonl ({'prompt': ...}) or text, one per line.")
-]
-_Traffic = Annotated[
-    Path | None,
-    typer.Option(
-        "--traffic",
-        help="A request trace every trial replays instead of one shape: each request with its own input and output "
-        "length, and its arrival and conversation where the file has them. A .jsonl of requests (docs/traffic.md), "
-        "Mooncake's .jsonl, an Azure LLM inference trace's .csv, ShareGPT conversations (.json), or demo (built in).",
-    ),
-]
-_TrafficRequests = Annotated[
-    int | None,
-    typer.Option(
-        "--traffic-requests",
-        min=1,
-        help="How many requests of the --traffic trace each trial replays, from its first.",
-        show_default=f"{DEFAULT_WINDOW}, or all of a shorter trace",
-    ),
-]
 
 
 def _default_tolerance(figure: str) -> str:
@@ -258,29 +233,6 @@ _FlipsTolerance = Annotated[
 ]
 
 
-# ------------------------------------------------------------------------------------ the workload kinds' flags
-
-# The flags some workload kinds declare (autotune/workloads/): options of every command that takes a workload.
-KIND_FLAGS = kind_flags(KINDS.values())
-
-
-def _kind_option(flag: Flag) -> inspect.Parameter:
-    """A kind's flag as Typer reads it: None when not given."""
-    show_default = flag.show_default or True
-    option = typer.Option(flag.name, help=flag.help, show_default=show_default, min=flag.min_value, max=flag.max_value)
-    annotation = Annotated[flag.value_type | None, option]
-    return inspect.Parameter(flag.parameter, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation)
-
-
-def _taking_kind_flags(build: Command) -> Command:
-    """`build`, whose `**kind_values` Typer and `with_groups` read as the kinds' flags, one parameter each."""
-    signature = inspect.signature(build, eval_str=True)
-    fixed = [parameter for parameter in signature.parameters.values() if parameter.kind != parameter.VAR_KEYWORD]
-    parameters = [*fixed, *map(_kind_option, KIND_FLAGS)]
-    build.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]  # what Typer reads
-    return build
-
-
 # ------------------------------------------------------------------------------------ groups
 
 
@@ -316,76 +268,6 @@ def budget_spec(*, budget: _Budget = None, trials: _Trials = None, timeout_s: Tr
     return BudgetSpec(parse_duration(budget) if budget else None, trials, timeout_s)
 
 
-@_taking_kind_flags
-def workload_spec(
-    kind: _WorkloadKind = WorkloadSpec.kind,
-    batch_size: _BatchSize = str(WorkloadSpec.batch_size),
-    input_len: _InputLen = WorkloadSpec.input_len,
-    output_len: _OutputLen = WorkloadSpec.output_len,
-    prompts: _Prompts = None,
-    traffic: _Traffic = None,
-    traffic_requests: _TrafficRequests = None,
-    **kind_values: Any,
-) -> WorkloadSpec:
-    """The workload of the flags; `kind_values`: the values of KIND_FLAGS, by parameter name (None: not given)."""
-    workload = workload_kind(kind)
-    given = {flag.name: kind_values.get(flag.parameter) for flag in KIND_FLAGS}
-    if problem := foreign_flags(workload, given):
-        raise UserError(problem)
-    sizes = parse_batch_sizes(batch_size)
-    if len(sizes) > 1 and workload.probes != "batch":
-        probing = " or ".join(other.name for other in KINDS.values() if other.probes == "batch")
-        raise UserError(f"--batch-size {batch_size}: batch sizes are searched under --workload {probing}; give one")
-    if missing := why_missing(f"--workload {kind}", workload.packages):
-        raise UserError(missing)
-    for flag in workload.flags:
-        if flag.port and given[flag.name] is not None and (problem := port_problem(flag, given[flag.name])):
-            raise UserError(problem)
-    if prompts is not None:
-        load_prompts(prompts)  # bad prompts are bad input, before anything runs
-    path = str(prompts.resolve()) if prompts else None
-    fields: dict[str, Any] = {"kind": kind, "batch_size": sizes[-1], "input_len": input_len, "output_len": output_len}
-    fields |= {"prompts_path": path, "batch_sizes": sizes if len(sizes) > 1 else []}
-    lengths = {
-        "--input-len": (input_len, WorkloadSpec.input_len),
-        "--output-len": (output_len, WorkloadSpec.output_len),
-    }
-    fields["traffic"] = traffic_ref(traffic, traffic_requests, prompts, lengths)
-    spec = WorkloadSpec(**(fields | workload.options(given)))  # a kind's own flags may decide a field of the spec
-    return workload.as_run(spec)  # what its trials run, as the study stores it
-
-
-def traffic_ref(
-    path: Path | None, requests: int | None, prompts: Path | None, lengths: dict[str, tuple[int, int]]
-) -> TrafficRef | None:
-    """The trace --traffic names, read and checked now (bad input before anything runs), with the window of it each
-    trial replays; None without --traffic. `lengths`: --input-len and --output-len, each with its default."""
-    if path is None:
-        if requests is not None:
-            raise UserError("--traffic-requests goes with --traffic FILE")
-        return None
-    if prompts is not None:
-        raise UserError("--prompts and --traffic both give the prompts: give one of them")
-    for flag, (value, default) in lengths.items():  # at its default, a length only shapes the quality check
-        if value != default:
-            raise UserError(f"{flag} {value}: each request of --traffic has its own lengths; leave out {flag}")
-    trace = read_trace(DEMO_TRACE if str(path) == "demo" and not path.exists() else path)
-    if requests is not None and requests > len(trace.requests):
-        raise UserError(
-            f"--traffic-requests {requests}: {trace.name} holds {len(trace.requests)} requests; give at most that"
-        )
-    return TrafficRef.of(trace, min(requests or DEFAULT_WINDOW, len(trace.requests)))
-
-
-def port_problem(flag: Flag, port: int) -> str | None:
-    """Why a server of the kind's trials could not bind this port here, or None."""
-    from autotune.serving.server import bind_problem  # imports httpx: only once the kind's extra is known there
-
-    if problem := bind_problem(port):
-        return f"{flag.name} {port} cannot be bound on 127.0.0.1 ({problem}); give a free port or none"
-    return None
-
-
 def given_tolerances(
     threshold: _Threshold = None,
     memory_tolerance: _MemoryTolerance = None,
@@ -417,5 +299,4 @@ def _fraction(text: str | None, flag: str) -> float | None:
 Model = Annotated[ModelSpec, Group(model_spec)]
 Hardware = Annotated[HardwareSpec, Group(hardware_spec)]
 Budget = Annotated[BudgetSpec, Group(budget_spec)]
-Workload = Annotated[WorkloadSpec, Group(workload_spec)]
 ToleranceFlags = Annotated[GivenTolerances, Group(given_tolerances)]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
@@ -33,6 +33,7 @@ from autotune.space.knobs import short_name
 from autotune.units import format_bytes, format_duration
 
 if TYPE_CHECKING:
+    from autotune.analysis.capacity import AtCapacity
     from autotune.analysis.found import BestFound
     from autotune.figures.capacity import Capacity, Point
     from autotune.profiles import DetectedDevice, HardwareProfile
@@ -57,6 +58,16 @@ def changes_line(config: Config, baseline: Config) -> str:
     """The knobs whose value differs from the baseline's ("baseline" when none does)."""
     changed = {name: value for name, value in config.items() if baseline.get(name) != value}
     return knobs_line(changed) if changed else "baseline"
+
+
+def in_markdown(text: str) -> str:
+    """Text inside a Markdown table or list: pipes escaped, no line breaks."""
+    return text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;").replace("\n", " ")
+
+
+def capacity_json(found: AtCapacity | None) -> dict[str, Any] | None:
+    """A capacity and what a configuration carries there, with its SLO, as a JSON document holds it."""
+    return found.to_json() if found is not None else None
 
 
 class TrialPrinter:

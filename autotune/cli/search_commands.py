@@ -1,5 +1,6 @@
-"""The commands that run the model: `search` (or its --dry-run), `worker`, `evaluate` and `measure`. Each checks its
-flags, builds the request they ask for, calls the library and prints what it returns."""
+"""The commands that run a search: `search` (or its --dry-run), `worker` (one more worker of a study), and the hidden
+`join` (a worker `search --devices` starts). Each checks its flags, builds the request they ask for, calls the library
+and prints what it returns."""
 
 from __future__ import annotations
 
@@ -29,36 +30,24 @@ from autotune.cli.flags import (
     Storage,
     StoragePatienceS,
     Study,
-    TrialTimeoutS,
     TrustRemoteCode,
-    Workload,
+    evaluation_spec,
     with_groups,
 )
-from autotune.cli.measure_printers import print_ceiling_failure, print_ceilings, print_measurement
 from autotune.cli.printers import (
     TrialPrinter,
     out,
     print_dry_run,
-    print_evaluated,
     print_finished,
     print_search_summary,
     print_worker_summary,
 )
+from autotune.cli.workload_flags import Workload
 from autotune.errors import UserError
 from autotune.figures.constraints import Constraint
 from autotune.figures.objectives import SearchGoal, search_goal
 from autotune.search import interrupts
-from autotune.specs import (
-    BudgetSpec,
-    EvalSpec,
-    HardwareSpec,
-    ModelSpec,
-    SearchRequest,
-    StorageSpec,
-    WorkerRequest,
-    WorkloadSpec,
-)
-from autotune.workloads.base import MIN_SECONDS
+from autotune.specs import BudgetSpec, HardwareSpec, ModelSpec, SearchRequest, StorageSpec, WorkerRequest, WorkloadSpec
 
 # `search`'s own flags
 SearchStudy = Annotated[str | None, typer.Option("--study", help="Study name.", show_default="<model>-<profile>")]
@@ -138,7 +127,7 @@ def search(
     printer.progress("loading autotune's libraries (optuna, sqlalchemy)")
     places = StorageSpec(study, storage_url, artifacts, patience_s=storage_patience_s)
     request = _search_request(model, hardware, workload, budget, goal, places, space, seed, devices, warm_start)
-    request = replace(request, evaluation=_evaluation(evaluate, eval_limit))
+    request = replace(request, evaluation=evaluation_spec(evaluate, eval_limit))
     _run_search(request, report, artifacts, printer)
 
 
@@ -154,23 +143,6 @@ def _refuse_bounds_after_the_search(constraints: tuple[Constraint, ...]) -> None
                 "finalists (--eval), so it cannot bound its trials; apply it afterwards with "
                 f'autotune best --constraint "{constraint}"'
             )
-
-
-def _evaluation(task: str | None, limit: int | None) -> EvalSpec | None:
-    """--eval: refused in one line where lm-evaluation-harness is not installed."""
-    from autotune.extras import EVAL, why_missing
-
-    if task is None:
-        if limit is not None:
-            raise UserError("--eval-limit goes with --eval TASK")
-        return None
-    if not task.strip():
-        raise UserError(
-            "--eval must name a task: demo, a task of lm-evaluation-harness, or a folder of task YAML files"
-        )
-    if missing := why_missing("--eval", EVAL):
-        raise UserError(missing)
-    return EvalSpec(task.strip(), limit)
 
 
 def _search_request(
@@ -285,197 +257,3 @@ def _join(request: WorkerRequest) -> None:
     if PARENT_PID_VARIABLE in os.environ:  # started by `search --devices`: end with it
         die_with_parent()
     print_worker_summary(join_study(request, TrialPrinter(out)))
-
-
-# `evaluate`'s own flags
-EvalTrials = Annotated[
-    list[int] | None, typer.Option("--trial", min=0, help="Evaluate this trial (its number); repeat for more.")
-]
-PickMaximize = Annotated[
-    str | None, typer.Option("--maximize", help="As best: evaluate its pick for this goal (throughput by default).")
-]
-PickMinimize = Annotated[str | None, typer.Option("--minimize", help="As best: its pick for this goal.")]
-EvalTask = Annotated[
-    str | None,
-    typer.Option(
-        "--eval",
-        help="The task, for a study searched without --eval (its reference is evaluated first): demo, a task of "
-        "lm-evaluation-harness, or a folder of task YAML files.",
-        show_default="the study's",
-    ),
-]
-EvalBudget = Annotated[
-    str | None,
-    typer.Option("--budget", help="Wall-clock budget: 90s, 30m, 2h; an evaluation starts only if its forecast fits."),
-]
-
-
-@with_groups
-def evaluate(
-    *,
-    study: Study,
-    storage_url: Storage = None,
-    trials: EvalTrials = None,
-    constraint: Constraints = None,
-    maximize: PickMaximize = None,
-    minimize: PickMinimize = None,
-    task: EvalTask = None,
-    eval_limit: EvalLimit = None,
-    device: Device = None,
-    budget: EvalBudget = None,
-    trial_timeout_s: TrialTimeoutS,
-    trust_remote_code: TrustRemoteCode = False,
-    artifacts: Artifacts = None,
-    storage_patience_s: StoragePatienceS,
-) -> None:
-    """Evaluate configurations of a stored study on its task (tier 1), as a search evaluates its front's finalists.
-
-    Which: --trial N; or, with --constraint, --maximize or --minimize, the configuration `autotune best` picks.
-
-    Where constraints bound the task's own figures (flips, recovery), the next in best's order until one meets them.
-
-    With neither, the front's finalists not evaluated yet.
-
-    Stored as a search's finalists are: best, compare, history and the report read them.
-
-    Example: autotune evaluate --study demo-cpu --trial 5
-
-    Example: autotune evaluate --study demo-cpu --constraint "memory<=40MB" --constraint "flips<=0.05"
-    """
-    from autotune.analysis.pick import goal_from_flags
-    from autotune.figures.constraints import parse_constraints
-    from autotune.search.evaluate import EvaluateRequest, evaluate_stored
-    from autotune.study import default_storage_url
-    from autotune.validate import check_device
-
-    if trials and (constraint or maximize or minimize):
-        raise UserError("give --trial, or best's --constraint / --maximize / --minimize, not both")
-    evaluation = _evaluation(task, eval_limit) if task is not None else None
-    if task is None:
-        if eval_limit is not None:
-            raise UserError("--eval-limit goes with --eval TASK (a study searched with --eval keeps its own)")
-        from autotune.extras import EVAL, why_missing
-
-        if missing := why_missing("autotune evaluate", EVAL):
-            raise UserError(missing)
-    check_device(device)
-    places = StorageSpec(study, storage_url or default_storage_url(study), artifacts, patience_s=storage_patience_s)
-    worker = WorkerRequest(places, device, BudgetSpec(_duration(budget), None, trial_timeout_s), trust_remote_code)
-    request = EvaluateRequest(
-        worker, tuple(trials or ()), tuple(parse_constraints(constraint or [])), goal_from_flags(maximize, minimize),
-        evaluation,
-    )  # fmt: skip
-    printer = TrialPrinter(out)
-    interrupts.install()
-    evaluated = evaluate_stored(request, printer)
-    print_evaluated(evaluated)
-    if evaluated.failed:
-        numbers = ", ".join(f"#{number}" for number in evaluated.failed)
-        print(f"autotune: the evaluation of {numbers} failed (its line above says why)", file=sys.stderr)
-        raise typer.Exit(1)
-
-
-def _duration(text: str | None) -> float | None:
-    from autotune.units import parse_duration
-
-    return parse_duration(text) if text else None
-
-
-@with_groups
-def measure(
-    *,
-    model: Model,
-    overrides: Annotated[
-        list[str] | None, typer.Option("--set", help="knob=value; unset knobs keep the transformers defaults.")
-    ] = None,
-    hardware: Hardware,
-    space: SpacePath = None,
-    workload: Workload,
-    trial_timeout_s: TrialTimeoutS,
-    as_json: AsJson = False,
-) -> None:
-    """Measure one configuration of MODEL, with no study, in the trial worker the search uses.
-
-    Example: autotune measure --model demo --set dtype=bfloat16 --set attn_implementation=sdpa --json
-    """
-    from autotune.measure.configuration import measure as measure_configuration
-    from autotune.measure.configuration import parse_overrides
-    from autotune.validate import check_measure_inputs
-
-    request = SearchRequest(
-        model, hardware, workload, budget=BudgetSpec(trial_timeout_s=trial_timeout_s), space_path=space
-    )
-    check_measure_inputs(request)
-    config, result = measure_configuration(request, parse_overrides(overrides or []))
-    print_measurement(model, workload, config, result, as_json)
-    if not result.ok:
-        raise typer.Exit(1)
-
-
-# The flags of `autotune ceiling`, its own: the hand loop's model, device, shape and timing.
-_CeilingModel = Annotated[str, typer.Option("--model", help="demo, a model folder or a hub id.")]
-_CeilingDevice = Annotated[str, typer.Option("--device", help="cpu, cuda or cuda:N.")]
-_CeilingGpu = Annotated[
-    str | None,
-    typer.Option("--gpu", help="Hardware profile for the roofline's peak.", show_default="cpu on a CPU, else auto"),
-]
-_Dtype = Annotated[str, typer.Option("--dtype", help="torch dtype of the weights.")]
-_CompileMode = Annotated[
-    str | None,
-    typer.Option(
-        "--compile",
-        help="torch.compile mode of the decode step, or off.",
-        show_default="reduce-overhead on CUDA, default on a CPU",
-    ),
-]
-_BatchSizes = Annotated[
-    list[int] | None, typer.Option("--batch-size", help="Prompts per batch; repeat for more.", show_default="8")
-]
-_Warmup = Annotated[int, typer.Option("--warmup", help="Untimed calls first (the first compiles).")]
-_MinIterations = Annotated[int, typer.Option("--min-iterations", help="Timed calls at least.")]
-_MinSeconds = Annotated[float, typer.Option(MIN_SECONDS.name, help="Seconds of timed calls at least.")]
-_CeilingStudy = Annotated[str | None, typer.Option("--study", help="Also store the figures with this study.")]
-_CeilingStorage = Annotated[str | None, typer.Option("--storage", help="The study's storage URL (with --study).")]
-
-
-def ceiling(
-    model: _CeilingModel = "demo",
-    device: _CeilingDevice = "cpu",
-    gpu: _CeilingGpu = None,
-    dtype: _Dtype = "bfloat16",
-    compile_mode: _CompileMode = None,
-    batch_sizes: _BatchSizes = None,
-    input_len: Annotated[int, typer.Option("--input-len", help="Tokens per prompt.")] = 128,
-    output_len: Annotated[int, typer.Option("--output-len", help="Tokens generated per prompt.")] = 64,
-    warmup: _Warmup = 2,
-    min_iterations: _MinIterations = 5,
-    min_seconds: _MinSeconds = 3.0,
-    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list instead of lines.", metavar=FLAG)] = False,
-    study: _CeilingStudy = None,
-    storage_url: _CeilingStorage = None,
-) -> None:
-    """Measure the decode ceiling: a hand-written greedy loop on MODEL, a static cache and one compiled decode step.
-
-    Nothing runs between tokens, as gpt-fast decodes. Its decode throughput and roofline share compare with a trial's.
-
-    With --study, the figures are stored with that study (of this model and device), and its report shows them.
-
-    Example: autotune ceiling --model demo --batch-size 1 --batch-size 8 --study demo-cpu --storage sqlite:///s.db
-    """
-    from autotune.measure.ceiling import CeilingRequest, measure_ceilings
-    from autotune.process.ceiling import CeilingSpec
-
-    if output_len < 2:
-        raise UserError("--output-len must be at least 2: decode throughput needs two tokens")
-    if study and not storage_url:
-        raise UserError("--study needs --storage")
-    cuda = device.startswith("cuda")
-    compile_mode = compile_mode or ("reduce-overhead" if cuda else "default")
-    shape = (tuple(batch_sizes or [8]), input_len, output_len)
-    hand_loop = CeilingSpec(dtype, compile_mode, *shape, warmup, min_iterations, min_seconds)
-    profile = gpu or ("auto" if cuda else "cpu")
-    run = measure_ceilings(CeilingRequest(model, device, profile, hand_loop, study, storage_url))
-    if run.failure is not None:
-        print_ceiling_failure(run.failure)
-        raise typer.Exit(1)
-    print_ceilings(run.figures, as_json)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from autotune.cli.compare_printers import print_comparison
 from autotune.cli.flags import (
     FLAG,
     Constraints,
@@ -23,7 +24,7 @@ from autotune.cli.flags import (
     with_groups,
 )
 from autotune.cli.printers import out, print_gpus
-from autotune.cli.study_printers import print_best, print_comparison, print_history
+from autotune.cli.study_printers import print_best, print_history
 from autotune.errors import UserError
 from autotune.figures.constraints import Constraint
 from autotune.space.knobs import KNOBS

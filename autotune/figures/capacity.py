@@ -363,7 +363,7 @@ class CapacityUnit:
 
     name: str  # as a capacity stores it: batch, rate, concurrency
     axis: str
-    carried: str  # the figure a curve draws against the size (a metric name, autotune/figures/metrics.py)
+    carried: str  # the figure a curve draws against the size (a metric name, autotune/figures/metrics/)
     carried_axis: str
     said: str  # a size in words: "{:g}" filled with the size
     prompts_at_once: bool = False  # a size is the prompts generate() takes at once: a deployment batches that many

@@ -2,7 +2,7 @@
 
 One parser serves `autotune search --constraint` (passed to Optuna with `trial.set_constraint`, so
 the sampler and `study.best_trials` keep to the feasible region) and `autotune best` (which picks
-under them). A constraint is held in the metric's own unit (`METRICS` in autotune/figures/metrics.py):
+under them). A constraint is held in the metric's own unit (`METRICS` in autotune/figures/metrics/):
 `memory<=20GB` becomes `peak_memory_gb <= 20`, `ttft_ms<=50` becomes `ttft_s <= 0.05`.
 """
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from autotune.errors import UserError
 from autotune.figures.metrics import METRICS, Metric, constraint_names
 
-# Names users type -> (metric, the unit a bare number is in): each metric declares its own (figures/metrics.py).
+# Names users type -> (metric, the unit a bare number is in): each metric declares its own (figures/metrics/).
 ALIASES: dict[str, tuple[str, str]] = constraint_names()
 
 # Unit written after the number -> (the metric unit it converts to, factor).

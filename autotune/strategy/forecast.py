@@ -35,7 +35,7 @@ MEASUREMENT_SPREAD = 0.1  # run-to-run noise of a measured effect, on the log sc
 
 def family(metric: Metric) -> Family | None:
     """Which expected effect moves this figure: speed, time (inverse speed), memory, kl; None for none (kept as
-    measured). Each metric declares it (figures/metrics.py)."""
+    measured). Each metric declares it (figures/metrics/)."""
     return metric.forecast
 
 

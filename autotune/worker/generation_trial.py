@@ -38,14 +38,10 @@ from autotune.worker.generation import Generation, PaddedGeneration, build_input
 from autotune.worker.loading import import_first_call_modules, load_model, load_tokenizer
 from autotune.worker.measurement.energy import EnergyCounter, energy_figures
 from autotune.worker.measurement.memory import PeakMemory
-from autotune.worker.measurement.quality import (
-    broken_reason,
-    degenerate_figures,
-    eos_ids_of,
-    judged_quality,
-    load_reference,
-    prefix_agreement,
-)
+from autotune.worker.measurement.quality.degenerate import degenerate_figures, eos_ids_of
+from autotune.worker.measurement.quality.forced import judged_quality
+from autotune.worker.measurement.quality.outputs import broken_reason, prefix_agreement
+from autotune.worker.measurement.quality.reference import load_reference
 from autotune.worker.measurement.speed import (
     Iteration,
     cost_per_million_tokens,
@@ -214,7 +210,7 @@ def _quality(
     spec: TaskSpec, model: Any, plan: Plan, tokenizer: Any, chosen: MeasuredBatch, requests: list[ReplayRequest] | None
 ) -> tuple[dict[str, float], str]:
     """Broken-output checks; KL, top-1, perplexity and token agreement teacher-forced through the generation that was
-    timed (autotune/worker/measurement/quality.py); greedy agreement and the degenerate share (tier 0) of its own
+    timed (autotune/worker/measurement/quality/); greedy agreement and the degenerate share (tier 0) of its own
     outputs. And the path they came from."""
     generated = chosen.iterations[-1].generated
     reference_greedy = None

@@ -52,7 +52,9 @@ from autotune.worker.failures import UnsupportedError
 from autotune.worker.generation import PaddedGeneration, build_inputs
 from autotune.worker.loading import load_model, load_tokenizer
 from autotune.worker.measurement.energy import EnergyCounter, energy_figures
-from autotune.worker.measurement.quality import degenerate_figures, eos_ids_of, judged_quality, load_reference
+from autotune.worker.measurement.quality.degenerate import degenerate_figures, eos_ids_of
+from autotune.worker.measurement.quality.forced import judged_quality
+from autotune.worker.measurement.quality.reference import load_reference
 from autotune.worker.measurement.speed import cost_per_million_tokens
 from autotune.worker.traffic import replay_requests
 from autotune.workloads.serve import ServeDetails, ServeSpec, level_probe, level_requests
@@ -151,7 +153,7 @@ def _serve(
 def _quality(spec: TaskSpec, plan: Plan, tokenizer: Any) -> dict[str, float]:
     """KL, top-1, perplexity and token agreement of the served configuration, loaded here and forced through
     generate() one prompt at a time, and the degenerate share (tier 0) of its own greedy generation of the first
-    prompt, to the first request's own length under a trace (autotune/worker/measurement/quality.py)."""
+    prompt, to the first request's own length under a trace (autotune/worker/measurement/quality/)."""
     model = load_model(spec.model, plan, spec.device)
     pad = tokenizer.pad_token_id
     if spec.workload.traffic is not None:

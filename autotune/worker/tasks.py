@@ -42,8 +42,9 @@ from autotune.worker.environment import environment
 from autotune.worker.failures import UnsupportedError, classify
 from autotune.worker.generation import OUTPUT_HARNESS, PaddedGeneration, build_inputs
 from autotune.worker.loading import load_model, load_tokenizer
-from autotune.worker.measurement.quality import compute_reference, eval_rows, load_reference, reference_rows
-from autotune.worker.measurement.quality import save_reference as save_reference_file
+from autotune.worker.measurement.quality.forced import eval_rows, reference_rows
+from autotune.worker.measurement.quality.reference import compute_reference, load_reference
+from autotune.worker.measurement.quality.reference import save_reference as save_reference_file
 from autotune.worker.tensor_parallel import is_rank, is_reporting_rank, ranks_of, run_ranks
 from autotune.worker.traffic import ReplayRequest, replay_requests, shape_of
 from autotune.workloads import KINDS

@@ -110,7 +110,7 @@ class WorkloadKind:
     # What a capacity probe of its trials climbs: "batch" (--batch-size 1-128), "load" (--load rate=1-64), or
     # nothing (a range is bad input).
     probes: ClassVar[str | None] = None
-    # The figures only this kind's trials report (metric names, autotune/figures/metrics.py).
+    # The figures only this kind's trials report (metric names, autotune/figures/metrics/).
     metrics: ClassVar[frozenset[str]] = frozenset()
     # An objective's family (speed, time, memory) -> the recipes it calls for, in order (autotune/space/knobs/).
     aims: ClassVar[Mapping[str, tuple[str, ...]]] = GENERATION_AIMS

@@ -24,7 +24,7 @@ MEASURING = "autotune/worker/"
 
 
 def constant_of(name: str) -> str:
-    """The constant figures/metrics.py names a figure by: ttft_s -> TTFT, top1_agreement -> TOP1_AGREEMENT."""
+    """The constant figures/metrics/ names a figure by: ttft_s -> TTFT, top1_agreement -> TOP1_AGREEMENT."""
     return re.sub(r"_S$", "", name.upper())
 
 

@@ -1,6 +1,7 @@
-"""What tier 0 (the degenerate share, autotune/worker/measurement/quality.py) costs a trial: it runs no generation (the
-timed rows, cut at the model's first end-of-sequence token), so its cost is judging the rows, timed here on the rows
-of the demo's reference at the default workload (8 rows of 64 tokens), against themselves and against looping rows.
+"""What tier 0 (the degenerate share, autotune/worker/measurement/quality/degenerate.py) costs a trial: it runs no
+generation (the timed rows, cut at the model's first end-of-sequence token), so its cost is judging the rows, timed
+here on the rows of the demo's reference at the default workload (8 rows of 64 tokens), against themselves and
+against looping rows.
 
     python benchmarks/figures/tier0_cost.py
 """
@@ -14,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from autotune.worker.measurement.quality import degenerate_figures
+from autotune.worker.measurement.quality.degenerate import degenerate_figures
 
 ROWS, TOKENS, EOS = 8, 64, frozenset({2})
 

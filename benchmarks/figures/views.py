@@ -25,8 +25,9 @@ from autotune.analysis.compare import GivenTolerances, compare_stored
 from autotune.analysis.history import Night, history
 from autotune.analysis.pick import goal_from_flags
 from autotune.cli import printers
+from autotune.cli.compare_printers import print_comparison
 from autotune.cli.printers import TrialPrinter, print_front
-from autotune.cli.study_printers import print_best, print_comparison, print_history
+from autotune.cli.study_printers import print_best, print_history
 from autotune.figures.constraints import parse_constraint
 from autotune.report.best import best
 from autotune.report.cards import card_facts

@@ -2,7 +2,7 @@
 
 Until 2026-11-27 a trial's KL, top-1 and perplexity came from one forward pass over the evaluation text with no cache
 and no compiled step: a quantized cache, a compiled decode step, continuous batching or speculative decoding could not
-move them. A trial now forces the text through the generate() call it timed (autotune/worker/measurement/quality.py).
+move them. A trial now forces the text through the generate() call it timed (worker/measurement/quality/forced.py).
 For each configuration this script measures the trial through the real worker (the library call behind `autotune
 measure`), then loads the model as the configuration's plan loads it and computes the old prefill figure against the
 reference model, in this process. One Markdown table, one row per configuration:
@@ -89,7 +89,7 @@ def prefill_of(config: dict[str, Any], request: SearchRequest, reference_model: 
     from autotune.process.results import ModelSpec as LoadedModel
     from autotune.worker.generation import entered
     from autotune.worker.loading import load_model
-    from autotune.worker.measurement.quality import prefill_figures
+    from autotune.worker.measurement.quality.prefill import prefill_figures
 
     hardware = resolve_hardware(request.hardware.gpu, request.hardware.device)
     plan = build_plan(config, plan_target(hardware.profile, request))
@@ -145,7 +145,7 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from autotune.worker.measurement.quality import eval_windows
+    from autotune.worker.measurement.quality.prefill import eval_windows
 
     path = model_path(args.model)  # the reference: float32, sdpa, as a search prepares it
     reference_model = AutoModelForCausalLM.from_pretrained(

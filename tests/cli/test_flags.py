@@ -10,7 +10,8 @@ import typer
 from typer.testing import CliRunner
 
 from autotune.cli import app
-from autotune.cli.flags import Budget, Hardware, Model, Workload, with_groups
+from autotune.cli.flags import Budget, Hardware, Model, with_groups
+from autotune.cli.workload_flags import Workload
 from autotune.specs import BudgetSpec, HardwareSpec, ModelSpec, SearchRequest, WorkloadSpec
 
 SHARED = {

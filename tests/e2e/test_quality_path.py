@@ -112,7 +112,7 @@ def _prefill_kl_of_the_planted_model(cache_dir: Path) -> float:
 
     from autotune.paths import demo_model_path
     from autotune.testing.worker_faults import plant
-    from autotune.worker.measurement.quality import eval_windows, prefill_figures
+    from autotune.worker.measurement.quality.prefill import eval_windows, prefill_figures
 
     path = demo_model_path(cache_dir)
     reference = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.worker.measurement.quality import (
+from autotune.worker.measurement.quality.degenerate import (
     EMPTY,
     LOOP,
     NO_STOP,

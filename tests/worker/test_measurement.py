@@ -11,7 +11,7 @@ import torch
 from autotune.space import Target, build_plan
 from autotune.specs import WorkloadSpec
 from autotune.worker.generation import PaddedGeneration, iteration_from_timestamps
-from autotune.worker.measurement.quality import broken_reason, prefix_agreement
+from autotune.worker.measurement.quality.outputs import broken_reason, prefix_agreement
 from autotune.worker.measurement.speed import (
     cost_per_million_tokens,
     decode_bytes_per_step,

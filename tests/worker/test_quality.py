@@ -15,15 +15,8 @@ import pytest
 import torch
 
 from autotune.worker.failures import BrokenOutputError
-from autotune.worker.measurement.quality import (
-    ForcedRows,
-    compute_reference,
-    layout,
-    load_reference,
-    reference_rows,
-    save_reference,
-    trial_figures,
-)
+from autotune.worker.measurement.quality.forced import ForcedRows, layout, reference_rows, trial_figures
+from autotune.worker.measurement.quality.reference import compute_reference, load_reference, save_reference
 
 P = [0.5, 0.25, 0.25]  # the reference's next-token distribution
 Q = [0.25, 0.5, 0.25]  # a trial's: KL(P || Q) = 0.5 ln 2 + 0.25 ln 0.5 = 0.25 ln 2
