@@ -91,7 +91,7 @@ def _reference_error(asked: EvalSpec, result: TaskResult) -> Exception:
 
 def evaluation_spec(request: SearchRequest, prepared: Prepared, config: Config) -> TaskSpec:
     """The evaluate task of one configuration: a trial's spec, its plan, the task; a fault planted as in its trial."""
-    plan = build_plan(config, plan_target(prepared.hardware.profile, request)).to_json()
+    plan = build_plan(config, plan_target(prepared.hardware.profile, request))
     spec = trial_spec(request, prepared, config, plan)
     spec.task = "evaluate"
     spec.candidate = Candidate(config, plan)

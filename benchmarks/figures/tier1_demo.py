@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from autotune.figures.metrics import TASK_ACCURACY, TASK_FLIPS, TASK_RECOVERY
 from autotune.figures.task import task_figures
+from autotune.for_tests import Fault
 from autotune.paths import default_cache_dir, demo_model_path
 from autotune.process.results import Candidate, TaskSpec
 from autotune.process.runner import Limits, run_in_worker
@@ -31,13 +32,13 @@ ROWS = (
                                            "kv_cache_backend": "quanto"}, None),
     ("bfloat16, quantized cache (quanto)", {"dtype": "bfloat16", "cache_implementation": "quantized",
                                             "kv_cache_backend": "quanto"}, None),
-    ("float32, decode_drift planted", FLOAT32, {"kind": "decode_drift"}),
-    ("float32, runaway planted", FLOAT32, {"kind": "runaway"}),
+    ("float32, decode_drift planted", FLOAT32, Fault("decode_drift")),
+    ("float32, runaway planted", FLOAT32, Fault("runaway")),
 )  # fmt: skip
 
 
-def evaluate(config: dict, fault: dict | None, cache: Path, folder: Path) -> tuple[dict[str, bool], float]:
-    plan = build_plan(config, Target("cpu")).to_json()
+def evaluate(config: dict, fault: Fault | None, cache: Path, folder: Path) -> tuple[dict[str, bool], float]:
+    plan = build_plan(config, Target("cpu"))
     model = ModelSpec("demo", path=str(demo_model_path(cache)))
     spec = TaskSpec("evaluate", model, "cpu", str(cache), WorkloadSpec(), candidate=Candidate(config, plan),
                     evaluation={"task": "demo", "limit": None}, fault=fault)  # fmt: skip
