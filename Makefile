@@ -43,6 +43,7 @@ FLOOR_CACHE := $(CURDIR)/.cache/conformance-floor
 # checksums in FLOOR_RECORD (commit it).
 FLOOR_TRANSFORMERS := $(shell sed -n 's/^transformers==//p' constraints-floor.txt)
 FLOOR_SOURCES := autotune/space/rules.py autotune/worker/compat.py autotune/worker/hub_kernels.py autotune/worker/decode_loops.py \
+	autotune/worker/decode_steps.py autotune/worker/fused_step.py \
 	autotune/worker/loading.py autotune/worker/hooks.py autotune/worker/generation.py autotune/worker/generation_trial.py \
 	$(sort $(wildcard autotune/space/knobs/*.py)) autotune/space/default.yaml autotune/cli/flags.py constraints-floor.txt benchmarks/conformance/conformance.py \
 	benchmarks/conformance/expected-$(FLOOR_TRANSFORMERS).yaml

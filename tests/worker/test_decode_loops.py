@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 import torch
 
-from autotune.worker.decode_loops import KEPT_CACHE, KEPT_STEPS, LOOPS
+from autotune.worker.decode_loops import LOOPS
+from autotune.worker.fused_step import KEPT_CACHE, KEPT_STEPS
 
 PROMPTS = ("The quick brown fox", "Once upon a time in a land far away there", "A", "In the beginning the model was")
 NEW_TOKENS = 24
