@@ -20,7 +20,8 @@ import pytest
 from autotune.profiles import PROFILES
 from autotune.report.capacity_chart import capacity_chart
 from autotune.report.cards import card_facts
-from autotune.report.data import NOT_APPLICABLE, card, collect, progress
+from autotune.report.data import card, collect
+from autotune.report.exploration import NOT_APPLICABLE, progress
 from autotune.report.html import render
 from tests import fakes
 
