@@ -44,6 +44,7 @@ FLOOR_CACHE := $(CURDIR)/.cache/conformance-floor
 FLOOR_TRANSFORMERS := $(shell sed -n 's/^transformers==//p' constraints-floor.txt)
 FLOOR_SOURCES := autotune/space/rules.py autotune/worker/compat.py autotune/worker/hub_kernels.py autotune/worker/decode_loops.py \
 	autotune/worker/prefix_reuse.py autotune/worker/replay.py \
+	autotune/worker/decode_steps.py autotune/worker/fused_step.py \
 	autotune/worker/loading.py autotune/worker/hooks.py autotune/worker/generation.py autotune/worker/generation_trial.py \
 	$(sort $(wildcard autotune/space/knobs/*.py)) autotune/space/default.yaml autotune/cli/flags.py constraints-floor.txt benchmarks/conformance/conformance.py \
 	autotune/cli/workload_flags.py autotune/cli/traffic_flags.py benchmarks/conformance/expected-$(FLOOR_TRANSFORMERS).yaml

@@ -16,13 +16,33 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Mapping
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 FAULTS_VARIABLE = "AUTOTUNE_INJECT_FAULTS"
 HOLD_VARIABLE = "AUTOTUNE_HOLD_AT"
-Fault = Mapping[str, Any]  # {"phase": ..., "kind": ...} and what its kind reads (autotune/testing/worker_faults.py)
+
+
+@dataclass(frozen=True)
+class Fault:
+    """What a test asks the trial worker to do to fail for real (autotune/testing/worker_faults.py does it), carried
+    by the task spec: its kind, the phase it strikes as it starts, or the first batch of a capacity probe it strikes
+    at, the file whose existence ends a stall, and a slow model's sleep per forward pass."""
+
+    kind: str
+    phase: str | None = None
+    batch: int | None = None
+    until: str | None = None
+    seconds: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {name: value for name, value in asdict(self).items() if value is not None}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Fault:
+        return cls(**data)
 
 
 def _testing(module: str) -> ModuleType:

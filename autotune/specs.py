@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from autotune.paths import default_cache_dir
 from autotune.traffic.requests import TrafficRef
@@ -17,6 +17,38 @@ from autotune.units import parse_duration
 
 if TYPE_CHECKING:
     from autotune.figures.constraints import Constraint
+
+
+class KindOptions:
+    """A workload kind's own options (serve: its load), a type its kind owns, as a kind's results are (KindDetails):
+    kept typed in the workload spec under the kind's name, written there as JSON, and read back by the type the kind's
+    module registered under that name (`class ServeSpec(KindOptions, kind="serve")`; importing autotune.workloads
+    registers every kind's)."""
+
+    types: ClassVar[dict[str, type[KindOptions]]] = {}  # kind -> the type of its options
+
+    def __init_subclass__(cls, kind: str, **rest: Any) -> None:
+        super().__init_subclass__(**rest)
+        KindOptions.types[kind] = cls
+
+    @property
+    def probes_capacity(self) -> bool:
+        """A trial looks for the highest level the options allow within the SLO, not at each level they list."""
+        return False
+
+    def to_json(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> KindOptions:
+        raise NotImplementedError
+
+    @staticmethod
+    def read(kind: str, data: Mapping[str, Any]) -> KindOptions:
+        """The options of `kind` from their JSON, typed by the type its module registered."""
+        if kind not in KindOptions.types:
+            raise ValueError(f"no type of options for workload {kind!r}: import autotune.workloads first")
+        return KindOptions.types[kind].from_json(data)
 
 
 @dataclass
@@ -38,8 +70,8 @@ class WorkloadSpec:
     min_seconds: float = 3.0
     max_iterations: int = 200
     warmup_iterations: int = 2
-    # The serve kind's own options (its load), as plain data: autotune.workloads.serve.ServeSpec writes and reads them.
-    serve: dict[str, Any] | None = None
+    # The serve kind's own options (its load): autotune.workloads.serve.ServeSpec.
+    serve: KindOptions | None = None
     # A capacity probe's batch sizes, ascending (--batch-size 1-128 or 1,8,32): a throughput trial measures the
     # largest that meets the SLO and fits in memory. Empty: batch_size alone.
     batch_sizes: list[int] = field(default_factory=list)
@@ -53,19 +85,26 @@ class WorkloadSpec:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> WorkloadSpec:
         """From its JSON: to_json's, as a task carries it or a study stores it today (the forms studies stored before:
-        autotune.study.migrations)."""
-        traffic = data.get("traffic")
-        return cls(**{**data, "traffic": TrafficRef.from_json(traffic) if traffic else None})
+        autotune.study.migrations); a kind's own options typed by their kind, a trace by its reference."""
+        data = dict(data)
+        if data.get("serve") is not None:
+            data["serve"] = KindOptions.read("serve", data["serve"])
+        if data.get("traffic") is not None:
+            data["traffic"] = TrafficRef.from_json(data["traffic"])
+        return cls(**data)
 
     @property
     def probes_capacity(self) -> bool:
         """A trial looks for the largest batch or rate within the SLO and the memory, not one fixed shape."""
-        return len(self.batch_sizes) > 1 or bool(self.serve and self.serve.get("bracket"))
+        return len(self.batch_sizes) > 1 or bool(self.serve and self.serve.probes_capacity)
 
     def to_json(self) -> dict[str, Any]:
         """Plain data; without what a workload leaves at its default and studies stored before it existed (the serve
         load of other kinds, a probe's batch sizes, an SLO), so that those studies resume."""
-        data = asdict(self) | {"traffic": self.traffic.to_json() if self.traffic else None}
+        data = asdict(self) | {
+            "serve": self.serve.to_json() if self.serve else None,
+            "traffic": self.traffic.to_json() if self.traffic else None,
+        }
         for name in ("serve", "batch_sizes", "slo", "slo_share", "traffic"):
             if data[name] == _WORKLOAD_DEFAULTS[name]:
                 del data[name]

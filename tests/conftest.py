@@ -477,3 +477,67 @@ def wait_for(
         assert time.monotonic() < deadline and search.poll() is None, failure
         time.sleep(poll_s)
     return result
+
+
+# ------------------------------------------------------------------ one search killed mid-trial, shared
+
+KILLED_SEARCH = ["--model", "demo", "--gpu", "cpu", "--batch-size", "2", "--input-len", "32", "--output-len", "16",
+                 *BRIEF]  # fmt: skip
+# The third trial raises while loading and the fourth hangs there (every launched trial reaches loading, where a
+# configuration that fails before it measures fails too): the search is surely mid-trial when it is killed.
+KILLED_FAULTS = {"2": {"phase": "load", "kind": "raise"}, "3": {"phase": "load", "kind": "hang"}}
+GONE_WITHIN_S = 15.0  # the killed search's worker and fork server must be gone by then
+
+
+@dataclass(frozen=True)
+class KilledSearch:
+    """A search (KILLED_SEARCH, five trials) killed with SIGKILL while its fourth trial hangs: two trials complete, one
+    failed with an injected error, one left RUNNING with its worker killed with the search."""
+
+    workdir: Path  # shared: a test that resumes the search works on a copy (`copy`)
+    search_pid: int
+    interrupted: int  # the trial that ran when the search was killed
+    outlived: list[int]  # the search's processes (its worker, the fork server) still alive GONE_WITHIN_S after
+
+    def copy(self, destination: Path) -> Path:
+        shutil.copytree(self.workdir, destination)
+        return destination
+
+
+def _kill_a_search_mid_trial(workdir: Path, env: dict[str, str]) -> dict[str, object]:
+    process = start_search(workdir, env, [*KILLED_SEARCH, "--trials", "5"], KILLED_FAULTS)
+
+    def fourth_trial_loading() -> FrozenTrial | None:
+        trial = running_trial(workdir)
+        return trial if trial is not None and trial.number >= 3 and announced(
+            workdir / "studies" / DEMO_STUDY, trial.number, "load"
+        ) else None  # fmt: skip
+
+    trial = wait_for(fourth_trial_loading, process, "the search never reached its fourth trial's hang", poll_s=0.3)
+    pids = processes_of(process.pid, trial.user_attrs["worker_pid"])
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    gone_by = time.monotonic() + GONE_WITHIN_S
+    while (alive := [pid for pid in pids if _alive(pid)]) and time.monotonic() < gone_by:
+        time.sleep(0.2)
+    return {"search_pid": process.pid, "interrupted": trial.number, "outlived": alive}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+@pytest.fixture(scope="session")
+def killed_search(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> KilledSearch:
+    """One search killed mid-trial, for the tests that resume one (test_faults_e2e.py: the retry; test_optuna_tools.py:
+    optuna-dashboard reading while it resumes), made once for both test processes (`shared_once`)."""
+    env = {**os.environ, "AUTOTUNE_CACHE_DIR": str(cache_dir)}
+
+    def kill(workdir: Path) -> None:
+        workdir.with_suffix(".json").write_text(json.dumps(_kill_a_search_mid_trial(workdir, env)))
+
+    workdir = shared_once(tmp_path_factory, "killed", kill)
+    return KilledSearch(workdir, **json.loads(workdir.with_suffix(".json").read_text()))

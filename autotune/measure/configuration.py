@@ -58,7 +58,7 @@ def measure(request: SearchRequest, overrides: dict[str, Value]) -> tuple[Config
         built = build_plan(config, plan_target(hardware.profile, request, prepared.traffic))
         if problem := rules.unmeasurable(built):
             raise UserError(f"{problem}; set other knobs")
-        spec = trial_spec(request, prepared, config, built.to_json())
+        spec = trial_spec(request, prepared, config, built)
         result = run_in_worker(spec, workdir / "trial", Limits(request.budget.trial_timeout_s))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

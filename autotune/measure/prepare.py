@@ -16,7 +16,7 @@ from autotune.paths import demo_draft_path
 from autotune.process.results import Candidate, Outcome, TaskResult, TaskSpec
 from autotune.process.runner import Limits, run_in_worker
 from autotune.profiles import HardwareProfile, ResolvedHardware
-from autotune.space import Config, SearchSpace, Target, build_plan, rules
+from autotune.space import Config, Plan, SearchSpace, Target, build_plan, rules
 from autotune.space.knobs import AttentionKnob, DtypeKnob, WorkloadKnob, knob_defaults
 from autotune.specs import ModelSpec, SearchRequest
 from autotune.study import PreparedFacts
@@ -210,8 +210,7 @@ def assistant_model(request: SearchRequest) -> str | None:
 
 def _candidate(space: SearchSpace, config: Config, target: Target) -> Candidate:
     normalized = space.including(config).normalize(config)
-    plan = build_plan(normalized, target)
-    return Candidate(normalized, plan.to_json())
+    return Candidate(normalized, build_plan(normalized, target))
 
 
 def baseline_config(
@@ -232,7 +231,7 @@ def memory_limit(profile_bytes: int | None, constraints: Iterable[Constraint]) -
     return min(limits) if limits else None
 
 
-def trial_spec(request: SearchRequest, prepared: Prepared, config: Config, plan: dict[str, Any]) -> TaskSpec:
+def trial_spec(request: SearchRequest, prepared: Prepared, config: Config, plan: Plan) -> TaskSpec:
     """What a worker needs to measure one configuration."""
     profile, price = prepared.hardware.profile, request.hardware.price_per_hour
     return TaskSpec(

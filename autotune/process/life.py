@@ -50,3 +50,9 @@ def worker_environment(environment: dict[str, str]) -> dict[str, str]:
         "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1",
     }
     return {**quiet, **environment, "PYTHONUNBUFFERED": "1"}
+
+
+def worker_child_environment() -> dict[str, str]:
+    """This process's environment as a worker it starts runs in: quiet libraries, unbuffered output, and this process
+    named as the parent the worker dies with."""
+    return child_environment(worker_environment(dict(os.environ)))

@@ -8,13 +8,15 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
 from autotune.figures.capacity import Capacity
+from autotune.for_tests import Fault
 from autotune.process.ceiling import Ceiling, CeilingSpec
+from autotune.space.plan import Plan
 from autotune.specs import EvalSpec, ModelSpec, QualitySpec, WorkloadSpec
 from autotune.traffic.shape import TrafficShape
 from autotune.workloads import KindDetails, details_of, details_written
@@ -36,10 +38,18 @@ class Outcome(StrEnum):
 
 @dataclass
 class Candidate:
-    """A configuration together with the plan it turns into."""
+    """A configuration together with the plan it turns into, built once in the study process (a trial's, in
+    search/trial.py) and read once from the task spec by the worker."""
 
     config: dict[str, Any]
-    plan: dict[str, Any]
+    plan: Plan
+
+    def to_json(self) -> dict[str, Any]:
+        return {"config": self.config, "plan": self.plan.to_json()}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Candidate:
+        return cls(data["config"], Plan.from_json(data["plan"]))
 
 
 @dataclass
@@ -104,13 +114,20 @@ class TaskSpec:
     )
     bandwidth_gb_s: float | None = None  # peak memory bandwidth of the card trials run on, for the roofline
     price_per_hour: float | None = None  # for the cost per million tokens
-    fault: dict[str, str] | None = None  # tests: {"phase": ..., "kind": ...} makes the worker fail for real
+    fault: Fault | None = None  # tests: what makes the worker fail for real (autotune/for_tests.py)
     ceiling: CeilingSpec | None = None  # ceiling: the hand loop's dtype, compile mode, batches and timing
     evaluation: EvalSpec | None = None  # evaluate: the task (demo, a name or a folder) and how many of its items
     compile_cache: CompileCacheSpec | None = None  # a study's trial: its compile folder and archives; None: torch's own
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self) | {"workload": self.workload.to_json()}
+        """Plain data: the typed parts (the workload, the candidates' plans, a test's fault) written by their own."""
+        untyped = replace(self, workload=WorkloadSpec(), candidate=None, reference_candidates=[], fault=None)
+        return asdict(untyped) | {
+            "workload": self.workload.to_json(),
+            "candidate": self.candidate.to_json() if self.candidate else None,
+            "reference_candidates": [candidate.to_json() for candidate in self.reference_candidates],
+            "fault": self.fault.to_json() if self.fault else None,
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TaskSpec:
@@ -118,8 +135,9 @@ class TaskSpec:
         data["model"] = ModelSpec(**data["model"])
         data["workload"] = WorkloadSpec.from_json(data["workload"])
         data["quality"] = QualitySpec(**data["quality"])
-        data["candidate"] = Candidate(**data["candidate"]) if data.get("candidate") else None
-        data["reference_candidates"] = [Candidate(**c) for c in data.get("reference_candidates", [])]
+        data["candidate"] = Candidate.from_json(data["candidate"]) if data.get("candidate") else None
+        data["reference_candidates"] = [Candidate.from_json(c) for c in data.get("reference_candidates", [])]
+        data["fault"] = Fault.from_json(data["fault"]) if data.get("fault") else None
         data["ceiling"] = CeilingSpec.from_json(data["ceiling"]) if data.get("ceiling") else None
         data["evaluation"] = EvalSpec(**data["evaluation"]) if data.get("evaluation") else None
         data["compile_cache"] = CompileCacheSpec(**data["compile_cache"]) if data.get("compile_cache") else None
@@ -155,7 +173,7 @@ class TaskDetails:
     model: dict[str, Any] | None = None  # prepare: parameters, checkpoint dtype, default attention, position limit
     reference: FoundReference | None = None  # prepare
     traffic: TrafficShape | None = None  # prepare with a trace: its replayed requests in the model's tokens
-    plan: dict[str, Any] | None = None  # trial: the plan that ran, when this installation changed the planned one
+    plan: Plan | None = None  # trial: the plan that ran, when this installation changed the planned one
     # a trial of a kind with details of its own (serve: the command that ran, each load level), its kind's type
     workload: KindDetails | None = None
     capacity: Capacity | None = None  # a trial with an SLO or a capacity probe: its unit, target, points and stop
@@ -170,7 +188,7 @@ class TaskDetails:
             "model": self.model,
             "reference": asdict(self.reference) if self.reference else None,
             "traffic": self.traffic.to_json() if self.traffic else None,
-            "plan": self.plan,
+            "plan": self.plan.to_json() if self.plan else None,
             **(details_written(self.workload) if self.workload is not None else {}),
             "capacity": self.capacity.to_json() if self.capacity else None,
             "quality_path": self.quality_path,
@@ -183,13 +201,15 @@ class TaskDetails:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TaskDetails:
         reference, capacity, ceilings = data.get("reference"), data.get("capacity"), data.get("ceilings")
-        evaluation, compiled, traffic = data.get("evaluation"), data.get("compile"), data.get("traffic")
+        evaluation, compiled, plan = data.get("evaluation"), data.get("compile"), data.get("plan")
+        traffic = data.get("traffic")
         known = {known.name for known in fields(cls)}
         return cls(
             **{
                 **{key: value for key, value in data.items() if key in known},
                 "reference": FoundReference(**reference) if reference else None,
                 "traffic": TrafficShape.from_json(traffic) if traffic else None,
+                "plan": Plan.from_json(plan) if plan else None,
                 "workload": details_of(data),
                 "capacity": Capacity.from_json(capacity) if capacity else None,
                 "ceilings": None if ceilings is None else [Ceiling(**ceiling) for ceiling in ceilings],
@@ -197,6 +217,23 @@ class TaskDetails:
                 "compile": CompileFigures(**compiled) if compiled else None,
             }
         )
+
+
+@dataclass(frozen=True)
+class Blame:
+    """The knob value a failed task points at: `certain` where a typed refusal says it can never run in this
+    environment (the study excludes it), else only the words of the error point at it (the study suspects it)."""
+
+    knob: str
+    value: Any  # the configuration's value of the knob
+    certain: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {"knob": self.knob, "value": self.value, "certain": self.certain}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Blame:
+        return cls(data["knob"], data["value"], bool(data.get("certain")))
 
 
 @dataclass
@@ -209,8 +246,7 @@ class TaskResult:
     timings: dict[str, float] = field(default_factory=dict)  # seconds per phase
     environment: dict[str, Any] = field(default_factory=dict)
     details: TaskDetails = field(default_factory=TaskDetails)
-    excludes: dict[str, Any] | None = None  # {"knob", "value"} a typed refusal says can never run in this environment
-    suspects: dict[str, Any] | None = None  # {"knob", "value"} only the words of the error point at
+    blame: Blame | None = None  # failed: the knob value its failure points at, for certain or suspected
     pid: int | None = None
     exit_code: int | None = None
     log_tail: str = ""
@@ -221,7 +257,8 @@ class TaskResult:
 
     def to_json(self) -> dict[str, Any]:
         data = {known.name: getattr(self, known.name) for known in fields(self)}
-        return data | {"outcome": self.outcome.value, "details": self.details.to_json()}
+        blame = self.blame.to_json() if self.blame else None
+        return data | {"outcome": self.outcome.value, "details": self.details.to_json(), "blame": blame}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TaskResult:
@@ -229,6 +266,7 @@ class TaskResult:
         values = {key: value for key, value in data.items() if key in known}
         values["outcome"] = Outcome(values["outcome"])
         values["details"] = TaskDetails.from_json(values.get("details") or {})
+        values["blame"] = Blame.from_json(values["blame"]) if values.get("blame") else None
         return cls(**values)
 
 

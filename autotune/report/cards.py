@@ -84,7 +84,7 @@ def deploy_card(
     each trial's capacity, where it probed one (analysis.capacity.capacities, computed once)."""
     found = capacities.get(record.number)
     batch = _chosen_batch(found)
-    plan = Plan.from_json(record.plan) if record.plan else Plan()
+    plan = record.plan or Plan()
     plan = paged_cache_for(plan, batch.size) if batch else plan  # sized for the batch chosen, not the largest tried
     model_id = model_id_for_code(settings)
     device = settings.prepared.device or "cuda"

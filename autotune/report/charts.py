@@ -14,7 +14,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from autotune.figures.metrics import KL_DIVERGENCE, METRICS, PEAK_MEMORY_BYTES, THROUGHPUT, TTFT, Metric
-from autotune.report.data import Progress, ReportData
+from autotune.report.data import ReportData
+from autotune.report.exploration import Progress
 from autotune.study import TrialRecord
 from autotune.traffic.shape import TrafficShape
 from autotune.units import format_bytes, format_duration

@@ -262,10 +262,10 @@ def _failure_group(group: FailureGroup) -> str:
 
 def _blame(record: TrialRecord) -> str:
     """Which value the failure points at, and whether that is certain (a typed refusal) or a suspicion."""
-    if not record.blame:
+    if record.blame is None:
         return ""
-    named = f"{record.blame['knob']}={record.blame['value']}"
-    how = "refused (excluded for the study)" if record.blame.get("certain") else "suspected from the error's words"
+    named = f"{record.blame.knob}={record.blame.value}"
+    how = "refused (excluded for the study)" if record.blame.certain else "suspected from the error's words"
     return f" <span class='blame'>{escape(named)}: {how}</span>"
 
 

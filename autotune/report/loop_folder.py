@@ -1,6 +1,7 @@
 """A decoding loop of autotune's (decode_loop) as a folder a deployment keeps beside its code: transformers'
 `custom_generate` layout, `custom_generate/generate.py`, which generate(custom_generate=FOLDER, trust_remote_code=True)
-runs. The loops' module is copied as it is (it imports torch and transformers only): what was measured is what runs.
+runs. The loops' modules are copied as they are (they import torch, transformers and each other only): what was
+measured is what runs.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from pathlib import Path
 from autotune.errors import UserError
 from autotune.space.knobs.decoding import loop_names
 
-LOOPS_MODULE = "decode_loops.py"  # autotune/worker/decode_loops.py, read as text: the study side never imports it
+# autotune/worker/decode_loops.py and the modules it imports relatively, read as text: the study side never imports them
+LOOP_MODULES = ("decode_loops.py", "decode_steps.py", "fused_step.py")
 
 ENTRY = '''"""decode_loop={loop}: autotune's decoding loop, run by transformers' generate(custom_generate=<this folder>,
 trust_remote_code=True) in place of its own loop, after its own preparation. Written by `autotune loop {loop}`."""
@@ -30,14 +32,14 @@ def generate(model, *args, streamer=None, assistant_model=None, synced_gpus=None
 
 
 def write_loop_folder(loop: str, folder: Path) -> Path:
-    """Write the folder of `loop` (its custom_generate/ holds the entry and the loops' module); returns the entry."""
+    """Write the folder of `loop` (its custom_generate/ holds the entry and the loops' modules); returns the entry."""
     if loop not in loop_names():
         raise UserError(f"no decoding loop {loop!r}: give one of {', '.join(loop_names())}")
     code = folder / "custom_generate"
     try:
         code.mkdir(parents=True, exist_ok=True)
-        source = resources.files("autotune").joinpath("worker", LOOPS_MODULE).read_text()
-        (code / LOOPS_MODULE).write_text(source)
+        for module in LOOP_MODULES:
+            (code / module).write_text(resources.files("autotune").joinpath("worker", module).read_text())
         entry = code / "generate.py"
         entry.write_text(ENTRY.format(loop=loop))
     except OSError as error:

@@ -118,7 +118,7 @@ def evaluation_spec(
 ) -> TaskSpec:
     """The evaluate task of one configuration: a trial's spec, its plan, the task; a fault planted as in its trial, or
     in every finalist's evaluation (autotune/for_tests.py)."""
-    plan = build_plan(config, plan_target(prepared.hardware.profile, request, prepared.traffic)).to_json()
+    plan = build_plan(config, plan_target(prepared.hardware.profile, request, prepared.traffic))
     spec = trial_spec(request, prepared, config, plan)
     spec.task = "evaluate"
     spec.candidate = Candidate(config, plan)

@@ -20,11 +20,12 @@ def judge_values(
     and excluded when a trial of another configuration fails on it too; a trial that completes clears the
     suspicion of its values.
     """
-    if result.excludes:
-        knob, value = result.excludes["knob"], result.excludes["value"]
+    blame = result.blame
+    if blame is not None and blame.certain:
+        knob, value = blame.knob, blame.value
         studies.add_exclusion(study, knob, value, f"{knob}={value} cannot run here: {_first_line(result.message)}")
-    elif result.suspects:
-        knob, value = result.suspects["knob"], result.suspects["value"]
+    elif blame is not None:
+        knob, value = blame.knob, blame.value
         earlier = studies.suspicions(study).get(knob, {}).get(str(value))
         if earlier is None:
             studies.add_suspicion(study, knob, value, number, config_key(config), _first_line(result.message))

@@ -18,7 +18,7 @@ from autotune.search.exclusions import judge_values
 from autotune.search.interrupts import Interrupted, deferred
 from autotune.search.session import Session
 from autotune.search.trial import SAMPLER, StudyRead, Trial
-from autotune.space import Config, build_plan, config_key, rules
+from autotune.space import Config, Plan, build_plan, config_key, rules
 from autotune.strategy.durations import Durations, ended, warm_ended
 from autotune.strategy.queue import Situation, next_queued, ruled_out, warm_up_set
 from autotune.study import TrialRecord
@@ -102,6 +102,8 @@ class TrialLoop:
         self.situation = self._situation()
         self.passed_over: dict[str, str] = {}  # why -> what the summary says of a planned trial the budget passed over
         self.current: Trial | None = None  # the last trial taken: a signal must not leave it RUNNING
+        self.target = plan_target(session.profile, self.request, session.prepared.traffic)
+        self.plans: dict[str, Plan] = {}  # configuration key -> its plan, built once (the checks and the trial read it)
         self.token = random.SystemRandom().randrange(1, 2**31)  # this loop, in the trials it takes
 
     def run(self) -> str:
@@ -232,17 +234,23 @@ class TrialLoop:
         return self.space.violation(config) or ruled_out(config, history) or self._unmeasurable(config)
 
     def _unmeasurable(self, config: Config) -> str | None:
-        return rules.unmeasurable(
-            build_plan(config, plan_target(self.session.profile, self.request, self.session.prepared.traffic))
-        )
+        return rules.unmeasurable(self._plan(config))
+
+    def _plan(self, config: Config) -> Plan:
+        """The configuration's plan, built once in the search: what checks it before it runs is what its trial runs."""
+        key = config_key(config)
+        if key not in self.plans:
+            self.plans[key] = build_plan(config, self.target)
+        return self.plans[key]
 
     def _measure(self, trial: Trial, durations: Durations, read: StudyRead) -> TaskResult:
         for why in trial.roles:  # passed over earlier, it fits now (more trials alike ended)
             self.passed_over.pop(why, None)
-        measured = trial.run(self.deadline, self.launched, durations.of(trial.config), read.records)
+        plan = self._plan(trial.config)
+        measured = trial.run(plan, self.deadline, self.launched, durations.of(trial.config), read.records)
         result = measured.result
         self.space = judge_values(self.study, self.session.space, trial.number, trial.config, result)
-        if result.excludes or result.suspects:
+        if result.blame is not None:
             self.situation = self._situation()
         self.spending.add_trial(result, measured.duration_s, measured.compiles)
         self.launched += 1

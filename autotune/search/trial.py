@@ -28,14 +28,14 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune import for_tests
 from autotune import study as studies
 from autotune.errors import StorageUnavailableError
-from autotune.measure.prepare import plan_target, trial_spec
+from autotune.measure.prepare import trial_spec
 from autotune.process import phases
 from autotune.process.results import Outcome, TaskResult
 from autotune.process.runner import Limits, run_in_worker
 from autotune.search.events import SearchEvents
 from autotune.search.interrupts import Interrupted, deferred
 from autotune.search.session import Session
-from autotune.space import Config, SearchSpace, build_plan, config_key
+from autotune.space import Config, Plan, SearchSpace, config_key
 from autotune.strategy.durations import Duration
 from autotune.study import TrialRecord, artifacts, kept
 from autotune.study.claims import OWNER_ATTR, WORKER_PID_ATTR, claim_configuration, this_process
@@ -188,25 +188,30 @@ class Trial:
     # ----------------------------------------------------------------------------------------------- run
 
     def run(
-        self, deadline: float | None, launch_index: int, forecast: Duration, records: Sequence[TrialRecord] = ()
+        self,
+        plan: Plan,
+        deadline: float | None,
+        launch_index: int,
+        forecast: Duration,
+        records: Sequence[TrialRecord] = (),
     ) -> Measured:
-        """Launch it in a worker under a heartbeat, then store what it measured. `launch_index`: how many trials
-        this process launched before; `forecast`: what the budget expects it to take; `records`: the study's trials as
-        last read (whose archives of compiled code the worker loads first)."""
+        """Launch it in a worker under a heartbeat, then store what it measured. `plan`: its configuration's, as the
+        loop built it; `launch_index`: how many trials this process launched before; `forecast`: what the budget
+        expects it to take; `records`: the study's trials as last read (whose archives of compiled code the worker
+        loads first)."""
         assert self.asked is not None
         asked, session, request = self.asked, self.session, self.session.request
         self.events.trial_started(self.number, self.config, self.roles)
-        built = build_plan(self.config, plan_target(session.profile, request, session.prepared.traffic))
-        studies.record_launch(asked, self.config, built.to_json(), self.roles)
+        studies.record_launch(asked, self.config, plan, self.roles)
         _record_forecast(asked, forecast)
-        spec = trial_spec(request, session.prepared, self.config, built.to_json())
+        spec = trial_spec(request, session.prepared, self.config, plan)
         spec.fault = for_tests.fault_for(launch_index, self.config)
         workdir = session.trial_workdir(self.number)
         archive = workdir / f"trial-{self.number:04d}{ARCHIVE_SUFFIX}"  # what it compiles anew, stored with the study
         spec.compile_cache = session.compile_archives.spec(records, archive)
         limits = Limits(request.budget.trial_timeout_s, deadline)
         on_start = lambda pid: asked.set_user_attr(WORKER_PID_ATTR, pid)  # noqa: E731 - which process measures it
-        on_phase = lambda name: self.events.progress(f"trial #{asked.number}: {phases.label(name, built.compiles)}")  # noqa: E731
+        on_phase = lambda name: self.events.progress(f"trial #{asked.number}: {phases.label(name, plan.compiles)}")  # noqa: E731
         with Heartbeat.of_trial(session.patient_storage, self.id, HEARTBEAT_EVERY_S):
             started = self.started = time.monotonic()
             result = run_in_worker(spec, workdir, limits, on_start=on_start, on_phase=on_phase)
@@ -215,7 +220,7 @@ class Trial:
         compiled = result.details.compile
         for note in compiled.notes if compiled else ():
             self.events.note(f"trial #{self.number}: {note}")
-        return Measured(result, duration, built.compiles or bool(compiled and compiled.compiled))
+        return Measured(result, duration, plan.compiles or bool(compiled and compiled.compiled))
 
     def record(self) -> TrialRecord:
         """The trial as stored now."""

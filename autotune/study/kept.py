@@ -27,6 +27,7 @@ from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.process.results import TaskResult, write_json_atomically
+from autotune.study import migrations
 from autotune.study.claims import OWNER_ATTR, Claims, claim_configuration, owner_alive, this_process
 from autotune.study.optuna_internals import study_id, study_storage, trial_id
 from autotune.study.records import TrialRecord, record_result, record_skip
@@ -116,7 +117,7 @@ def _started(trial: optuna.Trial | FrozenTrial) -> str | None:
 
 
 def _kept_result(path: Path, document: dict[str, Any]) -> KeptResult:
-    result = TaskResult.from_json(document["result"])
+    result = TaskResult.from_json(migrations.kept_result(document["result"]))
     return KeptResult(path, document["trial_number"], document["trial_id"], result, document["duration_s"],
                       document["owner"])  # fmt: skip
 

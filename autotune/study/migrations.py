@@ -95,6 +95,20 @@ def plan(stored: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return data
 
 
+def kept_result(stored: Mapping[str, Any]) -> dict[str, Any]:
+    """A result kept on disk until the storage has it (autotune.process.results.TaskResult.to_json, study/kept.py), as
+    today's: results kept before the blame was one type (main f92f638 and before) said the value a failure points at
+    as `excludes` (a typed refusal) or `suspects` (the error's words); the plan the worker ran, as a trial's plan."""
+    data = dict(stored)
+    excludes, suspects = data.pop("excludes", None), data.pop("suspects", None)
+    if data.get("blame") is None and (excludes or suspects):
+        data["blame"] = {**(excludes or suspects), "certain": bool(excludes)}
+    details = dict(data.get("details") or {})
+    if details.get("plan") is not None:
+        data["details"] = details | {"plan": plan(details["plan"])}
+    return data
+
+
 def quality_path(stored: str | None) -> str:
     """Where a trial's quality figures came from: a trial that names no path was measured on the prefill path."""
     return stored_path(stored)

@@ -15,8 +15,9 @@ from autotune.figures.capacity import Capacity
 from autotune.figures.constraints import Constraint, violations
 from autotune.figures.metrics import OBJECTIVES, Metric
 from autotune.figures.quality import PREFILL
-from autotune.process.results import CompileFigures, Outcome, TaskResult
+from autotune.process.results import Blame, CompileFigures, Outcome, TaskResult
 from autotune.space import Config, config_key
+from autotune.space.plan import Plan
 from autotune.study import migrations
 from autotune.study.evaluations import evaluation_figures
 from autotune.workloads import KindDetails, details_of, details_written
@@ -42,7 +43,7 @@ class TrialRecord:
     metrics: dict[str, float]
     timings: dict[str, float]
     environment: dict[str, Any]
-    plan: dict[str, Any] | None
+    plan: Plan | None  # as launched, or as the worker ran it where it adapted it
     skipped: str | None
     duration_s: float | None
     pid: int | None
@@ -54,7 +55,7 @@ class TrialRecord:
     finished_at: datetime | None = None
     details: KindDetails | None = None  # its kind's own (serve: the command that ran, figures per load level)
     capacity: Capacity | None = None  # an SLO or a capacity probe: its unit, target, points and what stopped it
-    blame: dict[str, Any] | None = None  # failed: {"knob", "value", "certain"}, the value its failure points at
+    blame: Blame | None = None  # failed: the knob value its failure points at, for certain or suspected
     quality_path: str = PREFILL  # where its quality figures came from (autotune.figures.quality)
     compiled: CompileFigures | None = None  # what it compiled, cold or warm, and its archive (studies before: None)
 
@@ -92,7 +93,7 @@ class TrialRecord:
             metrics=attrs.get("metrics", {}),
             timings=attrs.get("timings", {}),
             environment=attrs.get("environment", {}),
-            plan=migrations.plan(attrs.get("plan")),
+            plan=Plan.from_json(migrations.plan(attrs["plan"])) if attrs.get("plan") else None,
             skipped=attrs.get("skipped"),
             duration_s=duration,
             pid=attrs.get("pid"),
@@ -104,7 +105,7 @@ class TrialRecord:
             finished_at=trial.datetime_complete,
             details=details_of(attrs),
             capacity=Capacity.from_json(migrations.capacity(attrs["capacity"])) if attrs.get("capacity") else None,
-            blame=attrs.get("blame"),
+            blame=Blame.from_json(attrs["blame"]) if attrs.get("blame") else None,
             quality_path=migrations.quality_path(attrs.get("quality_path")),
             compiled=CompileFigures.from_stored(attrs[COMPILE_ATTR]) if attrs.get(COMPILE_ATTR) else None,
         )
@@ -172,10 +173,10 @@ def awaiting_retry(study: optuna.Study) -> dict[str, int]:
     }
 
 
-def record_launch(trial: optuna.Trial, config: Config, plan: dict[str, Any], roles: list[str]) -> None:
+def record_launch(trial: optuna.Trial, config: Config, plan: Plan, roles: list[str]) -> None:
     trial.set_user_attr("config", config)
     trial.set_user_attr("config_key", config_key(config))
-    trial.set_user_attr("plan", plan)
+    trial.set_user_attr("plan", plan.to_json())
     trial.set_user_attr("roles", roles)
 
 
@@ -202,7 +203,7 @@ def record_result(
         trial.set_user_attr("environment", result.environment)
     if result.ok:
         if result.details.plan is not None:  # the worker ran an adapted plan (e.g. another quantized-cache backend)
-            trial.set_user_attr("plan", result.details.plan)
+            trial.set_user_attr("plan", result.details.plan.to_json())
         for kind, details in details_written(result.details.workload).items():
             if details is not None:
                 trial.set_user_attr(kind, details)
@@ -220,8 +221,8 @@ def record_result(
     trial.set_user_attr(FAIL_REASON_ATTR, fail_reason(result.outcome.value, result.message))
     trial.set_user_attr("phase", result.phase)
     trial.set_user_attr("log_tail", result.log_tail[-3000:])
-    if result.excludes or result.suspects:
-        trial.set_user_attr("blame", {**(result.excludes or result.suspects or {}), "certain": bool(result.excludes)})
+    if result.blame is not None:
+        trial.set_user_attr("blame", result.blame.to_json())
     study.tell(trial, state=TrialState.FAIL)
 
 

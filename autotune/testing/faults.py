@@ -25,7 +25,7 @@ def injected_fault(launch_index: int | str, config: Config) -> Fault | None:
         return None
     for key, fault in json.loads(faults).items():
         if key == str(launch_index) or ("=" in key and _has_values(config, key)):
-            return fault
+            return Fault.from_json(fault)
     return None
 
 

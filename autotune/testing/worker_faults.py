@@ -17,11 +17,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from autotune.for_tests import Fault
 
 STALL_S = 30.0
 MODEL_FAULTS = ("slow_forward", "decode_drift", "runaway")  # planted in the loaded model, not as a phase starts
@@ -29,42 +31,43 @@ DRIFT_SCALE = 4.0  # decode_drift: the logits' shift, in standard deviations of 
 RUNAWAY_SPANS = range(2, 7)  # runaway: the lengths of a span whose immediate repeat starts the loop
 
 
-def garbled_result(fault: Mapping[str, Any], result_path: Path) -> bool:
-    if fault.get("kind") != "garbage":
+def garbled_result(fault: Fault, result_path: Path) -> bool:
+    if fault.kind != "garbage":
         return False
     result_path.write_text("{this is not a result")
     return True
 
 
-def at_phase(fault: Mapping[str, Any], phase: str) -> None:
+def at_phase(fault: Fault, phase: str) -> None:
     """Inject the fault as this phase starts, unless a probe injects it at a batch (at_batch) or the model carries it
     (plant)."""
-    if fault.get("phase") == phase and "batch" not in fault and fault.get("kind") not in MODEL_FAULTS:
-        inject(fault["kind"], fault.get("until"))
+    if fault.phase == phase and fault.batch is None and fault.kind not in MODEL_FAULTS:
+        inject(fault.kind, fault.until)
 
 
-def at_batch(fault: Mapping[str, Any], size: int) -> None:
+def at_batch(fault: Fault, size: int) -> None:
     """A probe that fails from this batch on."""
-    if fault.get("batch") is not None and size >= int(fault["batch"]):
-        inject(fault["kind"])
+    if fault.batch is not None and size >= fault.batch:
+        inject(fault.kind)
 
 
-def at_load(fault: Mapping[str, Any], server: Any) -> None:
+def at_load(fault: Fault, server: Any) -> None:
     """The server dies as the load starts, whatever its speed."""
-    if fault.get("kind") == "kill_server":
+    if fault.kind == "kill_server":
         server.kill()
 
 
-def plant(fault: Mapping[str, Any], model: Any) -> None:
+def plant(fault: Fault, model: Any) -> None:
     """A model slower for real, whatever else runs beside it (slow_forward: a sleep per forward pass), or wrong on the
     decoding path only (decode_drift: every forward pass of one new token per row, as a KV cache decodes, has a fixed
     random shift added to its logits; a pass over a whole text, the prefill path, is left exact), or a generation that
     runs away (runaway: once a row's decoded tokens end in a span of RUNAWAY_SPANS tokens said twice in a row, the span
     is made the next tokens' first choice, so the row loops to the end; text forced along, which seldom repeats itself
     so, is left nearly exact)."""
-    kind = fault.get("kind")
+    kind = fault.kind
     if kind == "slow_forward":
-        delay = float(fault["seconds"])
+        assert fault.seconds is not None, "a slow_forward fault says how long each forward pass sleeps"
+        delay = fault.seconds
         model.register_forward_hook(lambda *_: time.sleep(delay))
     elif kind == "decode_drift":
         generator = torch.Generator().manual_seed(0)

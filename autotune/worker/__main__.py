@@ -20,16 +20,17 @@ def run(spec_path: Path, result_path: Path, started_at: float) -> None:
     """Run the task of `spec_path` and write its result to `result_path`; `started_at` is the process's birth."""
     import time
 
-    raw_spec = json.loads(spec_path.read_text())
-    if for_tests.garbled_result(raw_spec.get("fault"), result_path):
+    from autotune.process.results import TaskSpec, write_json_atomically
+
+    spec = TaskSpec.from_json(json.loads(spec_path.read_text()))
+    if for_tests.garbled_result(spec.fault, result_path):
         return
 
     import transformers  # noqa: F401 - imported here so that start-up time covers every library import
 
-    from autotune.process.results import TaskSpec, write_json_atomically
     from autotune.worker.tasks import perform
 
-    result = perform(TaskSpec.from_json(raw_spec), time.time() - started_at)
+    result = perform(spec, time.time() - started_at)
     result.pid = os.getpid()
     write_json_atomically(result_path, result.to_json())
 

@@ -61,7 +61,7 @@ def run(spec: TaskSpec, phases: Phases) -> TaskResult:
 
 def _evaluate(spec: TaskSpec, phases: Phases) -> TaskResult:
     assert spec.candidate is not None and spec.evaluation is not None
-    plan = Plan.from_json(spec.candidate.plan)
+    plan = spec.candidate.plan
     with phases("load"):
         refuse_what_cannot_run(spec.candidate.config, plan)
         tokenizer = load_tokenizer(spec.model)

@@ -2,7 +2,7 @@
 
 Every trial still runs in its own process, with its own memory, its own process group and its own
 fate, but it no longer pays the seconds of importing the libraries (docs/measurement.md gives the
-split). It serves tasks on a CPU only: a task on a GPU is spawned (autotune.process.runner.forkable:
+split). It serves tasks on a CPU only: a task on a GPU is spawned (autotune.process.fork_client.forkable:
 on an H100 forked trials could not use CUDA). It never starts a thread before forking; if it finds another thread,
 or CUDA initialised by an import, it refuses and the runner spawns.
 
@@ -209,9 +209,9 @@ def main() -> None:
 
 
 def template(address: str) -> None:
-    """Import once, then fork a ready fork server for each command that connects to `address` (runner.py)."""
+    """Import once, then fork a ready fork server for each command that connects to `address` (fork_client.py)."""
     die_with_parent()
-    os.environ.update(worker_environment(dict(os.environ)))  # what a command's fork server runs in (runner.py)
+    os.environ.update(worker_environment(dict(os.environ)))  # what a command's fork server runs in (fork_client.py)
     listener = _listen(address)
     given = dict(os.environ)
     _import_frozen()

@@ -68,7 +68,7 @@ def run(spec: TaskSpec, phases: Phases) -> TaskResult:
     are those of the largest batch that met the SLO.
     """
     assert spec.candidate is not None and spec.reference_path is not None
-    planned = Plan.from_json(spec.candidate.plan)
+    planned = spec.candidate.plan
     ranks = ranks_of(planned)
     with phases("load"):
         refuse_what_cannot_run(spec.candidate.config, planned)
@@ -98,7 +98,7 @@ def run(spec: TaskSpec, phases: Phases) -> TaskResult:
     if ranks > 1:
         metrics[TP_RANKS] = float(ranks)  # the memory figures are rank 0's: one shard and its share of the work
     metrics |= energy_figures(chosen.joules, sum(len(row) for i in chosen.iterations for row in i.generated))
-    details = TaskDetails(plan=plan.to_json() if plan != planned else None, quality_path=quality_path)
+    details = TaskDetails(plan=plan if plan != planned else None, quality_path=quality_path)
     if spec.workload.batch_sizes or spec.workload.slo:
         found = {
             CAPACITY.name: chosen.size if capacity.chosen else 0.0,

@@ -66,7 +66,7 @@ MEMORY_SAMPLE_S = 0.1
 def run(spec: TaskSpec, phases: Any) -> TaskResult:
     """The serve workload kind's runner: `transformers serve` started with the plan's flags, driven, stopped."""
     assert spec.candidate is not None and spec.reference_path is not None and spec.workload.serve is not None
-    plan = Plan.from_json(spec.candidate.plan)
+    plan = spec.candidate.plan
     _check_servable(plan)
     load = ServeSpec.of(spec.workload)
     tokenizer = load_tokenizer(spec.model)

@@ -21,9 +21,11 @@ from autotune import for_tests
 from autotune.data import EVAL_TEXT
 from autotune.extras import why_missing
 from autotune.figures.metrics import PERPLEXITY
+from autotune.for_tests import Fault
 from autotune.paths import demo_model_path
 from autotune.process import phases as phase_lines
 from autotune.process.results import (
+    Blame,
     Candidate,
     FoundReference,
     ModelSpec,
@@ -34,7 +36,6 @@ from autotune.process.results import (
     write_json_atomically,
 )
 from autotune.space.knobs import AttentionKnob
-from autotune.space.plan import Plan
 from autotune.validate import context_problem, position_limit, trace_too_long
 from autotune.worker.compile_cache import CompileCache, cache_key
 from autotune.worker.demo_model import demo_model_built, ensure_demo_draft
@@ -55,7 +56,7 @@ log = logging.getLogger(__name__)
 class Phases:
     """Times the phases of a task and remembers which one is running, for failure reports."""
 
-    def __init__(self, fault: dict[str, str] | None) -> None:
+    def __init__(self, fault: Fault | None) -> None:
         self.timings: dict[str, float] = {}
         self.current = "start"
         self.fault = fault
@@ -93,11 +94,7 @@ def perform(spec: TaskSpec, startup_s: float) -> TaskResult:
         log.exception("task failed in phase %s", phases.current)
         result = TaskResult(classified.outcome, classified.message[:4000], phase=phases.current)
         if classified.knob and spec.candidate and classified.knob in spec.candidate.config:
-            blamed = {"knob": classified.knob, "value": spec.candidate.config[classified.knob]}
-            if classified.certain:
-                result.excludes = blamed
-            else:
-                result.suspects = blamed
+            result.blame = Blame(classified.knob, spec.candidate.config[classified.knob], classified.certain)
     result.timings = {**phases.timings, **result.timings}
     if compile_cache is not None:
         result.details.compile = compile_cache.close(result.details.compile)
@@ -295,7 +292,7 @@ def _compute_reference(
     """The reference's outputs: forced along the evaluation text, and its greedy continuations of the workload's inputs
     (a trace's requests in batches of the workload's, each to its own length)."""
     inputs, lengths = workload_inputs
-    plan = Plan.from_json(candidate.plan)
+    plan = candidate.plan
     loaded = load_model(model, plan, spec.device)
     if not logprobs_path.exists():
         shape = _forced_shape(spec)
@@ -331,7 +328,7 @@ def _forced_shape(spec: TaskSpec) -> dict[str, int]:
 def _trial(spec: TaskSpec, phases: Phases) -> TaskResult:
     """The workload kind that measures the plan runs the trial (on every rank, under tensor parallelism)."""
     assert spec.candidate is not None and spec.reference_path is not None
-    planned = Plan.from_json(spec.candidate.plan)
+    planned = spec.candidate.plan
     kind = KINDS[planned.workload or spec.workload.kind]
     ranks = ranks_of(planned)
     if ranks > 1 and not is_rank():

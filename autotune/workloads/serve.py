@@ -30,7 +30,7 @@ from autotune.figures.metrics import (
 )
 from autotune.figures.metrics import SLO_SHARE as SHARE_WITHIN_SLO
 from autotune.figures.slo import describe_slo
-from autotune.specs import WorkloadSpec
+from autotune.specs import KindOptions, WorkloadSpec
 from autotune.units import format_bytes
 from autotune.workloads.base import SLO, DetailsTable, Flag, KindDetails, WorkloadKind, register
 
@@ -45,9 +45,9 @@ LoadMode = Literal["rate", "concurrency"]
 
 
 @dataclass
-class ServeSpec:
-    """The load a `serve` trial puts on `transformers serve`: the serve kind's own options, kept in the workload spec
-    as plain data (`WorkloadSpec.serve`: `to_json` writes it, `of` reads it back).
+class ServeSpec(KindOptions, kind="serve"):
+    """The load a `serve` trial puts on `transformers serve`: the serve kind's own options, kept typed in the workload
+    spec (`WorkloadSpec.serve`), written as JSON by `to_json`, read back by `from_json`.
 
     rate: requests arrive as a Poisson process at each rate (requests/s); concurrency: that many clients,
     each sending its next request when the last one ends. `levels`: the levels measured, each of them; `bracket`:
@@ -66,8 +66,13 @@ class ServeSpec:
     @classmethod
     def of(cls, spec: WorkloadSpec) -> ServeSpec:
         """The load of a serve workload (`Serve.as_run` gives every serve trial's spec one)."""
-        assert spec.serve is not None, "a serve workload carries its load"
-        return cls(**spec.serve)
+        assert isinstance(spec.serve, ServeSpec), "a serve workload carries its load"
+        return spec.serve
+
+    @property
+    def probes_capacity(self) -> bool:
+        """A bracket of loads: the highest level within the SLO is searched for."""
+        return bool(self.bracket)
 
     def to_json(self) -> dict[str, Any]:
         """Plain data, as studies store it: without a bracket where the levels are listed."""
@@ -75,6 +80,10 @@ class ServeSpec:
         if data["bracket"] is None:
             del data["bracket"]
         return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ServeSpec:
+        return cls(**data)
 
     def as_flag(self) -> str:
         """ "concurrency=1,4": the load as --load takes it (listed levels)."""
@@ -223,13 +232,13 @@ class Serve(WorkloadKind):
         return f"{prompts} sent to transformers serve, {spec.input_len} tokens in, {spec.output_len} out"
 
     def as_run(self, spec: WorkloadSpec) -> WorkloadSpec:
-        return spec if spec.serve is not None else replace(spec, serve=ServeSpec().to_json())
+        return spec if spec.serve is not None else replace(spec, serve=ServeSpec())
 
     def options(self, given: Mapping[str, Any]) -> dict[str, Any]:
         fields = super().options(given)  # the SLO
         if share := given.get(SLO_SHARE.name):
             fields["slo_share"] = parse_share(share, SLO_SHARE.name)
-        return {**fields, "serve": _load(given).to_json()}
+        return {**fields, "serve": _load(given)}
 
     def probe_allowance_s(self, spec: WorkloadSpec) -> float:
         """A bracket of rates: the most seconds of requests a course can send less the least (open loop: a level of n

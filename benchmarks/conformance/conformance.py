@@ -52,7 +52,7 @@ from autotune.errors import UserError
 from autotune.measure.configuration import measure as measure_configuration
 from autotune.measure.prepare import baseline_config
 from autotune.paths import PACKAGED_SPACE
-from autotune.process import runner
+from autotune.process import fork_client
 from autotune.profiles import PROFILES
 from autotune.space import Config, load_space
 from autotune.space.knobs import KNOBS, Target
@@ -229,7 +229,7 @@ def _version_dependent(case: Case, planned: list[Case]) -> bool:
 def leftovers() -> list[str]:
     """Processes a finished case left behind: children of the fork server, tensor-parallel ranks."""
     found: list[psutil.Process] = []
-    server = runner.FORK_SERVER.process
+    server = fork_client.FORK_SERVER.process
     if server is not None and server.poll() is None:
         found += psutil.Process(server.pid).children(recursive=True)
     for process in psutil.process_iter(["cmdline"]):
@@ -377,7 +377,7 @@ def main() -> int:
         stale = [label for label in expected if label not in labels]
         failures += [f"{label} on transformers {transformers}: expected {expected[label]}, but there is no such "
                      f"case; remove it from {path.name}" for label in stale]  # fmt: skip
-    runner.FORK_SERVER._stop()
+    fork_client.FORK_SERVER._stop()
     for line in failures:
         print(f"!! {line}")
     print(f"conformance: {len(results) - len(failures)} of {len(results)} cases as expected on transformers "
@@ -386,7 +386,7 @@ def main() -> int:
 
 
 def _written(results: list[Result], transformers: str, profile: str) -> int:
-    runner.FORK_SERVER._stop()
+    fork_client.FORK_SERVER._stop()
     failed = [result for result in results if result.outcome not in ("ok", "unsupported")]
     for result in failed:
         print(f"!! {result.case.label} on transformers {transformers}: {result.outcome}: {result.message}")

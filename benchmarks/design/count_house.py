@@ -4,7 +4,8 @@ Set two commits' outputs side by side to see what a redesign changed (docs/desig
 
 - dict-typed fields crossing the process boundary: the fields of every dataclass a task spec or a task result
   carries (TaskSpec, TaskResult and the dataclasses their fields name, followed through imports) whose type is a
-  dict or a Mapping, those of them holding Any (a record read by key) counted apart;
+  dict or a Mapping, those of them holding Any (a record read by key) counted apart, and those of a plan itself
+  (space/plan.py: its arguments by name, a map by nature, followed once the plan crosses as a Plan) apart;
 - places that judge an SLO: functions that compare a figure with a bound taken from an SLO (a loop or comprehension
   over `<...slo...>.items()` comparing with the bound), and expressions that find the largest point within it (a
   `max(...)` over points whose verdict is "met");
@@ -162,13 +163,20 @@ def holds_any(annotation: str) -> bool:
     return "Any" in {node.id for node in ast.walk(ast.parse(annotation, mode="eval")) if isinstance(node, ast.Name)}
 
 
+PLAN_MODULE = f"{PACKAGE}/space/plan.py"  # a plan's own fields: arguments by name (from_pretrained's, generate()'s)
+
+
 def boundary(tree: Tree) -> list[str]:
     classes = crossing_classes(tree)
     fields = [data_field for known in classes for data_field in known.fields if dict_typed(data_field.annotation)]
     untyped = [data_field for data_field in fields if holds_any(data_field.annotation)]
+    arguments = [data_field for data_field in fields if data_field.path == PLAN_MODULE]
+    others = [data_field for data_field in fields if data_field.path != PLAN_MODULE]
     lines = [
         f"dict-typed fields crossing the process boundary: {len(fields)} ({len(untyped)} of them holding Any), "
-        f"in {len(classes)} dataclasses carried by {' and '.join(CROSSING)}"
+        f"in {len(classes)} dataclasses carried by {' and '.join(CROSSING)}; of them, a plan's own arguments by name "
+        f"(space/plan.py, followed where a plan crosses typed): {len(arguments)}; the others: {len(others)} "
+        f"({len([data_field for data_field in others if holds_any(data_field.annotation)])} holding Any)"
     ]
     for data_field in fields:
         mark = "  [Any]" if holds_any(data_field.annotation) else ""

@@ -17,11 +17,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from autotune.figures.metrics import TASK_ACCURACY, TASK_FLIPS, TASK_RECOVERY
 from autotune.figures.task import task_figures
+from autotune.for_tests import Fault
 from autotune.paths import default_cache_dir, demo_model_path
 from autotune.process.results import Candidate, TaskSpec
 from autotune.process.runner import Limits, run_in_worker
 from autotune.space import Target, build_plan
-from autotune.specs import ModelSpec, WorkloadSpec
+from autotune.specs import EvalSpec, ModelSpec, WorkloadSpec
 
 FLOAT32 = {"dtype": "float32", "cache_implementation": "dynamic"}
 ROWS = (
@@ -31,19 +32,19 @@ ROWS = (
                                            "kv_cache_backend": "quanto"}, None),
     ("bfloat16, quantized cache (quanto)", {"dtype": "bfloat16", "cache_implementation": "quantized",
                                             "kv_cache_backend": "quanto"}, None),
-    ("float32, decode_drift planted", FLOAT32, {"kind": "decode_drift"}),
-    ("float32, runaway planted", FLOAT32, {"kind": "runaway"}),
+    ("float32, decode_drift planted", FLOAT32, Fault("decode_drift")),
+    ("float32, runaway planted", FLOAT32, Fault("runaway")),
 )  # fmt: skip
 
 
-def evaluate(config: dict, fault: dict | None, cache: Path, folder: Path) -> tuple[dict[str, bool], float]:
-    plan = build_plan(config, Target("cpu")).to_json()
+def evaluate(config: dict, fault: Fault | None, cache: Path, folder: Path) -> tuple[dict[str, bool], float]:
+    plan = build_plan(config, Target("cpu"))
     model = ModelSpec("demo", path=str(demo_model_path(cache)))
     spec = TaskSpec("evaluate", model, "cpu", str(cache), WorkloadSpec(), candidate=Candidate(config, plan),
-                    evaluation={"task": "demo", "limit": None}, fault=fault)  # fmt: skip
+                    evaluation=EvalSpec("demo"), fault=fault)  # fmt: skip
     result = run_in_worker(spec, folder, Limits(600.0))
-    assert result.ok, result.message
-    return result.details.evaluation["answers"], result.timings["wall"]
+    assert result.ok and result.details.evaluation is not None, result.message
+    return result.details.evaluation.answers, result.timings["wall"]
 
 
 def main() -> None:

@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import optuna
-import psutil
 import pytest
 
 from autotune.study import open_storage, records
@@ -22,10 +21,10 @@ from autotune.worker.demo_model import ensure_demo_model
 from tests.conftest import (
     BRIEF,
     EIGHT_CONFIGURATIONS,
+    KILLED_SEARCH,
+    KilledSearch,
     announced,
-    processes_of,
     running_trial,
-    start_search,
     wait_for,
 )
 
@@ -57,13 +56,6 @@ def load(workdir: Path, name: str = "demo-cpu") -> optuna.Study:
 
 def launched(study: optuna.Study):
     return [record for record in records(study) if record.launched]
-
-
-def alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 # Each of the eight configurations runs once in eight trials: each fault below is attached to a configuration.
@@ -131,41 +123,28 @@ def test_every_fault_inside_a_trial_is_recorded_and_the_study_goes_on(tmp_path, 
     assert "time spent:" in stdout and "failed trials" in stdout
 
 
-def test_a_killed_search_resumes_and_retries_the_interrupted_trial_once(tmp_path, env):
-    # The third trial hangs while loading (which every launched trial reaches), so the search is surely mid-trial
-    # when it is killed.
-    hang = {"2": {"phase": "load", "kind": "hang"}}
-    process = start_search(tmp_path, env, [*SMALL, "--trials", "5"], hang)
+def test_a_killed_search_resumes_and_retries_the_interrupted_trial_once(tmp_path, env, killed_search: KilledSearch):
+    # The search was killed (SIGKILL) while its fourth trial hung loading (tests/conftest.py: killed_search): its
+    # worker and the fork server that forked it died with it.
+    assert killed_search.outlived == [], "a worker outlived its search process"
+    workdir = killed_search.copy(tmp_path / "killed")
+    before = {r.number: r for r in launched(load(workdir)) if r.complete}
+    assert len(before) == 2
 
-    def third_trial_running():
-        trial = running_trial(tmp_path)
-        return trial if trial is not None and len([r for r in launched(load(tmp_path)) if r.complete]) >= 2 else None
-
-    trial = wait_for(third_trial_running, process, "the search never reached its third trial")
-    # The worker measuring the trial, and the fork server that forked it: both must die with the search.
-    workers = processes_of(process.pid, trial.user_attrs["worker_pid"])
-    before = {r.number: r for r in launched(load(tmp_path)) if r.complete}
-    interrupted = next(t for t in load(tmp_path).get_trials(deepcopy=False) if t.state.name == "RUNNING")
-
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    gone_by = time.monotonic() + 10
-    while any(alive(pid) for pid in workers):
-        assert time.monotonic() < gone_by, "a worker outlived its search process"
-        time.sleep(0.2)
-
-    completed = search(tmp_path, env, "--trials", "2")
+    completed = subprocess.run([sys.executable, "-m", "autotune", "search", *KILLED_SEARCH, "--trials", "2"],
+                               cwd=workdir, env=env, capture_output=True, text=True, timeout=900)  # fmt: skip
     assert completed.returncode == 0, completed.stdout + completed.stderr
-    assert f"#{interrupted.number}" in completed.stdout and "retried once" in completed.stdout
-    study = load(tmp_path)
+    interrupted = killed_search.interrupted
+    assert f"#{interrupted}" in completed.stdout and "retried once" in completed.stdout
+    study = load(workdir)
     after = {t.number: t for t in study.get_trials(deepcopy=False)}
     assert not [t for t in after.values() if t.state.name in ("RUNNING", "WAITING")]
     for number, record in before.items():  # every completed trial is still there, unchanged
         assert after[number].state.name == "COMPLETE" and after[number].user_attrs["metrics"] == record.metrics
-    failed = {r.number: r for r in records(study)}[interrupted.number]
+    failed = {r.number: r for r in records(study)}[interrupted]
     assert failed.state == "FAIL" and failed.outcome == "crashed" and failed.interrupted
-    assert "interrupted" in failed.message and str(process.pid) in failed.message
-    retries = [t for t in after.values() if t.system_attrs.get("failed_trial") == interrupted.number]
+    assert "interrupted" in failed.message and str(killed_search.search_pid) in failed.message
+    retries = [t for t in after.values() if t.system_attrs.get("failed_trial") == interrupted]
     assert len(retries) == 1, "the interrupted configuration must be retried exactly once"
     retry = {r.number: r for r in records(study)}[retries[0].number]
     assert retry.config == failed.config and retry.outcome is not None and not retry.interrupted

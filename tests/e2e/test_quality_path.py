@@ -110,6 +110,7 @@ def _prefill_kl_of_the_planted_model(cache_dir: Path) -> float:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from autotune.for_tests import Fault
     from autotune.paths import demo_model_path
     from autotune.testing.worker_faults import plant
     from autotune.worker.measurement.quality.prefill import eval_windows, prefill_figures
@@ -117,7 +118,7 @@ def _prefill_kl_of_the_planted_model(cache_dir: Path) -> float:
     path = demo_model_path(cache_dir)
     reference = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     planted = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    plant(FAULT[PLANTED], planted)
+    plant(Fault.from_json(FAULT[PLANTED]), planted)
     return prefill_figures(planted, reference, eval_windows(AutoTokenizer.from_pretrained(path)))["kl_divergence"]
 
 

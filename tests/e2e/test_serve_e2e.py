@@ -32,7 +32,7 @@ SEARCH_SLO = "ttft_p95<=500ms,itl_p95<=500ms"  # as the lines that depend on it 
 LADDER = doubling(8.0, 32.0)
 SEARCH_SHAPE = ["--input-len", "32", "--output-len", "16", "--load", "rate=8-32", "--slo", SEARCH_SLO]
 SEARCHED = WorkloadSpec("serve", input_len=32, output_len=16,
-                        serve=ServeSpec("rate", [], bracket=[8.0, 32.0]).to_json(),
+                        serve=ServeSpec("rate", [], bracket=[8.0, 32.0]),
                         slo={"ttft_p95_s": 0.5, "itl_p95_s": 0.5})  # fmt: skip
 STUDY = "serve-demo"
 

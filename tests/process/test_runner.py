@@ -11,8 +11,10 @@ from pathlib import Path
 import psutil
 import pytest
 
+from autotune.for_tests import Fault
 from autotune.process.results import Candidate, Outcome, TaskSpec
 from autotune.process.runner import Limits, run_in_worker
+from autotune.space import Plan
 from autotune.specs import ModelSpec
 
 CHILD_MARKER = "autotune-fault-child"
@@ -24,11 +26,9 @@ def faulty_spec(tmp_path: Path, kind: str, phase: str = "load") -> TaskSpec:
         model=ModelSpec("demo", path=str(tmp_path / "no-model")),
         device="cpu",
         cache_dir=str(tmp_path / "cache"),
-        candidate=Candidate(
-            {"dtype": "float32"}, {"load": {}, "generate": {}, "batching": "generate", "continuous": {}}
-        ),
+        candidate=Candidate({"dtype": "float32"}, Plan()),
         reference_path=str(tmp_path / "no-reference.pt"),
-        fault={"phase": phase, "kind": kind},
+        fault=Fault(kind, phase),
     )
 
 

@@ -20,9 +20,9 @@ import pytest
 from autotune.profiles import PROFILES
 from autotune.report.capacity_chart import capacity_chart
 from autotune.report.cards import card_facts
-from autotune.report.data import NOT_APPLICABLE, card, collect, progress
+from autotune.report.data import card, collect
+from autotune.report.exploration import NOT_APPLICABLE, progress
 from autotune.report.html import render
-from autotune.space.plan import Plan
 from tests import fakes
 
 
@@ -331,7 +331,7 @@ def test_the_snippets_carry_the_batch_chosen_and_a_paged_cache_sized_for_it(prob
     document = json.loads(continuous.json)
     assert document["continuous_batching"]["num_blocks"] == 194 and document["capacity"]["capacity"] == 32
     assert document["capacity"]["within"] == "within itl_p95<=6ms"
-    stored = Plan.from_json(continuous.record.plan).continuous  # as the trial ran it: sized for batch 64
+    stored = continuous.record.plan.continuous  # as the trial ran it: sized for batch 64
     assert (stored["num_blocks"], stored["max_requests_per_batch"]) == (64 * 6 + 2, 64)
 
 

@@ -106,7 +106,7 @@ def test_a_dry_run_lists_as_many_trials_as_asked_with_their_expected_time():
 
 
 def test_a_serve_dry_run_says_what_each_trial_s_capacity_bracket_may_cost():
-    load = ServeSpec("rate", [], bracket=[4.0, 32.0]).to_json()
+    load = ServeSpec("rate", [], bracket=[4.0, 32.0])
     workload = WorkloadSpec("serve", input_len=32, output_len=16, serve=load, slo={"ttft_p95_s": 0.3})
     run = dry_run(SearchRequest(ModelSpec("demo"), HardwareSpec("cpu"), workload, budget=BudgetSpec(max_trials=2)))
     assert run.probe is not None and run.probe.startswith(

@@ -3,7 +3,7 @@
 from optuna.trial import TrialState
 
 from autotune import study as studies
-from autotune.process.results import Outcome, TaskResult
+from autotune.process.results import Blame, Outcome, TaskResult
 from autotune.search.exclusions import judge_values
 from autotune.search.trial import StudyRead
 from autotune.space import config_key
@@ -48,7 +48,7 @@ WORDS = "RuntimeError: the tokenizer's cache is not supported for this vocabular
 def test_a_value_only_the_words_of_an_error_point_at_is_suspected_and_excluded_after_another_configuration(tmp_path):
     study, _ = fakes.new_study(tmp_path / "study.db")
     first, second = fakes.config(cache_implementation="static"), fakes.config("float16", cache_implementation="static")
-    suspected = TaskResult(Outcome.UNSUPPORTED, WORDS, suspects={"knob": "cache_implementation", "value": "static"})
+    suspected = TaskResult(Outcome.UNSUPPORTED, WORDS, blame=Blame("cache_implementation", "static", certain=False))
     left = judge_values(study, fakes.SPACE, 3, first, suspected)
     assert left.violation(second) is None  # still searched: the words may be about something else
     assert studies.suspicions(study)["cache_implementation"]["static"]["trial"] == 3
@@ -61,7 +61,7 @@ def test_a_value_only_the_words_of_an_error_point_at_is_suspected_and_excluded_a
 def test_a_trial_that_completes_clears_the_suspicion_of_its_values(tmp_path):
     study, _ = fakes.new_study(tmp_path / "study.db")
     first, second = fakes.config(cache_implementation="static"), fakes.config("float16", cache_implementation="static")
-    suspected = TaskResult(Outcome.UNSUPPORTED, WORDS, suspects={"knob": "cache_implementation", "value": "static"})
+    suspected = TaskResult(Outcome.UNSUPPORTED, WORDS, blame=Blame("cache_implementation", "static", certain=False))
     judge_values(study, fakes.SPACE, 3, first, suspected)
     judge_values(study, fakes.SPACE, 4, fakes.config("float32", cache_implementation="static"), TaskResult(Outcome.OK))
     assert studies.suspicions(study) == {}
@@ -74,7 +74,7 @@ def test_a_typed_refusal_excludes_its_value_at_once(tmp_path):
     refused = TaskResult(
         Outcome.UNSUPPORTED,
         "UnsupportedError: quantization=torchao-int8 needs torchao, which is not installed: pip install torchao",
-        excludes={"knob": "quantization", "value": "torchao-int8"},
+        blame=Blame("quantization", "torchao-int8", certain=True),
     )
     left = judge_values(study, fakes.SPACE, 3, config, refused)
     assert "quantization=torchao-int8 cannot run here" in (

@@ -94,21 +94,29 @@ def test_a_cpu_leaves_deferred_stop_out_with_its_reason_and_a_gpu_keeps_it():
     assert PROFILES["h100"].why_not_value("decode_loop", "deferred-stop") is None
 
 
-def top_level_imports(source: str) -> set[str]:
+def top_level_imports(source: str) -> tuple[set[str], set[str]]:
+    """The packages a module imports, and the modules beside it it imports relatively."""
     names: set[str] = set()
+    beside: set[str] = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level:
+            beside.add(f"{node.module}.py")
         elif isinstance(node, ast.ImportFrom):
             names.add((node.module or "").split(".")[0])
-    return names
+    return names, beside
 
 
 def test_autotune_loop_writes_a_folder_generate_can_load_and_refuses_an_unknown_loop(tmp_path):
     entry = write_loop_folder("fused-step", tmp_path / "loop")
     assert entry == tmp_path / "loop" / "custom_generate" / "generate.py"
-    source = (entry.parent / "decode_loops.py").read_text()
-    assert top_level_imports(source) <= {"__future__", "collections", "contextlib", "typing", "torch", "transformers"}
+    copied = {path.name for path in entry.parent.glob("*.py")} - {"generate.py"}
+    assert "decode_loops.py" in copied
+    for module in copied:  # torch and transformers only, and the modules beside it, each copied
+        packages, beside = top_level_imports((entry.parent / module).read_text())
+        assert packages <= {"__future__", "collections", "contextlib", "typing", "torch", "transformers"}, module
+        assert beside <= copied, module
     assert default_folder("fused-step") == "./autotune-fused-step"
     with pytest.raises(UserError) as raised:
         write_loop_folder("nope", tmp_path / "other")

@@ -10,6 +10,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from autotune.for_tests import Fault
 from autotune.measure.prepare import baseline_config
 from autotune.paths import PACKAGED_SPACE
 from autotune.process.results import Candidate, Outcome, TaskSpec
@@ -78,9 +79,9 @@ def test_ranks_that_hang_are_killed_with_the_worker_at_the_timeout(tmp_path: Pat
         model=ModelSpec("demo", path=str(tmp_path / "no-model")),
         device="cpu",
         cache_dir=str(tmp_path / "cache"),
-        candidate=Candidate({**BASE, "tp_size": 2}, plan.to_json()),
+        candidate=Candidate({**BASE, "tp_size": 2}, plan),
         reference_path=str(tmp_path / "no-reference.pt"),
-        fault={"phase": "load", "kind": "hang"},  # in every rank: the first phase a rank runs on its own
+        fault=Fault("hang", "load"),  # in every rank: the first phase a rank runs on its own
     )
     seen: set[int] = set()
     announced: list[str] = []

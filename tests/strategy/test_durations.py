@@ -94,7 +94,7 @@ def test_a_planned_trial_that_may_not_finish_is_passed_over_for_the_next_that_fi
 
 def test_a_serve_bracket_of_rates_allows_its_longest_course_over_its_shortest_in_every_at_most():
     serve = KINDS["serve"]
-    bracket = WorkloadSpec("serve", serve=ServeSpec("rate", [], bracket=[1.0, 8.0]).to_json(), slo={"ttft_p95_s": 0.3})
+    bracket = WorkloadSpec("serve", serve=ServeSpec("rate", [], bracket=[1.0, 8.0]), slo={"ttft_p95_s": 0.3})
     assert [level_requests(bracket, rate) for rate in (1.0, 2.0, 4.0, 8.0)] == [16] * 4  # 2 s of arrivals: under 16
     # shortest: refused at rate 1; longest: 1 sustained, 2 refused, then 1.5 and 1.25 refused (the slowest to send)
     longest = sum(sending_seconds(bracket, rate) for rate in (1.0, 2.0, 1.5, 1.25))
@@ -104,16 +104,16 @@ def test_a_serve_bracket_of_rates_allows_its_longest_course_over_its_shortest_in
     assert durations.of(PLAIN).at_most == pytest.approx(11.0 * ALIKE_MARGIN + allowance)
     assert Durations(baseline=PLAIN, device="cuda", allowance_s=allowance).of(PLAIN).at_most is None
     # a closed loop's levels last what the server makes them; listed levels all run: nothing to allow for
-    closed_loop = ServeSpec("concurrency", [], bracket=[1.0, 32.0]).to_json()
+    closed_loop = ServeSpec("concurrency", [], bracket=[1.0, 32.0])
     clients = WorkloadSpec("serve", serve=closed_loop, slo={"ttft_p95_s": 0.3})
-    listed = WorkloadSpec("serve", serve=ServeSpec("rate", [2.0, 4.0]).to_json(), slo={"ttft_p95_s": 0.3})
+    listed = WorkloadSpec("serve", serve=ServeSpec("rate", [2.0, 4.0]), slo={"ttft_p95_s": 0.3})
     assert serve.probe_allowance_s(clients) == serve.probe_allowance_s(listed) == 0.0
     assert KINDS["throughput"].probe_allowance_s(WorkloadSpec(batch_sizes=[1, 2, 4])) == 0.0
 
 
 def test_a_rate_level_sends_long_enough_for_a_queue_as_long_as_the_slo_bound_and_a_client_sends_four():
     def spec(mode: str, slo: dict[str, float]) -> WorkloadSpec:
-        return WorkloadSpec("serve", serve=ServeSpec(mode, [], bracket=[1.0, 128.0]).to_json(), slo=slo)  # type: ignore[arg-type]
+        return WorkloadSpec("serve", serve=ServeSpec(mode, [], bracket=[1.0, 128.0]), slo=slo)  # type: ignore[arg-type]
 
     tight, loose = spec("rate", {"ttft_p95_s": 0.3, "itl_p95_s": 5.0}), spec("rate", {"e2e_p99_s": 2.0})
     assert level_seconds(tight) == MIN_LEVEL_S and level_seconds(loose) == 4 * 2.0  # 2 bisections: a 25% step

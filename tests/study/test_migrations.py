@@ -1,6 +1,6 @@
 """Older stored forms read as today's (autotune/study/migrations.py): a capacity that carried its sentence and no stop,
-a serve load that held the SLO, a profile without its kind; and the studies written by main 8b80113, opened in one
-place (autotune/study/opened.py), showing what they stored."""
+a serve load that held the SLO, a profile without its kind, a kept result's blame; and the studies written by main
+8b80113, opened in one place (autotune/study/opened.py), showing what they stored."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import sqlite3
 from pathlib import Path
 
 from autotune.figures.capacity import LARGEST, Capacity, Probe, Stop
+from autotune.process.results import Blame, Outcome, TaskResult
+from autotune.space.plan import WorkerHook
 from autotune.study import migrations
 from autotune.study.opened import OpenedStudy
 
@@ -56,6 +58,21 @@ def test_a_serve_load_that_held_the_slo_and_a_profile_without_its_kind_read_as_t
     assert migrations.profile({"name": "a10g"})["kind"] == "cuda"
     assert migrations.profile({"name": "cpu", "kind": "cpu"})["kind"] == "cpu"
     assert migrations.objectives(None) == ["throughput_tok_s", "peak_memory_gb", "kl_divergence"]
+
+
+def test_a_result_kept_before_the_blame_was_a_type_is_read_with_its_blame_and_its_plan_as_today():
+    """A result kept on disk by main f92f638 (study/kept.py), stored by a later version: the value a failure points at
+    as `excludes` or `suspects`, and the plan its worker ran as such plans were stored."""
+    refused = {"outcome": "unsupported", "excludes": {"knob": "quantization", "value": "torchao-int8"}}
+    suspected = {"outcome": "error", "suspects": {"knob": "compile", "value": "default"}}
+    assert TaskResult.from_json(migrations.kept_result(refused)).blame == Blame("quantization", "torchao-int8", True)
+    assert TaskResult.from_json(migrations.kept_result(suspected)).blame == Blame("compile", "default", False)
+    adapted = {"load": {}, "generate": {}, "batching": "generate", "continuous": {}, "decode_loop": "fused-step"}
+    ran = TaskResult.from_json(migrations.kept_result({"outcome": "ok", "details": {"plan": adapted}})).details.plan
+    loop = WorkerHook("autotune.worker.decode_loops", "fused-step")
+    assert ran is not None and ran.worker_hooks == {"decode_loop": loop}
+    today = TaskResult(Outcome.OOM, blame=Blame("dtype", "float32", False)).to_json()
+    assert migrations.kept_result(today) == today
 
 
 def test_the_capacity_study_of_8b80113_shows_the_sentences_it_stored(tmp_path: Path):

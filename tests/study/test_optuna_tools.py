@@ -1,6 +1,6 @@
 """What Optuna's own tools show of a study: objective names, one-line failure reasons, short study
-attributes, and trial logs as artifacts. Real SQLite files; the dashboard test runs a real search and
-the real optuna-dashboard server.
+attributes, and trial logs as artifacts. Real SQLite files; the dashboard test resumes a real search killed
+mid-trial (one shared with test_faults_e2e.py) while the real optuna-dashboard server reads it.
 """
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -17,7 +16,6 @@ import urllib.request
 from pathlib import Path
 
 import optuna
-import psutil
 import pytest
 from optuna.artifacts import FileSystemArtifactStore
 from optuna.trial import TrialState
@@ -29,11 +27,8 @@ from autotune.study import artifacts
 from autotune.study.claims import OWNER_ATTR, Claims, this_process
 from autotune.study.optuna_internals import study_id
 from autotune.study.recovery import recover_interrupted
-from autotune.worker.demo_model import ensure_demo_model
-from tests.conftest import BRIEF, processes_of, running_trial, start_search, wait_for
+from tests.conftest import KILLED_SEARCH, KilledSearch
 from tests.fakes import BASELINE, new_study, settings
-
-SMALL = ["--model", "demo", "--gpu", "cpu", "--batch-size", "4", "--input-len", "64", "--output-len", "32", *BRIEF]
 
 
 def test_a_new_study_names_its_objectives_with_units_and_keeps_its_attributes_short(tmp_path):
@@ -133,32 +128,6 @@ def test_artifacts_go_beside_the_sqlite_file_and_a_server_database_needs_a_locat
 # ----------------------------------------------------------------------------- optuna-dashboard, for real
 
 
-def _interrupted_search(workdir: Path, env: dict[str, str]) -> int:
-    """A search killed (SIGKILL) while its fourth trial runs; the number of that trial. Both faults are met while
-    loading, which every launched trial reaches (a configuration may fail before it measures)."""
-    faults = {"2": {"phase": "load", "kind": "raise"}, "3": {"phase": "load", "kind": "hang"}}
-    process = start_search(workdir, env, [*SMALL, "--trials", "5"], faults)
-
-    def fourth_trial_running():
-        trial = running_trial(workdir)
-        return trial if trial is not None and trial.number >= 3 else None
-
-    trial = wait_for(fourth_trial_running, process, "the search never reached its fourth trial")
-    log = workdir / "studies" / "demo-cpu" / f"trial-{trial.number:04d}" / "worker.log"
-
-    def loading() -> bool:  # where the injected hang is
-        return log.exists() and b"autotune phase: load" in log.read_bytes()
-
-    wait_for(loading, process, "the fourth trial never reached its hang", poll_s=0.3)
-    workers = processes_of(process.pid, trial.user_attrs["worker_pid"])
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    for pid in workers:
-        with contextlib.suppress(psutil.Error):
-            psutil.Process(pid).wait(timeout=15)
-    return trial.number
-
-
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -194,17 +163,19 @@ def _get(url: str) -> bytes:
 
 @pytest.mark.slow
 def test_optuna_dashboard_reads_while_a_search_writes_and_shows_objective_names_and_failures_with_logs(
-    tmp_path, cache_dir
+    tmp_path, cache_dir, killed_search: KilledSearch
 ):
-    ensure_demo_model(cache_dir)
+    """On a copy of a search killed (SIGKILL) while its fourth trial hung loading, its third having failed with an
+    injected error (tests/conftest.py: killed_search)."""
     env = {**os.environ, "AUTOTUNE_CACHE_DIR": str(cache_dir)}
-    interrupted = _interrupted_search(tmp_path, env)
-    dashboard, base, listed = _start_dashboard(tmp_path)
+    workdir = killed_search.copy(tmp_path / "killed")
+    interrupted = killed_search.interrupted
+    dashboard, base, listed = _start_dashboard(workdir)
     try:
         (study_id,) = [s["study_id"] for s in listed["study_summaries"] if s["study_name"] == "demo-cpu"]
         # The search resumes, and writes its trial, while the dashboard reads the same file again and again.
-        command = [sys.executable, "-m", "autotune", "search", *SMALL, "--trials", "1"]
-        resuming = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        command = [sys.executable, "-m", "autotune", "search", *KILLED_SEARCH, "--trials", "1"]
+        resuming = subprocess.Popen(command, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     text=True)  # fmt: skip
         reads = 0
         while resuming.poll() is None:

@@ -13,9 +13,11 @@ import optuna
 
 from autotune import study as studies
 from autotune.figures.metrics import OBJECTIVES
-from autotune.process.results import FoundReference, Outcome, TaskDetails, TaskResult
+from autotune.process.results import Blame, FoundReference, Outcome, TaskDetails, TaskResult
 from autotune.report.data import collect
 from autotune.report.environment import environment
+from autotune.report.html import render
+from autotune.space.plan import Plan, Ref
 from autotune.study import SETTINGS_ATTR, PreparedFacts, StudySettings
 from tests import fakes
 
@@ -80,9 +82,24 @@ def test_task_details_keep_the_json_the_worker_wrote():
     assert result.details.reference == FoundReference(fakes.REFERENCE, "ref.pt", "ref.json", 9.5)
     assert result.details.model_path == "/cache/models/demo" and result.details.plan is None
     assert result.to_json()["details"] == prepare["details"]
-    trial = TaskResult(Outcome.OK, details=TaskDetails(plan={"dtype": "float16"}))
-    assert TaskResult.from_json(trial.to_json()).details == TaskDetails(plan={"dtype": "float16"})
+    adapted = Plan(load={"dtype": Ref("torch.float16")}, generate={"cache_implementation": "quantized"})
+    trial = TaskResult(Outcome.OK, details=TaskDetails(plan=adapted))
+    assert TaskResult.from_json(trial.to_json()).details == TaskDetails(plan=adapted)
     assert TaskResult(Outcome.OOM).to_json()["details"] == {}
+
+
+def test_a_failure_s_blame_is_stored_as_before_read_typed_and_shown(tmp_path):
+    study, url = fakes.new_study(tmp_path / "blamed.db")
+    refused = fakes.config(quantization="torchao-int8")
+    for config, blame in ((refused, Blame("quantization", "torchao-int8", True)), (fakes.config("float16"), None)):
+        trial = study.ask()
+        studies.record_launch(trial, config, Plan(), ["sampler"])
+        studies.record_result(study, trial, TaskResult(Outcome.UNSUPPORTED, "needs torchao", blame=blame), 1.0)
+    first, second = study.get_trials(deepcopy=False)
+    assert first.user_attrs["blame"] == {"knob": "quantization", "value": "torchao-int8", "certain": True}
+    assert "blame" not in second.user_attrs
+    assert [record.blame for record in studies.records(study)] == [Blame("quantization", "torchao-int8", True), None]
+    assert "quantization=torchao-int8: refused (excluded for the study)" in render(collect(study, url))
 
 
 def test_a_trial_that_meets_the_slo_at_no_batch_is_off_the_front_with_its_reason(tmp_path):

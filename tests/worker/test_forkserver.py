@@ -16,10 +16,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from autotune.process import runner
+from autotune.process import fork_client
+from autotune.process.fork_client import ForkServer, TemplateServer
 from autotune.process.life import TEMPLATE_VARIABLE
 from autotune.process.results import Outcome
-from autotune.process.runner import ForkServer, Limits, TemplateServer, run_in_worker
+from autotune.process.runner import Limits, run_in_worker
 from autotune.worker.forkserver import import_time_difference
 from tests.conftest import REPO
 from tests.process.test_runner import faulty_spec
@@ -34,7 +35,7 @@ def server() -> Iterator[ForkServer]:
     own.disabled = False  # whatever AUTOTUNE_FORK_SERVER says: this is what is under test
     with pytest.MonkeyPatch.context() as patch:
         patch.delenv(TEMPLATE_VARIABLE, raising=False)  # a server of its own, the command's child (the template: below)
-        patch.setattr(runner, "FORK_SERVER", own)
+        patch.setattr(fork_client, "FORK_SERVER", own)
         assert own._running(), "the fork server did not start"
         yield own
     own._stop()
@@ -150,7 +151,7 @@ def test_a_status_the_server_wrote_with_the_pid_is_read_at_once():
     own.process = subprocess.Popen([sys.executable, "-c", both], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
         assert own.read(30) == {"pid": 7}
-        assert runner.ForkedWorker(own, 7).wait(timeout=5) == 1  # exit status 1: 256 as a wait status
+        assert fork_client.ForkedWorker(own, 7).wait(timeout=5) == 1  # exit status 1: 256 as a wait status
     finally:
         own._stop()
 
@@ -166,7 +167,7 @@ def test_a_fork_template_hands_a_command_a_server_whose_tasks_it_forks(tmp_path,
     monkeypatch.setenv(TEMPLATE_VARIABLE, fork_template)  # the module's server fixture may have removed it
     own = ForkServer()
     own.disabled = False
-    monkeypatch.setattr(runner, "FORK_SERVER", own)
+    monkeypatch.setattr(fork_client, "FORK_SERVER", own)
     try:
         assert own._running(), "no fork server"
         assert isinstance(own.process, TemplateServer), "the server was not forked by the template"
@@ -210,13 +211,13 @@ def test_only_what_the_libraries_read_when_imported_must_agree():
 COMMAND = """
 import sys, time
 from pathlib import Path
-from autotune.process import runner
+from autotune.process import fork_client
 from autotune.process.runner import Limits, run_in_worker
 from tests.conftest import REPO
 from tests.process.test_runner import faulty_spec
 work = Path(sys.argv[1])
 run_in_worker(faulty_spec(work, "hang_with_child", phase="start"), work / "w", Limits(600),
-              on_start=lambda pid: print(runner.FORK_SERVER.process.pid, pid, flush=True))
+              on_start=lambda pid: print(fork_client.FORK_SERVER.process.pid, pid, flush=True))
 """
 
 

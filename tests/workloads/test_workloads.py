@@ -46,9 +46,9 @@ def test_a_latency_trial_runs_one_prompt_and_its_record_says_so():
 def test_the_serve_kind_reads_its_own_flags_and_needs_a_servable_plan():
     serve = KINDS["serve"]
     options = serve.options({"--load": "rate=4,2", "--slo": "ttft_p95<=300ms", "--serve-port": None})
-    # The spec fields of its flags: the SLO (WorkloadSpec's, every kind's that takes --slo) and its load, as plain data.
-    assert options == {"slo": {"ttft_p95_s": 0.3}, "serve": ServeSpec(mode="rate", levels=[2.0, 4.0]).to_json()}
-    bracket = ServeSpec(**serve.options({"--load": "concurrency=1-32", "--slo": "ttft_p95<=1s"})["serve"])
+    # The spec fields of its flags: the SLO (WorkloadSpec's, every kind's that takes --slo) and its load, typed.
+    assert options == {"slo": {"ttft_p95_s": 0.3}, "serve": ServeSpec(mode="rate", levels=[2.0, 4.0])}
+    bracket = serve.options({"--load": "concurrency=1-32", "--slo": "ttft_p95<=1s"})["serve"]
     assert (bracket.mode, bracket.levels, bracket.bracket) == ("concurrency", [], [1.0, 32.0])
     with pytest.raises(UserError, match="--load rate=1-64: a range is searched for the highest load within --slo"):
         serve.options({"--load": "rate=1-64"})

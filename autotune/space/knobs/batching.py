@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import ClassVar
 
 from autotune.space.knobs.base import (
@@ -81,8 +82,8 @@ def paged_cache_for(plan: Plan, requests: int) -> Plan:
         return plan
     pages_per_request = (continuous["num_blocks"] - SPARE_PAGES) // built_for
     num_blocks = requests * pages_per_request + SPARE_PAGES
-    resized = Plan.from_json(plan.to_json())
-    resized.continuous |= {"num_blocks": num_blocks, "max_requests_per_batch": requests}
+    resized_cache = {**continuous, "num_blocks": num_blocks, "max_requests_per_batch": requests}
+    resized = replace(plan, continuous=resized_cache, serve_flags=list(plan.serve_flags))
     _set_flag(resized.serve_flags, "--cb-num-blocks", str(num_blocks))
     return resized
 
