@@ -72,8 +72,10 @@ if [ -n "${AUTOTUNE_GATE:-}" ]; then  # tonight's pick must meet the gate: evalu
     evaluated=$?  # 1: an evaluation failed, 3: nothing meets the gate's other bounds; best says which cut the last
     [ "$evaluated" = 0 ] || [ "$evaluated" = 1 ] || [ "$evaluated" = 3 ] || exit "$evaluated"
   fi
-  autotune best --study "$tonight" "${storage[@]}" "${gate[@]}" --format json >"$out/pick.json"
+  rm -f "$out/pick.json"  # a pick left by an earlier night is not tonight's
+  autotune best --study "$tonight" "${storage[@]}" "${gate[@]}" --format json >"$out/pick.json.partial"
   verdict=$?
+  if [ "$verdict" = 0 ]; then mv "$out/pick.json.partial" "$out/pick.json"; else rm -f "$out/pick.json.partial"; fi
   [ "$verdict" = 0 ] || [ "$verdict" = 3 ] || exit "$verdict"
 fi
 if [ -n "$previous" ]; then

@@ -7,13 +7,16 @@ Then two more nights of the same space, searched without --eval (their reference
 `autotune evaluate` evaluates later: `best --constraint flips<=...` exits 3 before, naming the constraint that cut the
 last candidate, and picks one after; the second night like the first (compare: exit 0), the third with a
 decoding-path fault planted in its baseline configuration, its trials and its evaluation (compare: exit 3, the task
-figures named); `history` shows accuracy, flips and the degenerate share of each night, in its table and its chart."""
+figures named); `history` shows accuracy, flips and the degenerate share of each night, in its table and its chart.
+Last, one night of deploy/nightly.sh gated on the task (AUTOTUNE_GATE), which no configuration passes."""
 
 from __future__ import annotations
 
 import html
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -163,3 +166,34 @@ def test_history_shows_accuracy_flips_and_the_degenerate_share_per_night_in_its_
     page = (workdir / "nights.html").read_text()
     for title in ("best task accuracy", "lowest answer flips vs reference", "lowest degenerate generations"):
         assert title in page
+
+
+# ------------------------------------------------------------------ the nightly job's gate
+
+NIGHTLY = REPO / "deploy" / "nightly.sh"
+
+
+def test_a_nightly_job_gated_on_the_task_exits_3_naming_the_constraint_and_writes_no_pick(searched):
+    """The demo answers a fifth of the items right, so accuracy>=0.99 cuts every configuration that flips<=0.05
+    leaves; a pick.json left by an earlier night in the same folder is not taken for tonight's."""
+    workdir, env, _ = searched
+    out = workdir / "gated-reports"
+    out.mkdir()
+    (out / "pick.json").write_text('{"trial": 0}')
+    night = {
+        **env,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "AUTOTUNE_NIGHTLY_PREFIX": "gated",
+        "AUTOTUNE_NIGHT": "2026-11-28",
+        "AUTOTUNE_SEARCH": f"--model demo --gpu cpu --space space.yaml --eval demo {' '.join(SHAPE)}",
+        "AUTOTUNE_TRIALS": "2",
+        "AUTOTUNE_GATE": "flips<=0.05 accuracy>=0.99",
+        "AUTOTUNE_OUT": str(out),
+    }
+    done = subprocess.run(["bash", str(NIGHTLY)], cwd=workdir, env=night, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 3, done.stdout + done.stderr
+    (cut,) = [line for line in done.stderr.splitlines() if "cuts the last" in line]
+    assert "answer flips vs reference <= 0.05 leaves " in cut and "task accuracy >= 0.99 cuts the last" in cut, cut
+    assert "not evaluated" not in cut  # the search evaluated its front, and autotune evaluate the rest
+    assert not (out / "pick.json").exists() and not (out / "pick.json.partial").exists()
+    assert (out / "gated-2026-11-28.html").is_file() and (out / "history.md").is_file()
