@@ -236,7 +236,7 @@ def _text_figures(judged: _Judged, reference: dict[str, Any], count: int) -> dic
     assert judged.q_top is not None
     kl = kl_divergence(ref_logp, ref_idx, judged.q_top).mean().item()
     nll = -judged.target_logp.mean().item()
-    _check_finite(kl, nll)
+    check_finite(kl, nll)
     perplexity = math.exp(nll)
     return {
         KL_DIVERGENCE.name: max(0.0, kl),
@@ -246,9 +246,9 @@ def _text_figures(judged: _Judged, reference: dict[str, Any], count: int) -> dic
     }
 
 
-def _check_finite(*sums: float) -> None:
+def check_finite(*sums: float) -> None:
     if not all(math.isfinite(value) for value in sums):
-        raise BrokenOutputError("the model produced NaN or infinite logits while decoding the evaluation text")
+        raise BrokenOutputError("the model produced NaN or infinite logits on the evaluation text")
 
 
 def kl_divergence(ref_logp: torch.Tensor, ref_idx: torch.Tensor, q_top: torch.Tensor) -> torch.Tensor:

@@ -11,7 +11,7 @@ import torch
 
 from autotune.data import EVAL_TEXT
 from autotune.figures.metrics import KL_DIVERGENCE, PERPLEXITY, TOP1_AGREEMENT
-from autotune.worker.measurement.quality.forced import kl_divergence
+from autotune.worker.measurement.quality.forced import check_finite, kl_divergence
 
 
 def eval_windows(tokenizer: Any, window: int = 256, max_tokens: int = 2048) -> torch.Tensor:
@@ -34,6 +34,7 @@ def prefill_figures(model: Any, reference_model: Any, windows: torch.Tensor, top
         agree += (logq.argmax(dim=-1) == ref_idx[:, 0]).sum().item()
         nll_sum -= logq.gather(1, window[1:, None]).sum().item()
         count += logq.shape[0]
+    check_finite(kl_sum, nll_sum)
     return {
         KL_DIVERGENCE.name: max(0.0, kl_sum / count),
         TOP1_AGREEMENT.name: agree / count,
