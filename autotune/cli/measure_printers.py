@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
@@ -26,7 +26,17 @@ def print_measurement(
 ) -> None:
     """The measurement's document as JSON, or its figures as a table, then its capacity probe's lines."""
     capacity = result.details.capacity
-    _print_document(measurement_document(model, workload, config, result, capacity), as_json, capacity)
+    document = measurement_document(model, workload, config, result, capacity)
+    _print_document(document, as_json, capacity, _workload_line(workload, config))
+
+
+def _workload_line(workload: WorkloadSpec, config: Config) -> str:
+    """ "workload: throughput, the first 8 of 48 requests of demo-trace.jsonl (...), 2 at a time, each with its own
+    lengths": what ran, the kind a configuration chose included."""
+    from autotune.space.knobs import WorkloadKnob
+    from autotune.workloads import describe_workload
+
+    return f"workload: {describe_workload(replace(workload, kind=config.get(WorkloadKnob.name, workload.kind)))}"
 
 
 def measurement_document(
@@ -54,11 +64,12 @@ def measurement_document(
     }
 
 
-def _print_document(document: dict[str, Any], as_json: bool, capacity: Capacity | None) -> None:
+def _print_document(document: dict[str, Any], as_json: bool, capacity: Capacity | None, workload: str) -> None:
     if as_json:
         print(json.dumps(document))
         return
     out.print(f"{knobs_line(document['config'])} -> {document['outcome']} {document['message']}".rstrip())
+    out.print(workload)
     table = Table(title="figures (p50, p95, coefficient of variation, repeats)")
     for column in ("figure", "p50", "p95", "cv", "n"):
         table.add_column(column)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from autotune.cli.measure_printers import print_measurement
 from autotune.cli.printers import (
     TrialPrinter,
     changes_line,
@@ -13,9 +14,13 @@ from autotune.cli.printers import (
     print_front,
     print_search_summary,
 )
+from autotune.data import DEMO_TRACE
+from autotune.process.results import Outcome, TaskResult
 from autotune.report.data import card
 from autotune.search.events import SearchSummary
 from autotune.search.finish import finish
+from autotune.specs import ModelSpec, WorkloadSpec
+from autotune.traffic import TrafficRef, read_trace
 from tests import fakes
 
 
@@ -97,3 +102,14 @@ def test_after_a_capacity_search_the_front_and_the_best_figures_say_their_capaci
     assert "best decode throughput: 2283 tok/s at its capacity within itl_p95<=6ms, found by trial #2" in lines[2]
     # quality is forced through the generation at the capacity's batch: at its capacity too
     assert lines[3].startswith("best KL divergence vs reference: 0 nats/token at its capacity within itl_p95<=6ms")
+
+
+def test_measure_says_which_requests_of_which_trace_it_replayed():
+    window = TrafficRef.of(read_trace(DEMO_TRACE), 8)
+    result = TaskResult(Outcome.OK, metrics={"goodput_tok_s": 1000.0, "requests_served": 8.0})
+    with out.capture() as captured:
+        print_measurement(ModelSpec("demo"), WorkloadSpec(batch_size=2, traffic=window), fakes.BASELINE, result, False)
+    printed = " ".join(captured.get().split())  # as one line, however the console wrapped it
+    said = f"workload: throughput, the first 8 of 48 requests of demo-trace.jsonl (jsonl, sha256 {window.sha256[:8]}),"
+    assert f"{said} 2 requests at a time, each with its own lengths" in printed
+    assert "requests_served: 8" in printed
