@@ -82,7 +82,10 @@ check() {
   run search --model demo --trials 3 "${small[@]}" | tee "$work/search.log"
   grep -qF 'quantization=torchao-int8' "$work/search.log" && grep -qF 'pip install "autotune[quant]"' "$work/search.log" ||
     fail "the search did not say why the torchao values were left out"
-  run measure --model demo --device cpu --set dtype=float32 "${small[@]}"
+  run measure --model demo --device cpu --set dtype=float32 --traffic demo --traffic-requests 8 --batch-size 2 \
+    --min-seconds 0.2 | tee "$work/measure.log"  # the bundled trace, as README shows it, from the installed package
+  grep -qF 'the first 8 of 48 requests of demo-trace.jsonl' "$work/measure.log" && grep -qF 'requests_served: 8' \
+    "$work/measure.log" || fail "measure --traffic demo did not replay the bundled trace's first 8 requests"
   run worker --study demo-cpu --storage sqlite:///studies/demo-cpu.db --trials 1
   run report --study demo-cpu
   run best --study demo-cpu
@@ -129,7 +132,8 @@ PYTHON
   listing() { "$work/core/bin/python" -c "import sys, zipfile; print('\n'.join(sorted(zipfile.ZipFile(sys.argv[1]).namelist())))" "$1"; }
   files="$(listing "$wheel")"
   [ "$files" = "$(listing "$(ls "$work"/sdist-wheel/autotune-*.whl)")" ] || fail "the sdist's wheel holds other files"
-  for data in autotune/space/default.yaml autotune/data/corpus.txt autotune/data/eval.txt autotune/data/prompts.jsonl; do
+  for data in autotune/space/default.yaml autotune/data/corpus.txt autotune/data/eval.txt autotune/data/prompts.jsonl \
+    autotune/data/demo-trace.jsonl; do
     grep -qx "$data" <<<"$files" || fail "$data is not in the wheel"
   done
   echo "$(basename "$sdist") and $(basename "$wheel"): the same $(wc -l <<<"$files") files, package data included"
