@@ -5,7 +5,9 @@ effect of each knob the configuration changes:
 
 - measured: the warm-up trial that made the same change to the baseline, when it ran;
 - else expected: the knob handlers' priors (`Knob.expect`, what the guides lead one to expect on this
-  device type), shifted by what the knob's other values measured against their own priors.
+  device type), shifted by what the knob's other values measured against their own priors. On a request trace
+  (goodput the study's speed), a change to continuous batching also gets back the decode steps the baseline's
+  static batches spent on finished requests (its measured `wasted_share`), and a change from it pays them.
 
 Speed and memory effects multiply (they add on a log scale); KL adds. Each forecast carries how unsure
 it is, so the strategy can ask what a configuration could bring at best (`hopeful`), not only what it
@@ -20,7 +22,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-from autotune.figures.metrics import KL_DIVERGENCE, OBJECTIVES, PEAK_MEMORY, THROUGHPUT, TPOT, Family, Metric
+from autotune.figures.metrics import (
+    GOODPUT_TOKENS,
+    KL_DIVERGENCE,
+    OBJECTIVES,
+    PEAK_MEMORY,
+    THROUGHPUT,
+    TPOT,
+    WASTED_SHARE,
+    Family,
+    Metric,
+)
 from autotune.space import KNOBS, Config, SearchSpace, config_key
 from autotune.space.knobs import DeviceType, Expectation
 from autotune.strategy.changes import Changes
@@ -31,6 +43,7 @@ Measured = tuple[Config, Mapping[str, float]]  # a complete trial's configuratio
 MEMORY = PEAK_MEMORY.name
 KL = KL_DIVERGENCE.name
 MEASUREMENT_SPREAD = 0.1  # run-to-run noise of a measured effect, on the log scale
+MOST_WASTED = 0.95  # a wasted share read as at most this: what ending each request alone can get back stays finite
 
 
 def family(metric: Metric) -> Family | None:
@@ -109,6 +122,7 @@ class Forecaster:
         self.measured = measured
         self.durations = durations or Durations(baseline=baseline, device=device)
         self.objectives = tuple(objectives)
+        self.speed_figure = _speed_figure(self.objectives)
 
     # ------------------------------------------------------------------------------------ figures
 
@@ -188,11 +202,11 @@ class Forecaster:
         base, entry = self.measured.get(config_key(self.baseline)), self.measured.get(config_key(config))
         if base is None or entry is None:
             return None
-        return _measured_difference(base[1], entry[1])
+        return _measured_difference(base[1], entry[1], self.speed_figure)
 
     def _expected_effect(self, name: str, old: object, new: object) -> _Effect:
         """The priors' effect of one change, shifted by what the knob's other values measured against theirs."""
-        prior = _prior_effect(name, old, new, self.device)
+        prior = self._prior(name, old, new)
         residuals = self._residuals.get(name, [])
         if not residuals:
             return prior
@@ -218,7 +232,7 @@ class Forecaster:
                     continue
                 expected = _Effect()
                 for name, new in self._changes(single).items():
-                    expected += _prior_effect(name, self.baseline.get(name), new, self.device)
+                    expected += self._prior(name, self.baseline.get(name), new)
                 residuals.setdefault(spec.name, []).append(
                     _Effect(
                         measured.speed - expected.speed,
@@ -227,6 +241,20 @@ class Forecaster:
                     )
                 )
         return residuals
+
+    def _prior(self, name: str, old: object, new: object) -> _Effect:
+        """The priors' effect of one change, with the steps a trace's finished requests cost or give back."""
+        return _prior_effect(name, old, new, self.device) + self._waste_effect(name, old, new)
+
+    def _waste_effect(self, name: str, old: object, new: object) -> _Effect:
+        """On goodput: a change to a value that ends each request alone no longer runs the decode steps the baseline
+        measured on finished requests (its goodput over 1 - the wasted share), and a change from one pays them."""
+        knob, base = KNOBS.get(name), self.measured.get(config_key(self.baseline))
+        if knob is None or base is None or self.speed_figure != GOODPUT_TOKENS.name:
+            return _Effect()
+        wasted = min(base[1].get(WASTED_SHARE.name, 0.0), MOST_WASTED)
+        turned = int(knob.ends_each_request_alone(new)) - int(knob.ends_each_request_alone(old))
+        return _Effect(speed=-math.log(1 - wasted) * turned)
 
     def _expect(self, name: str, value: object) -> Expectation:
         knob = KNOBS.get(name)
@@ -239,9 +267,16 @@ class Forecaster:
         return self.durations.of(config).expected
 
 
-def _measured_difference(before: Mapping[str, float], after: Mapping[str, float]) -> _Effect:
-    """What a measured change did: throughput (or per-token latency), memory and KL, on the forecast's scales."""
-    speed = _log_ratio(after, before, THROUGHPUT.name)
+def _speed_figure(objectives: Sequence[Metric]) -> str:
+    """The figure a measured change's speed is read from: goodput where a study replays a trace for it (the steps a
+    static batch runs past its requests' ends do not count there), else decode throughput."""
+    return GOODPUT_TOKENS.name if any(metric.name == GOODPUT_TOKENS.name for metric in objectives) else THROUGHPUT.name
+
+
+def _measured_difference(before: Mapping[str, float], after: Mapping[str, float], speed_figure: str) -> _Effect:
+    """What a measured change did: its speed figure (throughput, goodput on a trace; or per-token latency), memory
+    and KL, on the forecast's scales."""
+    speed = _log_ratio(after, before, speed_figure)
     if speed is None:
         inverse = _log_ratio(after, before, TPOT.name)
         speed = -inverse if inverse is not None else 0.0

@@ -167,6 +167,57 @@ def test_nothing_is_predicted_once_the_whole_grid_is_measured(grid):
     assert neighbours and rank(forecaster, [(p, False) for p in neighbours]) == []
 
 
+# On a request trace (--traffic) goodput leads: the tokens the requests asked for, per second of the replay.
+ON_A_TRACE = [METRICS[name] for name in ("goodput_tok_s", "peak_memory_gb", "kl_divergence")]
+CONTINUOUS = next(p.config for p in warm_up_set(GRID_SPACE, BASELINE) if p.config["batching"] == "continuous")
+
+
+def replayed(throughput: float, goodput: float, wasted: float, memory_gb: float, kl: float) -> dict[str, float]:
+    return {**figures(throughput, memory_gb, kl), "goodput_tok_s": goodput, "wasted_share": wasted}
+
+
+def test_on_a_trace_continuous_batching_is_expected_to_get_back_the_steps_the_baselines_batches_wasted():
+    # The baseline's static batches spent 60% of their decode steps on finished requests: continuous batching,
+    # each request ending alone, is expected at its priors' speed (slower than generate() on a CPU) over 1 - 0.6.
+    measured = {config_key(BASELINE): (BASELINE, replayed(1000, 400, 0.6, 2.0, 1e-4))}
+    uniform = Forecaster(GRID_SPACE, BASELINE, "cpu", measured).forecast(CONTINUOUS)
+    traced = Forecaster(GRID_SPACE, BASELINE, "cpu", measured, objectives=ON_A_TRACE).forecast(CONTINUOUS)
+    priors = uniform.figures["throughput_tok_s"] / 1000
+    assert priors < 1
+    assert traced.figures["goodput_tok_s"] == pytest.approx(400 * priors / (1 - 0.6))
+    wasting_nothing = {config_key(BASELINE): (BASELINE, replayed(1000, 1000, 0.0, 2.0, 1e-4))}
+    even = Forecaster(GRID_SPACE, BASELINE, "cpu", wasting_nothing, objectives=ON_A_TRACE).forecast(CONTINUOUS)
+    assert even.figures["goodput_tok_s"] == pytest.approx(1000 * priors)
+
+
+def test_on_a_trace_a_measured_change_moves_goodput_by_what_it_did_to_goodput():
+    # Continuous batching decoded slower (600 against 1000 tok/s) but served twice the goodput: on float32 too,
+    # the forecast takes the goodput's factor.
+    measured = {
+        config_key(BASELINE): (BASELINE, replayed(1000, 400, 0.6, 2.0, 1e-4)),
+        config_key(CONTINUOUS): (CONTINUOUS, replayed(600, 800, 0.0, 3.0, 1e-4)),
+        config_key(REFERENCE): (REFERENCE, replayed(1500, 600, 0.6, 4.0, 0.0)),
+    }
+    both = {**CONTINUOUS, "dtype": "float32"}
+    traced = Forecaster(GRID_SPACE, BASELINE, "cpu", measured, objectives=ON_A_TRACE).forecast(both)
+    assert traced.figures["goodput_tok_s"] == pytest.approx(600 * 2)
+    uniform = Forecaster(GRID_SPACE, BASELINE, "cpu", measured).forecast(both)
+    assert uniform.figures["throughput_tok_s"] == pytest.approx(1500 * 0.6)
+
+
+def test_on_a_trace_whose_batches_wasted_steps_continuous_batching_runs_before_the_static_cache():
+    measured = {
+        config_key(BASELINE): (BASELINE, replayed(1000, 400, 0.6, 2.0, 1e-4)),
+        config_key(REFERENCE): (REFERENCE, replayed(1500, 600, 0.6, 4.0, 0.0)),
+    }
+    plan = warm_up_set(GRID_SPACE, BASELINE)
+    for objectives, continuous_first in ((OBJECTIVES, False), (ON_A_TRACE, True)):
+        forecaster = Forecaster(GRID_SPACE, BASELINE, "cpu", measured, objectives=objectives)
+        roles = [s.planned.why for s in rank(forecaster, [(p, True) for p in plan])]
+        before = roles.index("warm-up: batching=continuous") < roles.index("warm-up: cache_implementation=static")
+        assert before == continuous_first, roles
+
+
 GPU_SPACE = load_space(PACKAGED_SPACE)
 
 

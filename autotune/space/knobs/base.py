@@ -152,6 +152,11 @@ class Knob:
         """What the guides lead one to expect of this value on this device type (a prior; see Expectation)."""
         return NEUTRAL
 
+    def ends_each_request_alone(self, value: Value | None) -> bool:
+        """Whether this value gives a request's place to the next one as soon as it ends, so that no decode step
+        is spent on a finished request (continuous batching), where a static batch runs to its longest row."""
+        return False
+
     def duration_group(self, value: Value | None) -> object:
         """Trials whose knobs give the same groups take about as long; None for knobs that do not matter.
 

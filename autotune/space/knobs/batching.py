@@ -40,6 +40,9 @@ class BatchingKnob(Knob):
         # "maximizes throughput by keeping the GPU busy" [overview, serving]; on CPU generate_batch ran slower [cpu]
         return Expectation(speed=1.2 if device == "cuda" else 0.6, time=1.3)
 
+    def ends_each_request_alone(self, value: Value | None) -> bool:
+        return value == "continuous"
+
     def duration_group(self, value: Value | None) -> object:
         return value
 
