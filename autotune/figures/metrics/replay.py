@@ -9,7 +9,7 @@ from autotune.figures.metrics.metric import FRONT, PERCENT, REPORT, WHERE_MEASUR
 
 GOODPUT_TOKENS = Metric(
     "goodput_tok_s",
-    "goodput: requested tokens/s within the SLO",
+    "goodput: requested tokens/s (within the SLO, if any)",
     "tok/s",
     "maximize",
     short="goodput",
