@@ -1,4 +1,4 @@
-"""Parsing and formatting of durations and sizes."""
+"""Parsing and formatting of durations and sizes, and a message cut to one line."""
 
 import re
 
@@ -34,3 +34,9 @@ def format_bytes(size: float | None) -> str:
         if abs(size) >= scale:
             return f"{size / scale:.2f} {unit}"
     return f"{size:.0f} B"
+
+
+def first_line(message: str, limit: int) -> str:
+    """The message's first line, cut to `limit` characters ending in "..." where it was longer."""
+    first = message.strip().splitlines()[0] if message.strip() else ""
+    return first if len(first) <= limit else first[: limit - 3] + "..."

@@ -30,7 +30,7 @@ from autotune.process.phases import COMPILING
 from autotune.process.results import COLD, WARM
 from autotune.space import Config
 from autotune.space.knobs import short_name
-from autotune.units import format_bytes, format_duration
+from autotune.units import first_line, format_bytes, format_duration
 
 if TYPE_CHECKING:
     from autotune.analysis.capacity import AtCapacity
@@ -96,10 +96,12 @@ class TrialPrinter:
                 self.console.print(f"    {line}")
 
 
+MESSAGE_CHARS = 300  # of a failed trial's message, on its line: its first line, which says what failed and why
+
+
 def _figures(record: TrialRecord) -> str:
     if not record.complete:
-        first_line = (record.message or "").splitlines()[0] if record.message else ""
-        return f"{record.outcome}: {first_line[:160]}"
+        return f"{record.outcome}: {first_line(record.message or '', MESSAGE_CHARS)}"
     m = record.metrics
     return f"ok {figures_line(m)}" + _serve_figures(m) + _path_note(record.quality_path)
 

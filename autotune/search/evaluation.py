@@ -37,6 +37,7 @@ from autotune.study.claims import DONE, FAILED, INTERRUPTED, RUNNING, Evaluation
 from autotune.study.evaluations import evaluated_numbers, store_answers, store_left_out, stored_task
 from autotune.study.opened import OpenedStudy
 from autotune.study.recovery import Heartbeat
+from autotune.units import first_line
 
 EVALUATING = "evaluating the task (tier 1)"  # what the summaries call the time spent evaluating
 EXPECTED_FINALISTS = 4  # the front's size the loop leaves time for: its evaluations' forecast is kept from the loop
@@ -276,8 +277,7 @@ class Evaluator:
         if not result.ok:
             self.evaluations.end(number, self.token, FAILED)
             self.failed.append(number)
-            first = result.message.splitlines()[0] if result.message else ""
-            return f"#{number}: not evaluated, {result.outcome.value}: {first[:160]} ({took})"
+            return f"#{number}: not evaluated, {result.outcome.value}: {first_line(result.message, 300)} ({took})"
         return self._store(record, result, took)
 
     def _store(self, record: TrialRecord, result: TaskResult, took: str) -> str:

@@ -20,6 +20,7 @@ from autotune.space import Config, config_key
 from autotune.space.plan import Plan
 from autotune.study import migrations
 from autotune.study.evaluations import evaluation_figures
+from autotune.units import first_line
 from autotune.workloads import KindDetails, details_of, details_written
 
 log = logging.getLogger(__name__)
@@ -228,9 +229,7 @@ def record_result(
 
 def fail_reason(outcome: str, message: str) -> str:
     """One short line: the outcome and the first line of its message."""
-    first = message.strip().splitlines()[0] if message.strip() else ""
-    line = f"{outcome}: {first}" if first else outcome
-    return line if len(line) <= 200 else line[:197] + "..."
+    return first_line(f"{outcome}: {message.strip()}" if message.strip() else outcome, 200)
 
 
 def record_skip(study: optuna.Study, trial: optuna.Trial, config: Config, reason: str) -> None:

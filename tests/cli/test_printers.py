@@ -7,6 +7,7 @@ from pathlib import Path
 
 from autotune.cli.measure_printers import print_measurement
 from autotune.cli.printers import (
+    MESSAGE_CHARS,
     TrialPrinter,
     changes_line,
     out,
@@ -73,6 +74,23 @@ def test_a_compiling_trials_line_says_its_compile_time_cold_or_warm():
         )
     lines = captured.get().splitlines()
     assert lines[0].endswith("(26.2s)") and lines[1].endswith("(6.7s, compiling 2.6s warm)")
+
+
+def test_a_failed_trials_line_keeps_its_reason_whole_or_says_where_it_was_cut():
+    from tests.search.test_search_loop import COMPILED, record
+
+    why = (
+        "UnsupportedError: no hub kernel could be fetched for any layer: 0 of 13 kernel-capable layers (RMSNorm, "
+        "SiLU) run one on cpu; transformers maps none of them to a cpu kernel"
+    )  # cut at 160 characters, it read "...maps none of them to " and stopped
+    failed = replace(record(COMPILED, 0.2, "unsupported"), state="FAIL", message=f"{why}\nTraceback ...")
+    endless = replace(failed, message="x" * 1000)
+    with out.capture() as captured:
+        TrialPrinter(out).trial_finished(failed)
+        TrialPrinter(out).trial_finished(endless)
+    whole, cut = captured.get().splitlines()
+    assert f"-> unsupported: {why} (0.2s)" in whole and "Traceback" not in whole
+    assert f"-> unsupported: {'x' * (MESSAGE_CHARS - 3)}... (0.2s)" in cut
 
 
 def test_after_a_capacity_search_the_front_and_the_best_figures_say_their_capacity_and_slo(tmp_path: Path):
