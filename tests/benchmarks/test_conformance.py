@@ -4,6 +4,7 @@ CI runs, and how a run that differs from them reads; measure on a custom space."
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -88,6 +89,15 @@ def test_every_case_has_its_expected_outcome_written_down_for_each_version_ci_ru
     path = expected_path(_pinned(constraints))
     expected = load_expected(path)
     assert sorted(expected) == sorted(BY_LABEL), f"{path.name} must name exactly the cases of conformance.py"
+
+
+def test_the_transformers_versions_claimed_are_those_ci_proves() -> None:
+    """pyproject's range runs from the floor CI measures to the minor version it pins: a newer transformers is
+    claimed only once CI measures it (5.24 renamed generate()'s past_key_values to cache; 5.23 wants kernels 0.18)."""
+    floor, pinned = (_pinned(name).split(".") for name in ("constraints-floor.txt", "constraints.txt"))
+    claimed = f"transformers>={floor[0]}.{floor[1]},<{pinned[0]}.{int(pinned[1]) + 1}"
+    project = (REPO / "pyproject.toml").read_text()
+    assert re.findall(r'"transformers(?:\[serving\])?([^"]*)"', project) == [claimed[len("transformers") :]] * 2
 
 
 def test_values_no_batch_can_run_are_measured_one_prompt_at_a_time_and_their_refusal_on_a_batch() -> None:
