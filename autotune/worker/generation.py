@@ -220,11 +220,13 @@ class ContinuousGeneration:
         spec: WorkloadSpec,
         lengths: list[int] | None = None,
         shared_prefixes: bool = False,
+        one_at_a_time: bool = False,
     ) -> None:
         from transformers import GenerationConfig
 
         self.inputs = inputs
         self.lengths = lengths
+        self.one_at_a_time = one_at_a_time  # a trace's requests each sent once the one before it has ended
         self.output_len = max(lengths) if lengths else spec.output_len
         # No eos_token_id: continuous batching then disables early stopping, so every request is full length.
         self.generation_config = GenerationConfig(max_new_tokens=self.output_len, do_sample=False)
@@ -250,16 +252,19 @@ class ContinuousGeneration:
     def run(self) -> Iteration:
         hits = PrefixHits() if self.shares and self.lengths else None
         start = time.perf_counter()
-        if self.lengths:  # a trace's requests, all at once, each asking for its own tokens
+        if self.lengths and self.one_at_a_time:
+            request_ids, results, starts = self._one_at_a_time()
+        elif self.lengths:  # a trace's requests, all at once, each asking for its own tokens
             request_ids = [
                 self.manager.add_request(ids, max_new_tokens=length, record_timestamps=True)
                 for ids, length in zip(self.inputs, self.lengths, strict=True)
             ]
+            results, starts = self._wait_for(set(request_ids)), [start] * len(request_ids)
         else:
             request_ids = self.manager.add_requests(
                 inputs=self.inputs, max_new_tokens=self.output_len, record_timestamps=True
             )
-        results = self._wait_for(set(request_ids))
+            results, starts = self._wait_for(set(request_ids)), [start] * len(request_ids)
         end = time.perf_counter()
         if hits is not None:
             hits.close()
@@ -268,12 +273,22 @@ class ContinuousGeneration:
             self.manager = self._started()
         outputs = [results[request_id] for request_id in request_ids if request_id in results]
         _check_complete(outputs, len(self.inputs), self.lengths or [self.output_len] * len(self.inputs))
-        iteration = iteration_from_timestamps(outputs, start, end)
+        iteration = iteration_from_timestamps(outputs, start, end, alone=self.one_at_a_time)
         if not self.lengths:
             return iteration
-        served = served_from_timestamps(outputs, start)
+        served = served_from_timestamps(outputs, starts)
         reused = hits.tokens if hits is not None and hits.counting else None if self.shares else 0
         return replace(iteration, served=replace(served, input_tokens=sum(map(len, self.inputs)), reused=reused))
+
+    def _one_at_a_time(self) -> tuple[list[str], dict[str, Any], list[float]]:
+        """Each request sent once the one before it has ended, as the latency kind sends them: their ids, results and
+        the times they were sent."""
+        request_ids, results, starts = [], {}, []
+        for ids, length in zip(self.inputs, self.lengths or [], strict=True):
+            starts.append(time.perf_counter())
+            request_ids.append(self.manager.add_request(ids, max_new_tokens=length, record_timestamps=True))
+            results |= self._wait_for({request_ids[-1]})
+        return request_ids, results, starts
 
     def _wait_for(self, pending: set[str]) -> dict[str, Any]:
         results: dict[str, Any] = {}
@@ -304,12 +319,13 @@ def check_attention_kept(loaded: str, running: str) -> None:
         )
 
 
-def iteration_from_timestamps(outputs: list[Any], start: float, end: float) -> Iteration:
-    """Figures of a generate_batch call from each request's creation time and per-token timestamps."""
+def iteration_from_timestamps(outputs: list[Any], start: float, end: float, alone: bool = False) -> Iteration:
+    """Figures of a generate_batch call from each request's creation time and per-token timestamps; `alone`: the
+    requests ran one after the other, so each decoded in its own span."""
     first = [out.timestamps[0] for out in outputs]
     last = [out.timestamps[-1] for out in outputs]
     counts = [len(out.generated_tokens) for out in outputs]
-    decode_s = max(last) - min(first)
+    decode_s = sum(b - a for a, b in zip(first, last, strict=True)) if alone else max(last) - min(first)
     gaps = [b - a for out in outputs for a, b in zip(out.timestamps, out.timestamps[1:], strict=False)]
     waits = [ft - out.created_time for ft, out in zip(first, outputs, strict=True)]
     return Iteration(
@@ -322,13 +338,13 @@ def iteration_from_timestamps(outputs: list[Any], start: float, end: float) -> I
     )
 
 
-def served_from_timestamps(outputs: list[Any], start: float) -> Served:
-    """Each request of a trace under continuous batching, from when it was added (all at once, at `start`): it
+def served_from_timestamps(outputs: list[Any], starts: list[float]) -> Served:
+    """Each request of a trace under continuous batching, from when it was added (`starts`, each request's): it
     decodes each request to its own end only, so its row steps are the tokens asked for."""
     lengths = [len(out.generated_tokens) for out in outputs]
     return Served(
-        ttfts_s=[out.timestamps[0] - start for out in outputs],
-        e2es_s=[out.timestamps[-1] - start for out in outputs],
+        ttfts_s=[out.timestamps[0] - start for out, start in zip(outputs, starts, strict=True)],
+        e2es_s=[out.timestamps[-1] - start for out, start in zip(outputs, starts, strict=True)],
         gaps_s=[[b - a for a, b in itertools.pairwise(out.timestamps)] for out in outputs],
         lengths=lengths,
         row_steps=sum(lengths),

@@ -4,7 +4,8 @@ continuous batching takes them all at once, each with its own length. One replay
 
 Under the throughput kind every request is there from the replay's start (offline): its time to first token counts
 from then, so a request of a later batch waits for the batches before it, as it would for continuous batching's
-slots. The latency kind sends one request at a time: each counts from its own call.
+slots. The latency kind sends one request at a time, through generate() or continuous batching alike: each counts
+from its own call.
 """
 
 from __future__ import annotations
@@ -100,5 +101,6 @@ def make_replay(
     if plan.batching == "continuous":
         inputs, lengths = [request.ids for request in requests], [request.output_len for request in requests]
         shared = any(request.reusable for request in requests)
-        return ContinuousGeneration(model, plan, inputs, spec, lengths, shared_prefixes=shared)
+        alone = not queued  # the latency kind's requests, one at a time
+        return ContinuousGeneration(model, plan, inputs, spec, lengths, shared_prefixes=shared, one_at_a_time=alone)
     return BatchedReplay(model, plan, requests, spec, batch, pad_id, queued)

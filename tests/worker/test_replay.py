@@ -99,6 +99,25 @@ def test_continuous_batching_gives_each_request_its_own_length_and_no_wasted_ste
     assert iteration.generated == [_alone(model, request, demo[1].pad_token_id) for request in requests]
 
 
+def test_the_latency_kind_sends_continuous_batching_one_request_after_the_other(demo):
+    """Each request's clock starts when it is sent, once the one before it has ended: the requests' spans, end to end,
+    fit in the replay's time (sent all at once, they overlap: each counts from the replay's start)."""
+    from autotune.worker.replay import make_replay
+
+    model, plan = _model(demo, {"batching": "continuous"})
+    requests = _requests(demo, TRACE)
+    replay = make_replay(model, plan, requests, WorkloadSpec("latency"), 1, demo[1].pad_token_id, queued=False)
+    try:
+        iteration = replay.run()
+    finally:
+        replay.close()
+    served = iteration.served
+    assert [len(row) for row in iteration.generated] == LENGTHS and served.wasted_share == 0
+    assert sum(served.e2es_s) <= iteration.elapsed_s
+    assert all(0 < ttft <= e2e for ttft, e2e in zip(served.ttfts_s, served.e2es_s, strict=True))
+    assert iteration.generated == [_alone(model, request, demo[1].pad_token_id) for request in requests]
+
+
 def test_requests_are_made_alike_on_any_machine_and_a_turn_begins_with_the_one_before(demo):
     """Text is tokenized; counts get corpus tokens of their own; hash ids share blocks and only them; a conversation's
     turn is the turn before (its input and reply) and its own input."""
