@@ -171,13 +171,16 @@ class WorkloadKind:
 
     def describe(self, spec: WorkloadSpec) -> str:
         """The shape of a trial, for summaries: "8 prompts at a time, 128 tokens in, 64 out"; with a trace, "the 48
-        requests of demo-trace.jsonl (jsonl, sha256 6208a949), 8 at a time, each with its own lengths"."""
+        requests of demo-trace.jsonl (jsonl, sha256 6208a949), 8 requests at a time through generate() (continuous
+        batching: all at once), each with its own lengths"."""
         at_once = f"{_prompts(self.requests(spec))} at a time"
         if len(spec.batch_sizes) > 1:
             sizes = ", ".join(str(size) for size in spec.batch_sizes)
             at_once = f"batches of {sizes} prompts (the largest within the SLO and the memory)"
         if spec.traffic is not None:
-            at_once = at_once.replace("prompts", "requests").replace("1 prompt", "1")
+            at_once = at_once.replace("prompts", "requests").replace("1 prompt", "1 request")
+            if self.requests_wait:  # a kind whose requests wait for their turn: continuous batching takes them whole
+                at_once += " through generate() (continuous batching: all at once)"
             return f"{spec.traffic.describe()}, {at_once}, each with its own lengths"
         return f"{at_once}, {spec.input_len} tokens in, {spec.output_len} out"
 

@@ -204,6 +204,16 @@ def _cell(value: float | None, scale: float, form: str) -> str:
     return "-" if value is None else form.format(value * scale)
 
 
+def _arriving(spec: WorkloadSpec) -> str:
+    """How a trace's requests reach the server under this load: at rates, by the trace's arrivals where it has them."""
+    if ServeSpec.of(spec).mode != "rate":
+        return "as many in flight as each concurrency level"
+    assert spec.traffic is not None
+    if spec.traffic.timed:
+        return "arriving as the trace's arrivals scaled to each rate"
+    return "arriving as a Poisson process at each rate"
+
+
 @register
 class Serve(WorkloadKind):
     name = "serve"
@@ -226,8 +236,7 @@ class Serve(WorkloadKind):
 
     def describe(self, spec: WorkloadSpec) -> str:
         if spec.traffic is not None:
-            arriving = ", arriving as the trace's arrivals scaled to each rate" if spec.traffic.timed else ""
-            return f"{spec.traffic.describe()} sent to transformers serve, each with its own lengths{arriving}"
+            return f"{spec.traffic.describe()} sent to transformers serve, each with its own lengths, {_arriving(spec)}"
         prompts = "1 prompt" if spec.batch_size == 1 else f"{spec.batch_size} prompts"
         return f"{prompts} sent to transformers serve, {spec.input_len} tokens in, {spec.output_len} out"
 

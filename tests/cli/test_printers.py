@@ -129,5 +129,7 @@ def test_measure_says_which_requests_of_which_trace_it_replayed():
         print_measurement(ModelSpec("demo"), WorkloadSpec(batch_size=2, traffic=window), fakes.BASELINE, result, False)
     printed = " ".join(captured.get().split())  # as one line, however the console wrapped it
     said = f"workload: throughput, the first 8 of 48 requests of demo-trace.jsonl (jsonl, sha256 {window.sha256[:8]}),"
-    assert f"{said} 2 requests at a time, each with its own lengths" in printed
+    assert f"{said} 2 requests at a time through generate() (continuous batching: all at once), each with its own" in (
+        printed
+    )
     assert "requests_served: 8" in printed

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from autotune.data import DEMO_TRACE
 from autotune.specs import WorkloadSpec
 from autotune.study import StudySettings
+from autotune.traffic import TrafficRef, read_trace
 from autotune.workloads import KINDS, describe_workload, workload_as_run
+from autotune.workloads.serve import ServeSpec
 from tests import fakes
 
 
@@ -52,3 +55,19 @@ def test_the_workload_line_names_the_batches_a_probe_searches_and_the_slo():
     assert describe_workload(served) == (
         "serve, 16 prompts sent to transformers serve, 128 tokens in, 64 out; SLO ttft_p95<=300ms for 90% of requests"
     )
+
+
+def test_on_a_trace_the_workload_line_says_how_each_kind_sends_its_requests():
+    window = TrafficRef.of(read_trace(DEMO_TRACE), 8)
+    requests = f"the first 8 of 48 requests of demo-trace.jsonl (jsonl, sha256 {window.sha256[:8]})"
+    assert describe_workload(WorkloadSpec(batch_size=4, traffic=window)) == (
+        f"throughput, {requests}, 4 requests at a time through generate() (continuous batching: all at once), "
+        "each with its own lengths"
+    )
+    assert describe_workload(WorkloadSpec("latency", traffic=window)) == (
+        f"latency, {requests}, 1 request at a time, each with its own lengths"
+    )
+    modes = ("rate", "concurrency")
+    by_rate, in_flight = (WorkloadSpec("serve", traffic=window, serve=ServeSpec(mode=m)) for m in modes)
+    assert describe_workload(by_rate).endswith("own lengths, arriving as the trace's arrivals scaled to each rate")
+    assert describe_workload(in_flight).endswith("own lengths, as many in flight as each concurrency level")
