@@ -4,7 +4,7 @@
 # Installs the wheels into the machine's own python, records versions, runs benchmarks/gpu/gpu_proof.py and
 # leaves SUMMARY.md, the log and a tarball of the proof folder under $OUT.
 # PHASE: demo | llama | resume-llama | conformance | quant | headroom | settings | eight-b | quality | quality-caches |
-# loops | fork-preload.
+# loops | fork-preload | traffic.
 # Each phase is self-contained: a fresh machine forgets everything.
 # Every phase first records `autotune gpus` (what autotune detects on the card) in $OUT/gpus.txt.
 # conformance: benchmarks/conformance/conformance.py for the card's profile, every value it does not prune (BUDGET:
@@ -28,6 +28,9 @@
 # fork-preload (seconds): whether importing what a trial imports before its memory baseline (FIRST_CALL_MODULES:
 # torchao, scipy, the quantizers) leaves CUDA untouched in the fork server on a CUDA build of torch: it did not on an
 # H100 (reports/gpu/2026-11-27-h100), so the server preloads them on a CPU build only (docs/measurement.md).
+# traffic (issue 68): the 1.1B Llama on the demo trace's first 16 requests, bf16: generate() with a static cache
+# compiled reduce-overhead, generate() with a dynamic cache, continuous batching; goodput, wasted steps and latency
+# percentiles of each (benchmarks/traffic/replays_table.py), about 3 x 1-3 minutes.
 # settings: the same model at batch 1 (not run on a GPU yet; about 7 minutes, estimated):
 # benchmarks/decode/generate_settings.py (what each setting transformers offers does to the decode step,
 # reduce-overhead) and benchmarks/decode/decode_profile.py (generate()'s step against the hand loop's under
@@ -129,6 +132,18 @@ print(f"first-call modules {FIRST_CALL_MODULES}: imported in {time.perf_counter(
       f"unsafe to fork before: {before}; after: {forkserver.unsafe_to_fork()}")
 PY
     ;;
+  traffic)  # issue 68 on a GPU: the 1.1B Llama replaying the demo trace's first 16 requests, per configuration
+    folder=$(python3 benchmarks/gpu/llama_1b.py --device cuda 2>"$OUT/build.log" | tail -1)
+    for name in generate-static-compiled generate-dynamic continuous; do
+      case $name in
+        generate-static-compiled) knobs=(--set cache_implementation=static --set compile=reduce-overhead) ;;
+        generate-dynamic) knobs=(--set cache_implementation=dynamic) ;;
+        continuous) knobs=(--set batching=continuous) ;;
+      esac
+      timeout 170 python3 -m autotune measure --model "$folder" --device cuda --set dtype=bfloat16 "${knobs[@]}" \
+        --traffic demo --traffic-requests 16 --json >"$OUT/traffic-$name.json" 2>"$OUT/traffic-$name.log"
+    done
+    python3 benchmarks/traffic/replays_table.py "$OUT"/traffic-*.json 2>&1 | tee "$OUT/traffic.md" ;;
   resume-llama) mkdir -p /tmp/proof-llama-1b && tar xzf reports/gpu/incoming/proof-llama-1b.tgz -C /tmp && proof llama-1b /tmp/proof-llama-1b "$B" ;;
   *) echo "unknown phase $P" >&2; exit 2 ;;
 esac
