@@ -14,8 +14,7 @@ trial and queues none.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from autotune.analysis.pick import DEFAULT_GOAL, Goal, pick, ranked
@@ -33,7 +32,6 @@ from autotune.search.evaluation import (
     the_front,
 )
 from autotune.search.events import SearchEvents
-from autotune.search.interrupts import Interrupted, StudyPlace
 from autotune.search.session import Checked, check_worker, open_session
 from autotune.specs import EvalSpec, WorkerRequest
 from autotune.study import TrialRecord
@@ -84,7 +82,7 @@ def evaluate_stored(request: EvaluateRequest, events: SearchEvents) -> Evaluated
     if task is not None and not _unevaluated(chosen, opened):  # no model to load for nothing
         lines = (task.line(), f"nothing to evaluate: {said}, evaluated already")
         return Evaluated(checked.name, said, lines, time.monotonic() - started, {})
-    with _named_on_interrupt(checked):
+    with checked.named_on_interrupt():
         prepared = prepare(
             checked.request, checked.hardware, checked.space, checked.workdir, deadline, reference_config,
             lambda name: events.progress(f"preparing: {phases.label(name)}"),
@@ -120,16 +118,6 @@ def _nothing_taken(chosen: Chooser, opened: OpenedStudy, said: str) -> str:
         return f"nothing to evaluate: {said}, evaluated already"
     numbers = ", ".join(f"#{number}" for number in left)
     return f"not evaluated: {numbers}, whose evaluation failed or was interrupted twice (--trial N evaluates it again)"
-
-
-@contextmanager
-def _named_on_interrupt(checked: Checked) -> Iterator[None]:
-    """An interrupt learns which study to report on: what it keeps, and that the same command resumes."""
-    try:
-        yield
-    except Interrupted as interrupt:
-        interrupt.study = StudyPlace(checked.name, checked.storage_url)
-        raise
 
 
 def _task(checked: Checked, asked: EvalSpec | None) -> ReferenceEvaluation | None:

@@ -18,8 +18,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -45,7 +44,7 @@ from autotune.search.evaluation import (
     reserved_s,
 )
 from autotune.search.events import SearchEvents, SearchSummary
-from autotune.search.interrupts import Interrupted, StudyPlace, deferred
+from autotune.search.interrupts import Interrupted, deferred
 from autotune.search.loop import TrialLoop
 from autotune.search.session import Checked, Session, check_search, check_worker, open_session
 from autotune.space.knobs import DeviceType
@@ -61,7 +60,7 @@ def run_search(request: SearchRequest, events: SearchEvents) -> SearchSummary:
     started = time.monotonic()
     deadline = request.budget.deadline(started)
     checked = _check(request, events)
-    with _study_named_on_interrupt(checked):
+    with checked.named_on_interrupt():
         prepared = _prepare(checked, deadline, events)
         reference = _evaluate_reference(checked, prepared, deadline, events) if request.evaluation else None
         session = open_session(checked, prepared, events)
@@ -122,7 +121,7 @@ def join_study(worker: WorkerRequest, events: SearchEvents) -> SearchSummary:
     deadline = worker.budget.deadline(started)
     events.progress("reading the study")
     checked, reference = check_worker(worker, events)
-    with _study_named_on_interrupt(checked):
+    with checked.named_on_interrupt():
         prepared = prepare(
             checked.request, checked.hardware, checked.space, checked.workdir, deadline, reference, _preparing(events)
         )
@@ -142,16 +141,6 @@ def _task_here(session: Session, events: SearchEvents) -> ReferenceEvaluation | 
         events.note(f"{missing}; this worker leaves the finalists' evaluations to the study's other processes")
         return None
     return task
-
-
-@contextmanager
-def _study_named_on_interrupt(checked: Checked) -> Iterator[None]:
-    """An interrupt that passes through here learns which study to report on."""
-    try:
-        yield
-    except Interrupted as interrupt:
-        interrupt.study = StudyPlace(checked.name, checked.storage_url)
-        raise
 
 
 def _preparing(events: SearchEvents) -> Callable[[str], None]:
@@ -208,7 +197,7 @@ def _run_on_devices(request: SearchRequest, events: SearchEvents) -> SearchSumma
     deadline = request.budget.deadline(started)
     checked = _check(request, events)
     _check_devices(request.devices, checked.profile.device_type)
-    with _study_named_on_interrupt(checked):
+    with checked.named_on_interrupt():
         prepared = _prepare(checked, deadline, events)  # builds the model and the reference once, for every worker here
         reference = _evaluate_reference(checked, prepared, deadline, events) if request.evaluation else None
         session = open_session(checked, prepared, events)

@@ -7,6 +7,8 @@ once the model is prepared, `open_session` creates or loads the study and makes 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -58,6 +60,16 @@ class Checked:
     @property
     def workdir(self) -> Path:
         return studies.trial_folder(self.storage_url, self.name, self.request.storage.cache_dir)
+
+    @contextmanager
+    def named_on_interrupt(self) -> Iterator[None]:
+        """An interrupt that passes through here learns which study to report on: what it keeps, and that the same
+        command resumes."""
+        try:
+            yield
+        except interrupts.Interrupted as interrupt:
+            interrupt.study = interrupts.StudyPlace(self.name, self.storage_url)
+            raise
 
 
 @dataclass(frozen=True)
